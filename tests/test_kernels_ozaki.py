@@ -1,0 +1,108 @@
+"""The plain numba kernels of Ozaki-I against the NumPy reference, bit for bit.
+
+Without a GPU they run in numba's CUDA simulator (conftest.py selects it), on small sizes; on a GPU machine
+the same tests run on the device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from utilities import inputs, ozaki
+from utilities.ozaki import kernels
+
+
+def _pairs():
+    yield "normal", inputs.normal(9, 70, 1), inputs.normal(70, 11, 2)
+    yield "spread phi=3", inputs.exponent_spread(9, 70, 3.0, 3), inputs.exponent_spread(70, 11, 3.0, 4)
+    yield from inputs.adversarial_pairs(6, 40, 7, 5)
+
+
+PAIRS = list(_pairs())
+IDS = [p[0] for p in PAIRS]
+
+
+def _slice_rows(a: np.ndarray, slices: int, threads: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    m, k = a.shape
+    out, e = np.full((slices, m, k), 99, np.int8), np.zeros(m, np.int32)
+    d_out, d_e = cuda.to_device(out), cuda.to_device(e)
+    kernels.make_slice_rows_kernel(k, slices, threads)[m, threads](cuda.to_device(a), d_out, d_e)
+    return d_out.copy_to_host(), d_e.copy_to_host()
+
+
+def _slice_cols(b: np.ndarray, slices: int) -> tuple[np.ndarray, np.ndarray]:
+    k, n = b.shape
+    mu, bad, f = (cuda.to_device(np.zeros(n, t)) for t in (np.float64, np.int32, np.int32))
+    d_b = cuda.to_device(b)
+    kernels.make_col_max_kernel(16, 32)[(-(-n // 32), -(-k // 16)), 32](d_b, mu, bad)
+    kernels.shifts_from_max_kernel[-(-n // 32), 32](mu, bad, f)
+    out = cuda.to_device(np.full((slices, n, k), 99, np.int8))
+    kernels.make_slice_cols_kernel(slices, 32, 8)[(-(-n // 32), -(-k // 32)), (32, 8)](d_b, f, out)
+    return out.copy_to_host(), f.copy_to_host()
+
+
+@pytest.mark.parametrize("slices", [1, 3, 7, 9])
+@pytest.mark.parametrize(("name", "a", "b"), PAIRS, ids=IDS)
+def test_slicing_kernels_match_reference(name, a, b, slices):
+    got, e = _slice_rows(a, slices)
+    want, want_e = ozaki.slice_rows(a, slices)
+    np.testing.assert_array_equal(e, want_e)
+    np.testing.assert_array_equal(got, want)
+    got, f = _slice_cols(b, slices)
+    want, want_f = ozaki.slice_cols(b, slices)
+    np.testing.assert_array_equal(f, want_f)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_slicing_kernel_marks_nonfinite_rows():
+    a = inputs.normal(4, 50, 0)
+    a[1, 3], a[2, 0] = np.nan, -np.inf
+    got, e = _slice_rows(a, 7)
+    assert list(e == ozaki.NONFINITE_SHIFT) == [False, True, True, False]
+    assert not got[:, 1:3].any()
+
+
+def test_negative_entry_needing_more_than_53_bits():
+    """floor(t) digit extraction rounds t - floor(t) for small negative t; the kernel must not."""
+    a = np.array([[1.0, -(2.0**-55 + 2.0**-66)]])
+    got, _ = _slice_rows(a, 7, threads=2)
+    np.testing.assert_array_equal(got, ozaki.slice_rows(a, 7)[0])
+
+
+@pytest.mark.parametrize("variant", ["partial", "unfused"])
+@pytest.mark.parametrize(("name", "a", "b"), PAIRS[:4], ids=IDS[:4])
+def test_epilogue_kernel_matches_reference(name, a, b, variant):
+    slices = 7
+    st = ozaki.ozaki_stages(a, b, slices)
+    m, n = a.shape[0], b.shape[1]
+    if variant == "partial":
+        terms, offsets = st.diagonals, np.arange(slices + 1, dtype=np.int32)
+    else:
+        terms = ozaki.slice_products(st.a_slices, st.b_slices)
+        offsets = np.array([d * (d + 1) // 2 for d in range(slices + 1)], np.int32)
+    c = np.random.default_rng(0).standard_normal((m, n))
+    for alpha, beta in ((1.0, 0.0), (2.0, 0.0)):  # bit-identical: no alpha/beta rounding to fuse
+        out = cuda.to_device(np.full((m, n), np.nan))
+        kernel = kernels.make_epilogue_kernel(slices)
+        kernel[(-(-n // 8), -(-m // 8)), (8, 8)](terms, offsets, st.e, st.f, alpha, beta, c, out)
+        np.testing.assert_array_equal(out.copy_to_host(), ozaki.reconstruct(st.diagonals, st.e, st.f, alpha, beta, c))
+
+
+def test_epilogue_kernel_with_beta_and_nonfinite_lines():
+    a, b = inputs.normal(5, 30, 1), inputs.normal(30, 6, 2)
+    a[2, 0] = np.nan
+    st = ozaki.ozaki_stages(np.nan_to_num(a, nan=0.0), b, 7)
+    e = st.e.copy()
+    e[2] = ozaki.NONFINITE_SHIFT
+    c = np.random.default_rng(1).standard_normal((5, 6))
+    out = cuda.to_device(np.zeros((5, 6)))
+    kernels.make_epilogue_kernel(7)[(1, 1), (8, 8)](
+        st.diagonals, np.arange(8, dtype=np.int32), e, st.f, 1.5, -0.5, c, out
+    )
+    got = out.copy_to_host()
+    want = ozaki.reconstruct(st.diagonals, e, st.f, 1.5, -0.5, c)
+    assert np.isnan(got[2]).all() and np.isnan(want[2]).all()
+    ok = np.arange(5) != 2
+    np.testing.assert_allclose(got[ok], want[ok], rtol=4e-16, atol=0)

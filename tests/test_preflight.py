@@ -1,0 +1,187 @@
+"""preflight: every verdict on fake machines, and the real verdict on this one."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from utilities import preflight as pf
+from utilities.preflight import Facts, Gpu, PreflightError, judge
+
+H100 = Gpu("NVIDIA H100 80GB HBM3", (9, 0))
+GOOD = Facts(
+    gpus=(H100,),
+    cuda_driver=13000,
+    driver_release="580.159.04",
+    runtimes={"cuda-bindings": "13.0"},
+    versions=dict(pf.PINS),
+    libmathdx_path="/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libmathdx.so.0",
+)
+NO_GPU = dataclasses.replace(GOOD, gpus=(), gpu_problem="no CUDA driver: libcuda.so.1 not found", cuda_driver=None)
+HAS_GPU = bool(pf.probe_gpus()[0])
+
+
+def fails(facts: Facts, *words: str, **requirements: bool) -> str:
+    """The PreflightError message for these facts, checked to contain every word."""
+    with pytest.raises(PreflightError) as caught:
+        judge(facts, **requirements)
+    message = str(caught.value)
+    for word in words:
+        assert word in message, f"{word!r} not in:\n{message}"
+    return message
+
+
+def test_verified_machine_passes_with_every_track_and_no_warning() -> None:
+    environment = judge(GOOD)
+    assert environment.gpu == H100
+    assert set(environment.tracks.values()) == {"yes"}
+    assert environment.warnings == ()
+    table = environment.table()
+    for text in (
+        "NVIDIA H100 80GB HBM3",
+        "9.0",
+        "580.159.04, CUDA 13.0",
+        "0.30.4",
+        "14.2.0",
+        "0.3.2.6",
+        "libmathdx.so.0",
+    ):
+        assert text in table
+
+
+def test_no_gpu_names_the_fix_and_what_still_runs() -> None:
+    message = fails(NO_GPU, "No NVIDIA GPU", "libcuda.so.1", "Fix:", "sm_80", ">= 580", "3a_ozaki_numerics", "NumPy")
+    assert message.count("\n- ") == 1  # only the GPU is wrong
+
+
+def test_no_gpu_is_fine_when_not_required_and_tracks_say_why() -> None:
+    environment = judge(NO_GPU, require_gpu=False)
+    assert environment.gpu is None
+    assert environment.tracks["CPU notebook 3a"] == "yes"
+    assert environment.tracks["track 3 (Ozaki-I)"] == "no: no NVIDIA GPU"
+    assert "none (no CUDA driver: libcuda.so.1 not found)" in environment.table()
+
+
+@pytest.mark.parametrize(("cc", "words"), [((7, 5), ("7.5", "8.0 or newer")), ((6, 1), ("6.1", "8.0 or newer"))])
+def test_compute_capability_too_old(cc: tuple[int, int], words: tuple[str, ...]) -> None:
+    facts = dataclasses.replace(GOOD, gpus=(Gpu("Tesla T4", cc),))
+    fails(facts, "Tesla T4", *words, "Fix:", "sm_80, sm_86, sm_89, sm_90, sm_100, sm_103, sm_120")
+    assert judge(facts, require_gpu=False).tracks["track 1 (multi-pass)"] == f"no: compute capability {cc[0]}.{cc[1]}"
+
+
+def test_compute_capability_above_nvmath() -> None:
+    facts = dataclasses.replace(GOOD, gpus=(Gpu("Future GPU", (13, 0)),))
+    fails(facts, "13.0", "nvmath-python 1.0.0", "up to 12.1", "sm_120", "Fix:")
+
+
+def test_compute_capability_inside_range_but_unverified_warns() -> None:
+    environment = judge(dataclasses.replace(GOOD, gpus=(Gpu("Jetson AGX Orin", (8, 7)),)))
+    assert environment.warnings == ("compute capability 8.7 is not one the course was verified on",)
+
+
+@pytest.mark.parametrize("require_gpu", [True, False])
+def test_numpy_2_5_is_an_error_with_the_pin_to_install(require_gpu: bool) -> None:
+    facts = dataclasses.replace(GOOD, versions=GOOD.versions | {"numpy": "2.5.0"})
+    fails(facts, "numpy 2.5.0", "numba-cuda 0.30.4", 'pip install "numpy<2.5"', require_gpu=require_gpu)
+
+
+def test_numba_cuda_missing() -> None:
+    facts = dataclasses.replace(GOOD, versions=GOOD.versions | {"numba-cuda": None})
+    fails(facts, "numba-cuda is not installed", 'pip install "numba-cuda==0.30.4"')
+    assert "numba-cuda missing" in judge(facts, require_gpu=False).tracks["track 2 (block fusion)"]
+
+
+def test_libmathdx_missing() -> None:
+    facts = dataclasses.replace(GOOD, libmathdx_path=None)
+    fails(facts, "libmathdx.so.0 cannot be found", "pip install", "nvidia-libmathdx-cu13==0.3.2.6")
+    assert judge(facts, require_mathdx=False).tracks["track 3 (Ozaki-I)"] == "no: libmathdx.so.0 not found"
+    judge(facts, require_gpu=False)  # libmathdx serves the GPU only
+
+
+def test_libmathdx_only_on_pythonpath() -> None:
+    elsewhere = "/tmp/site/nvidia/cu13/lib/libmathdx.so.0"
+    facts = dataclasses.replace(GOOD, libmathdx_path=None, libmathdx_elsewhere=elsewhere)
+    fails(facts, elsewhere, "PYTHONPATH", "site-packages", "nvidia-libmathdx-cu13==0.3.2.6", sys.executable)
+
+
+def test_every_problem_is_listed_at_once() -> None:
+    facts = dataclasses.replace(NO_GPU, versions=GOOD.versions | {"numpy": "2.5.1", "numba-cuda": None})
+    message = fails(dataclasses.replace(facts, libmathdx_path=None), "numpy 2.5.1", "numba-cuda", "No NVIDIA GPU")
+    assert message.count("\n- ") == 4
+
+
+def test_versions_off_the_pins_warn_but_pass() -> None:
+    facts = dataclasses.replace(GOOD, versions=GOOD.versions | {"numpy": "2.4.0", "cupy-cuda13x": "14.3.0"})
+    environment = judge(facts)
+    assert environment.warnings == (
+        "numpy 2.4.0 differs from the verified 2.3.5",
+        "cupy-cuda13x 14.3.0 differs from the verified 14.2.0",
+    )
+    assert "warning: numpy 2.4.0 differs" in environment.table()
+
+
+def test_runtime_newer_than_driver_warns() -> None:
+    newer_minor = dataclasses.replace(GOOD, runtimes={"cuda-bindings": "13.3", "nvrtc": "13.5"})
+    assert judge(newer_minor).warnings == ()  # CUDA minor version compatibility, as on the verified H100
+    facts = dataclasses.replace(GOOD, cuda_driver=12080, runtimes={"cuda-bindings": "13.3", "nvrtc": "12.8"})
+    assert judge(facts).warnings == (
+        "the CUDA of cuda-bindings 13.3 is newer than this driver's CUDA 12.8: install a driver for CUDA 13 (>= 580)",
+    )
+
+
+def test_missing_packages_show_in_table_and_tracks() -> None:
+    versions = dict.fromkeys(GOOD.versions) | {"numpy": "2.3.5"}
+    environment = judge(dataclasses.replace(NO_GPU, versions=versions, libmathdx_path=None), require_gpu=False)
+    assert "cupy missing" in environment.tracks["track 1 (multi-pass)"]
+    assert "nvmath-python missing" in environment.tracks["track 1 (multi-pass)"]
+    assert re.search(r"^nvmath-python +missing$", environment.table(), re.MULTILINE)
+
+
+def test_cuda_version_codes() -> None:
+    assert [pf.cuda_version(code) for code in (13000, 12080, 13050, None)] == ["13.0", "12.8", "13.5", "-"]
+
+
+def test_nvmath_cc_range_parsed_from_source_text() -> None:
+    source = "X = 1\nMIN_SUPPORTED_CC = ComputeCapability(7, 5)\nMAX_SUPPORTED_CC = ComputeCapability(12, 0)\n"
+    assert pf.nvmath_cc_range(source) == ((7, 5), (12, 0))
+    with pytest.raises(ValueError):
+        pf.nvmath_cc_range("MIN_SUPPORTED_CC = ComputeCapability(7, 0)\n")
+
+
+def test_installed_nvmath_matches_the_fallback() -> None:
+    if importlib.util.find_spec("nvmath") is None:
+        pytest.skip("nvmath-python is not installed here (the test extra leaves it out)")
+    assert pf.probe_nvmath_cc() == pf.NVMATH_CC_FALLBACK
+
+
+# --- this machine ------------------------------------------------------------------------------------------
+
+
+def test_probe_never_imports_nvmath_device() -> None:
+    code = "import sys; from utilities.preflight import probe; probe(); print('nvmath.device' in sys.modules)"
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
+    assert done.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")
+def test_this_machine_without_gpu(capsys) -> None:
+    environment = pf.preflight(require_gpu=False)
+    assert environment.gpu is None
+    assert "GPU" in capsys.readouterr().out
+    with pytest.raises(PreflightError, match="3a_ozaki_numerics"):
+        pf.preflight(require_gpu=True)
+
+
+@pytest.mark.gpu
+def test_this_gpu_machine_passes(capsys) -> None:
+    environment = pf.preflight()
+    assert environment.gpu is not None and environment.gpu.cc >= (8, 0)
+    assert set(environment.tracks.values()) == {"yes"}
+    print(environment.table())

@@ -1,0 +1,92 @@
+"""Error measures of a computed C against a reference given as a double-double (hi, lo). NumPy only.
+
+The GPU report uses the keys of ``error_report``: ``normwise``, ``max_elementwise``, ``against``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .exact import matmul_dd
+
+
+def _difference(c: np.ndarray, ref_hi: np.ndarray, ref_lo: np.ndarray | None) -> np.ndarray:
+    """``c - (hi + lo)`` evaluated as ``(c - hi) - lo`` (c - hi is exact when c is close to hi)."""
+    c = np.asarray(c, dtype=np.float64)
+    ref_hi = np.asarray(ref_hi, dtype=np.float64)
+    if c.shape != ref_hi.shape:
+        raise ValueError(f"c has shape {c.shape}, the reference {ref_hi.shape}")
+    diff = c - ref_hi
+    return diff if ref_lo is None else diff - np.asarray(ref_lo, dtype=np.float64)
+
+
+def _frobenius(x: np.ndarray) -> float:
+    """||x||_F without overflow or underflow: scaled by a power of two near max |x|. NaN if x holds a NaN."""
+    top = float(np.max(np.abs(x), initial=0.0))
+    if not np.isfinite(top):
+        return top
+    if top == 0.0:
+        return 0.0
+    shift = int(np.frexp(top)[1])
+    return float(np.ldexp(np.sqrt(np.sum(np.ldexp(x, -shift) ** 2)), shift))
+
+
+def normwise_relative_error(c: np.ndarray, ref_hi: np.ndarray, ref_lo: np.ndarray | None = None) -> float:
+    """``||c - ref||_F / ||ref||_F``; 0 when both are zero, inf when only the reference is zero, NaN if c has NaN."""
+    diff_norm = _frobenius(_difference(c, ref_hi, ref_lo))
+    ref_norm = _frobenius(np.asarray(ref_hi, dtype=np.float64))
+    if ref_norm == 0.0:
+        if np.isnan(diff_norm):
+            return diff_norm
+        return 0.0 if diff_norm == 0.0 else np.inf
+    return diff_norm / ref_norm
+
+
+def max_elementwise_relative_error(c: np.ndarray, ref_hi: np.ndarray, ref_lo: np.ndarray | None = None) -> float:
+    """``max_ij |c - ref| / |ref|``, where an entry with ref == 0 counts 0 if c == 0 exactly and inf otherwise."""
+    diff = np.abs(_difference(c, ref_hi, ref_lo))
+    ref = np.abs(np.asarray(ref_hi, dtype=np.float64))  # |hi + lo| = |hi| (1 + O(u)); hi == 0 implies lo == 0
+    zero = ref == 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(zero, np.where(diff == 0.0, 0.0, np.inf), diff / np.where(zero, 1.0, ref))
+    rel = np.where(np.isnan(diff), np.nan, rel)
+    return float(np.max(rel, initial=0.0))
+
+
+def error_report(
+    c: np.ndarray, ref_hi: np.ndarray, ref_lo: np.ndarray | None = None, against: str = "double-double"
+) -> dict:
+    """``{"normwise": ..., "max_elementwise": ..., "against": against}`` (the GPU report's format)."""
+    return {
+        "normwise": normwise_relative_error(c, ref_hi, ref_lo),
+        "max_elementwise": max_elementwise_relative_error(c, ref_hi, ref_lo),
+        "against": against,
+    }
+
+
+def _ratio(emulated: float, native: float) -> float:
+    """emulated / native, with 0/0 = 1 (both exact) and x/0 = inf."""
+    if native == 0.0:
+        return 1.0 if emulated == 0.0 else np.inf
+    return emulated / native
+
+
+def compare_with_native(
+    a: np.ndarray, b: np.ndarray, c_emulated: np.ndarray, c_native: np.ndarray | None = None
+) -> dict:
+    """Errors of the emulated C and of native FP64 DGEMM (``a @ b`` in NumPy unless given) against ``matmul_dd``.
+
+    Returns ``{"emulated": error_report, "native": error_report, "ratio_normwise": ..., "ratio_max_elementwise": ...}``
+    with ratio = emulated / native (1 when both are 0, inf when only native is 0).
+    """
+    hi, lo = matmul_dd(a, b)
+    if c_native is None:
+        c_native = np.asarray(a) @ np.asarray(b)
+    emulated = error_report(c_emulated, hi, lo)
+    native = error_report(c_native, hi, lo)
+    return {
+        "emulated": emulated,
+        "native": native,
+        "ratio_normwise": _ratio(emulated["normwise"], native["normwise"]),
+        "ratio_max_elementwise": _ratio(emulated["max_elementwise"], native["max_elementwise"]),
+    }

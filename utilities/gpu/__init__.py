@@ -1,0 +1,1 @@
+"""Launchers that need CUDA; import lazily."""

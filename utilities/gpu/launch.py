@@ -1,0 +1,87 @@
+"""Launch helpers for numba kernels that use nvmath.device: large dynamic shared memory and resource reports."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+from numba import cuda
+from numba.cuda.typing import typeof as cuda_typeof
+
+_raised: set[tuple[int, int]] = set()
+
+
+def _function_handle(cufunc: Any) -> Any:
+    from cuda.bindings import driver
+
+    handle = cufunc.handle
+    if isinstance(handle, ctypes.c_void_p):
+        return handle.value
+    if isinstance(handle, driver.CUkernel):
+        err, func = driver.cuKernelGetFunction(handle)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuKernelGetFunction failed: {err}")
+        return func
+    return handle
+
+
+def compiled(kernel: Any, *args: Any) -> Any:
+    """The compiled overload of ``kernel`` for these arguments (builds it on first use)."""
+    return kernel.compile(tuple(cuda_typeof.typeof(a) for a in args))
+
+
+def allow_shared_memory(kernel: Any, nbytes: int, *args: Any) -> None:
+    """Raise the kernel's dynamic shared-memory limit to ``nbytes`` (needed above 48 KiB, once per kernel).
+
+    cuBLASDx pipelines use about 96 KiB; without this the launch fails with CUDA_ERROR_INVALID_VALUE.
+    """
+    from cuda.bindings import driver
+
+    overload = compiled(kernel, *args)
+    cufunc = overload.library.get_cufunc() if hasattr(overload, "library") else overload._codelibrary.get_cufunc()
+    key = (id(cufunc), nbytes)
+    if key in _raised:
+        return
+    (err,) = driver.cuFuncSetAttribute(
+        _function_handle(cufunc),
+        driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        nbytes,
+    )
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"could not allow {nbytes} bytes of dynamic shared memory: {err}")
+    _raised.add(key)
+
+
+def launch(kernel: Any, grid: Any, block: Any, shared: int, *args: Any) -> None:
+    """Launch with ``shared`` bytes of dynamic shared memory, raising the limit first when needed."""
+    if shared > 48 * 1024:
+        allow_shared_memory(kernel, shared, *args)
+    kernel[grid, block, 0, shared](*args)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the compiled kernel uses per thread and how many blocks fit on one SM."""
+
+    registers: int
+    local_bytes: int  # stack frame and spills live here: 0 is what a tuned kernel wants
+    shared_static: int
+    blocks_per_sm: int
+    threads: int
+
+    @property
+    def occupancy(self) -> float:
+        """Resident warps over the SM's maximum (64 on sm_80 and sm_90)."""
+        return self.blocks_per_sm * (self.threads // 32) / 64
+
+
+def resources(kernel: Any, block_threads: int, shared: int, *args: Any) -> Resources:
+    overload = compiled(kernel, *args)
+    if shared > 48 * 1024:
+        allow_shared_memory(kernel, shared, *args)
+    cufunc = overload._codelibrary.get_cufunc()
+    attrs = cufunc.attrs
+    ctx = cuda.current_context()
+    blocks = ctx.get_active_blocks_per_multiprocessor(cufunc, block_threads, shared)
+    return Resources(attrs.regs, attrs.local, attrs.shared, blocks, block_threads)

@@ -1,0 +1,320 @@
+"""Ozaki-I DGEMM emulation on int8 tensor cores: unfused, partially fused and fully fused.
+
+Stages (each compared bit for bit with ``utilities.ozaki`` by the checkers):
+1. shifts and slices: the plain numba kernels of ``utilities.ozaki.kernels``;
+2. slice products on int8 tensor cores through nvmath.device ``Matmul`` + ``DevicePipeline`` (TMA loads,
+   WGMMA on Hopper): all S(S+1)/2 products (unfused), or the S anti-diagonals accumulated in the block
+   (partially fused), or everything up to C inside the block (fully fused);
+3. the FP64 epilogue: ``utilities.ozaki.kernels.make_epilogue_kernel``, or inside the fused kernel.
+
+The slices of A live in one int8 buffer (S, m, k) and those of B in (S, n, k); the pipeline sees them as 3-D
+tensors (m, k, S) and (k, n, S), so ``reset_tile(tile, (i, s), (j, t))`` points one block's pipeline at the
+tile pair of slices s and t without a new pipeline object.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import cupy as cp
+import numpy as np
+from numba import cuda, float64, int32
+from nvmath.device import Matmul
+from nvmath.device.common import make_tensor
+from nvmath.device.cublasdx_numba import pipeline_extensions
+
+from ..ozaki import kernels as plain
+from ..ozaki.products import check_int32_budget, product_terms
+from . import launch
+
+VARIANTS = ("unfused", "partial", "fused")
+NONFINITE_SHIFT = plain.NONFINITE_SHIFT
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Block tile of the int8 GEMM and its pipeline. Chosen per GPU by :func:`tile_config`."""
+
+    tile_m: int = 128
+    tile_n: int = 128
+    tile_k: int = 128
+    threads: int = 128
+    depth: int = 3
+
+    def describe(self) -> str:
+        return f"{self.tile_m}x{self.tile_n}x{self.tile_k} tile, {self.threads} threads, pipeline depth {self.depth}"
+
+
+def compute_capability() -> tuple[int, int]:
+    return tuple(cuda.get_current_device().compute_capability)
+
+
+def tile_config(variant: str, cc: tuple[int, int] | None = None) -> TileConfig:
+    """A tile that suits the GPU: 128x128x128 where shared memory allows (sm_80, sm_90), 64-deep K on sm_86/89.
+
+    The fused kernel holds an FP64 accumulator beside the int32 one, twice the registers: it uses 256 threads
+    so that each thread keeps 64 + 2 x 64 registers of accumulators.
+    """
+    cc = cc or compute_capability()
+    if cc[0] < 8:
+        raise RuntimeError(f"compute capability {cc[0]}.{cc[1]}: int8 tensor-core pipelines need sm_80 or newer")
+    threads = 256 if variant == "fused" else 128
+    if cc in {(8, 6), (8, 7), (8, 9), (12, 0), (12, 1)}:  # about 100 KiB of shared memory per block
+        return TileConfig(128, 128, 64, threads, 3)
+    return TileConfig(128, 128, 128, threads, 3)
+
+
+@functools.cache
+def int8_matmul(cfg: TileConfig, sm: int | None = None) -> Matmul:
+    """The block-level int8 x int8 -> int32 GEMM: A row-major, B column-major (both K-contiguous), C row-major."""
+    return Matmul(
+        size=(cfg.tile_m, cfg.tile_n, cfg.tile_k),
+        precision=(np.int8, np.int8, np.int32),
+        data_type="real",
+        arrangement=("row_major", "col_major", "row_major"),
+        execution="Block",
+        block_size=cfg.threads,
+        alignment=(16, 16, 16),
+        with_pipeline=True,
+        enable_input_streaming=True,
+        static_block_dim=True,
+        sm=sm,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Kernels on tensor cores
+# ------------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def make_products_kernel(MM: Matmul):
+    """Unfused: block (i, j, p) computes tile (i, j) of product p = (s, t), A_s @ B_t, into ``products[p]``."""
+    TM, TN, _ = MM.size
+
+    @cuda.jit(extensions=pipeline_extensions, launch_bounds=(MM.block_size, 1))
+    def ozaki_products_kernel(products, term_s, term_t, device_pipeline):
+        smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
+        bx, by, p = int32(cuda.blockIdx.x), int32(cuda.blockIdx.y), cuda.blockIdx.z
+        tile = device_pipeline.get_tile(smem, (bx, int32(term_s[p])), (by, int32(term_t[p])))
+        acc = MM.suggest_accumulator()
+        tile.execute(acc)
+        tile._del()
+        out = make_tensor(
+            products[p, bx * TM : (bx + 1) * TM, by * TN : (by + 1) * TN], MM.get_layout_gmem_c(products.shape[2])
+        )
+        if acc.is_thread_active():
+            acc.partition_and_copy(acc.get_results(), out)
+
+    return ozaki_products_kernel
+
+
+@functools.cache
+def make_diagonals_kernel(MM: Matmul, slices: int):
+    """Partially fused: block (i, j) accumulates each anti-diagonal d = s + t in int32 and writes it once."""
+    TM, TN, _ = MM.size
+    SLICES = slices
+
+    @cuda.jit(extensions=pipeline_extensions, launch_bounds=(MM.block_size, 1))
+    def ozaki_diagonals_kernel(diagonals, device_pipeline):
+        smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
+        bx, by = int32(cuda.blockIdx.x), int32(cuda.blockIdx.y)
+        tile = device_pipeline.get_tile(smem, (bx, int32(0)), (by, int32(0)))
+        acc = MM.suggest_accumulator()
+        for d in range(SLICES):
+            acc.clear()
+            # TODO (about 3 lines): accumulate the products A_s @ B_t with s + t == d into acc
+            # BEGIN SOLUTION
+            for s in range(d + 1):
+                device_pipeline.reset_tile(tile, (bx, int32(s)), (by, int32(d - s)))
+                tile.execute(acc)
+            # END SOLUTION
+            out = make_tensor(
+                diagonals[d, bx * TM : (bx + 1) * TM, by * TN : (by + 1) * TN], MM.get_layout_gmem_c(diagonals.shape[2])
+            )
+            if acc.is_thread_active():
+                acc.partition_and_copy(acc.get_results(), out)
+        tile._del()
+
+    return ozaki_diagonals_kernel
+
+
+@functools.cache
+def make_fused_kernel(MM: Matmul, slices: int):
+    """Fully fused: each diagonal's int32 sum becomes FP64 in registers, shifted and scaled into C; only C is written.
+
+    Diagonals run from the smallest weight to the largest so that the FP64 sum is the reference's, bit for bit.
+    """
+    TM, TN, _ = MM.size
+    SLICES = slices
+    FRAGMENT = MM.suggest_layout_rmem_c().size
+
+    @cuda.jit(extensions=pipeline_extensions, launch_bounds=(MM.block_size, 1))
+    def ozaki_fused_kernel(alpha, beta, c, out, e, f, device_pipeline):
+        smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
+        bx, by = int32(cuda.blockIdx.x), int32(cuda.blockIdx.y)
+        tile = device_pipeline.get_tile(smem, (bx, int32(0)), (by, int32(0)))
+        acc = MM.suggest_accumulator()
+        total = cuda.local.array(FRAGMENT, float64)
+        for i in range(FRAGMENT):
+            total[i] = 0.0
+        for d in range(SLICES - 1, -1, -1):
+            acc.clear()
+            for s in range(d + 1):
+                device_pipeline.reset_tile(tile, (bx, int32(s)), (by, int32(d - s)))
+                tile.execute(acc)
+            # TODO (about 4 lines): add this diagonal, weighted by 2^(-8d), into the FP64 total
+            # BEGIN SOLUTION
+            part = acc.get_results()
+            weight = math.ldexp(1.0, -8 * d)
+            for i in range(FRAGMENT):
+                total[i] += float64(part[i]) * weight
+            # END SOLUTION
+        tile._del()
+        if acc.is_thread_active():
+            for i in range(FRAGMENT):
+                r, q = acc.map_fragment_index(i)
+                row, col = bx * TM + r, by * TN + q
+                if row < out.shape[0] and col < out.shape[1]:
+                    # TODO (about 6 lines): shift by e[row] + f[col] - 14, apply alpha and beta (C unread if beta == 0)
+                    # BEGIN SOLUTION
+                    if e[row] == NONFINITE_SHIFT or f[col] == NONFINITE_SHIFT:
+                        out[row, col] = math.nan
+                    else:
+                        value = alpha * math.ldexp(total[i], int(e[row] + f[col] - 14))
+                        if beta != 0.0:
+                            value += beta * c[row, col]
+                        out[row, col] = value
+                    # END SOLUTION
+
+    return ozaki_fused_kernel
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The plan: buffers, pipeline and kernels for one problem shape
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _ceil_to(x: int, q: int) -> int:
+    return -(-x // q) * q
+
+
+class OzakiGemm:
+    """C = alpha A @ B + beta C emulated with ``slices`` int8 slices, for one shape and one variant.
+
+    Shapes that do not divide the tile are padded inside (the padding holds zero digits); the output is
+    written only where C is. Building a plan builds its kernels (cached on disk by ``utilities.buildcache``).
+    """
+
+    def __init__(self, m: int, n: int, k: int, slices: int = 7, variant: str = "fused", cfg: TileConfig | None = None):
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if not 1 <= slices <= 12:
+            raise ValueError(f"slices must be in 1..12, got {slices}")
+        self.m, self.n, self.k, self.slices, self.variant = m, n, k, slices, variant
+        self.cfg = cfg or tile_config(variant)
+        check_int32_budget(k, slices, terms_per_accumulator=1 if variant == "unfused" else None)
+        c = self.cfg
+        self.mp, self.np_, self.kp = _ceil_to(m, c.tile_m), _ceil_to(n, c.tile_n), _ceil_to(k, c.tile_k)
+        if self.kp // c.tile_k < c.depth:
+            raise ValueError(
+                f"K = {k} is too small for a {c.depth}-stage pipeline of {c.tile_k}-deep tiles: "
+                f"use K >= {c.depth * c.tile_k}, or a TileConfig with a smaller depth or tile_k"
+            )
+        self.MM = int8_matmul(self.cfg)
+        S = slices
+        self.a_slices = cp.zeros((S, self.mp, self.kp), dtype=cp.int8)
+        self.b_slices = cp.zeros((S, self.np_, self.kp), dtype=cp.int8)
+        self.e = cp.zeros(self.mp, dtype=cp.int32)
+        self.f = cp.zeros(self.np_, dtype=cp.int32)
+        self._mu = cp.zeros(n, dtype=cp.float64)
+        self._bad = cp.zeros(n, dtype=cp.int32)
+        # the pipeline sees (m, k, S) and (k, n, S) views of the slice buffers
+        self.pipeline = self.MM.suggest_device_pipeline(
+            c.depth, self.a_slices.transpose(1, 2, 0), self.b_slices.transpose(2, 1, 0)
+        )
+        terms = product_terms(S)
+        self.term_s = cp.asarray([s for s, _ in terms], dtype=cp.int32)
+        self.term_t = cp.asarray([t for _, t in terms], dtype=cp.int32)
+        if variant == "unfused":
+            self.terms = cp.zeros((len(terms), self.mp, self.np_), dtype=cp.int32)
+            self.offsets = cp.asarray([d * (d + 1) // 2 for d in range(S + 1)], dtype=cp.int32)
+        elif variant == "partial":
+            self.terms = cp.zeros((S, self.mp, self.np_), dtype=cp.int32)
+            self.offsets = cp.arange(S + 1, dtype=cp.int32)
+        self.grid = (self.mp // c.tile_m, self.np_ // c.tile_n)
+
+    # -- stages ------------------------------------------------------------------------------------------------
+    def slice(self, a: Any, b: Any) -> None:
+        """Stage 1: shifts and slices of A (rows) and B (columns)."""
+        m, n, k, S = self.m, self.n, self.k, self.slices
+        plain.make_slice_rows_kernel(k, S)[m, 256](a, self.a_slices, self.e)
+        self._mu.fill(0)
+        self._bad.fill(0)
+        plain.make_col_max_kernel()[(-(-n // 256), -(-k // 256)), 256](b, self._mu, self._bad)
+        plain.shifts_from_max_kernel[-(-n // 256), 256](self._mu, self._bad, self.f)
+        plain.make_slice_cols_kernel(S)[(-(-n // 32), -(-k // 32)), (32, 8)](b, self.f, self.b_slices)
+
+    def products(self) -> None:
+        """Stage 2 of the unfused and partially fused variants: int32 products or anti-diagonals."""
+        shared, block = self.pipeline.buffer_size, self.pipeline.block_dim
+        if self.variant == "unfused":
+            kernel = make_products_kernel(self.MM)
+            grid = (*self.grid, self.terms.shape[0])
+            launch.launch(kernel, grid, block, shared, self.terms, self.term_s, self.term_t, self.pipeline)
+        elif self.variant == "partial":
+            kernel = make_diagonals_kernel(self.MM, self.slices)
+            launch.launch(kernel, self.grid, block, shared, self.terms, self.pipeline)
+        else:
+            raise RuntimeError("the fused variant has no separate products stage")
+
+    def epilogue(self, out: Any, c: Any, alpha: float, beta: float) -> None:
+        kernel = plain.make_epilogue_kernel(self.slices)
+        grid = (-(-self.n // 32), -(-self.m // 8))
+        kernel[grid, (32, 8)](self.terms, self.offsets, self.e, self.f, alpha, beta, c, out)
+
+    def __call__(self, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, out: Any = None) -> Any:
+        _check_operands(a, b, c, beta, (self.m, self.k, self.n))
+        out = cp.empty((self.m, self.n), dtype=cp.float64) if out is None else out
+        c_arg = out if c is None else c
+        self.slice(a, b)
+        if self.variant == "fused":
+            kernel = make_fused_kernel(self.MM, self.slices)
+            launch.launch(
+                kernel, self.grid, self.pipeline.block_dim, self.pipeline.buffer_size,
+                float(alpha), float(beta), c_arg, out, self.e, self.f, self.pipeline,
+            )  # fmt: skip
+        else:
+            self.products()
+            self.epilogue(out, c_arg, float(alpha), float(beta))
+        return out
+
+
+def _check_operands(a: Any, b: Any, c: Any, beta: float, shape: tuple[int, int, int]) -> None:
+    m, k, n = shape
+    for name, x, want in (("A", a, (m, k)), ("B", b, (k, n))):
+        if x.dtype != np.float64:
+            raise TypeError(f"{name} must be float64, got {x.dtype}: convert with .astype(cupy.float64)")
+        if tuple(x.shape) != want:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}, this plan was built for {want}: build a new plan")
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous (row-major): use cupy.ascontiguousarray({name.lower()})")
+    if beta != 0.0 and (c is None or tuple(c.shape) != (m, n) or c.dtype != np.float64):
+        raise ValueError(f"beta != 0 needs C: a float64 ({m}, {n}) array")
+
+
+def ozaki_gemm(
+    a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, slices: int = 7, variant: str = "fused"
+):
+    """One-shot convenience: builds (or reuses) the plan for this shape and runs it."""
+    m, k = a.shape
+    n = b.shape[1]
+    return _plan(m, n, k, slices, variant)(a, b, c, alpha, beta)
+
+
+@functools.lru_cache(maxsize=8)
+def _plan(m: int, n: int, k: int, slices: int, variant: str) -> OzakiGemm:
+    return OzakiGemm(m, n, k, slices, variant)

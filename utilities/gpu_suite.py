@@ -1,0 +1,148 @@
+"""The GPU suite: one command that checks and measures the course on the GPU at hand, and writes its report.
+
+    ./course gpu-suite                  # everything
+    python -m utilities.gpu_suite --parts tests,bench
+
+Parts (in this order):
+- ``prebuild``: builds every kernel the tests and notebooks use, in parallel processes, into the build cache;
+- ``builds``: the kernel build times with and without the build cache (``tools/build_times.py``);
+- ``tests``: the GPU tests (``pytest -m gpu``);
+- ``notebooks``: nbval on every solution notebook;
+- ``bench``: the benchmarks of every track beside cuBLAS, at the sizes of the report.
+
+Figures that notebooks and benchmarks record go through ``$COURSE_RESULTS`` (JSON lines), and the report is
+written to ``results/<gpu>.json`` and ``results/<gpu>.md`` (format: the RESULTS contract, ``utilities.report``).
+On a machine without a GPU it says so and exits with status 2: it never passes silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTS = ("prebuild", "builds", "tests", "notebooks", "bench")
+PREBUILD_SHAPES = "256x256x384,8192x8192x8192"
+
+
+def _run(cmd: list[str], log: Path, env: dict[str, str] | None = None, background: bool = False):
+    print(f"gpu-suite: $ {' '.join(cmd)}  (log: {log})", flush=True)
+    out = log.open("w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env or os.environ.copy())
+    if background:
+        return proc
+    code = proc.wait()
+    print(f"gpu-suite: exit {code}; last lines of {log.name}:\n" + "".join(log.read_text().splitlines(True)[-15:]))
+    return code
+
+
+def build_times(logs: Path, results: Path) -> list[subprocess.Popen]:
+    """Start the before/after build measurements (background; each is a fresh process)."""
+    cache = Path(tempfile.mkdtemp(prefix="build-times-"))
+    py = [sys.executable, "tools/build_times.py"]
+    before = _run([*py, "--mode", "before"], logs / "builds_before.log", background=True)
+    after = subprocess.Popen(
+        ["bash", "-c", f"{' '.join(py)} --mode after --cache {cache} && {' '.join(py)} --mode after --cache {cache} "
+         "--restart"],
+        cwd=ROOT, stdout=(logs / "builds_after.log").open("w"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    return [before, after]
+
+
+def collect_builds(logs: Path) -> list[dict]:
+    runs = {}
+    for name in ("builds_before.log", "builds_after.log"):
+        path = logs / name
+        for line in path.read_text().splitlines() if path.exists() else []:
+            if line.startswith("{"):
+                row = json.loads(line)
+                runs[(row["mode"], row["restart"])] = row
+    entries = []
+    for mode in ("before", "after"):
+        main = runs.get((mode, False))
+        if not main:
+            continue
+        restart = runs.get((mode, True))
+        entries.append(
+            {
+                "kernel": f"ozaki.fused ({'no cache' if mode == 'before' else 'build cache'})",
+                "first_s": main["first_s"],
+                "edit_s": main["edit_s"],
+                "new_shape_s": main["new_shape_s"],
+                # without the cache nothing outlives the process: a restart is a first build
+                "warm_restart_s": restart["first_s"] if restart else (main["first_s"] if mode == "before" else None),
+                "cache": main.get("cache"),
+            }
+        )
+    return entries
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the course's GPU suite")
+    parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--out", default=str(ROOT / "results"))
+    parser.add_argument("--logs", default=None, help="folder for logs (default: a temporary one)")
+    parser.add_argument("--sizes", default="2048,4096,8192")
+    args = parser.parse_args(argv)
+    parts = args.parts.split(",")
+    from utilities.preflight import PreflightError, preflight
+
+    try:
+        env = preflight(require_gpu=True, require_mathdx=True)
+    except PreflightError as exc:
+        print(f"gpu-suite: cannot run: {exc}", file=sys.stderr)
+        return 2
+    logs = Path(args.logs or tempfile.mkdtemp(prefix="gpu-suite-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    records_dir = logs / "records"
+    records_dir.mkdir(exist_ok=True)
+    os.environ["COURSE_RESULTS"] = str(records_dir)
+    start = time.perf_counter()
+    failures = []
+    background = build_times(logs, records_dir) if "builds" in parts else []
+    if "prebuild" in parts:
+        code = _run(
+            [sys.executable, "-m", "utilities.gpu.prebuild", "--shapes", PREBUILD_SHAPES], logs / "prebuild.log"
+        )
+        failures += ["prebuild"] if code else []
+    if "tests" in parts:
+        code = _run(
+            [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "tests"], logs / "tests.log"
+        )
+        failures += ["tests"] if code else []
+    if "notebooks" in parts:
+        code = _run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "solutions"], logs / "notebooks.log"
+        )
+        failures += ["notebooks"] if code else []
+    if "bench" in parts:
+        code = _run([sys.executable, "-m", "utilities.gpu.bench_all", "--sizes", args.sizes], logs / "bench.log")
+        failures += ["bench"] if code else []
+    for proc in background:
+        proc.wait()
+    from utilities import report
+
+    records, builds = report.merge_jsonl(records_dir)
+    builds = [*builds, *collect_builds(logs)]
+    gpu = env.gpu
+    command = "./course gpu-suite " + " ".join(argv if argv is not None else sys.argv[1:])
+    json_path, md_path = report.write_report(
+        records, builds, gpu=gpu.name, compute_capability=gpu.cc, command=command.strip(),
+        versions=report.collect_versions(), out_dir=args.out,
+    )  # fmt: skip
+    print(f"gpu-suite: {time.perf_counter() - start:.0f} s; report: {json_path}, {md_path}; logs: {logs}")
+    print(md_path.read_text())
+    if failures:
+        print(f"gpu-suite: FAILED parts: {', '.join(failures)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
