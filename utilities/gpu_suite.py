@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="2048,4096,8192")
     args = parser.parse_args(argv)
     parts = args.parts.split(",")
+    # subprocesses (tools/build_times.py, pytest, nbval kernels) import utilities from this checkout
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     from utilities.preflight import PreflightError, preflight
 
     try:

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Developer harness for a lent GPU machine (see DEVELOPERS.md): installs the carried wheelhouse, runs the
+# GPU suite with the given arguments, and leaves a few files in $OUT (at most 8 come back).
+set -uo pipefail
+source .whl/setup.sh || exit 1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+LOGS=/tmp/gpu-logs; mkdir -p "$LOGS"
+collect() {
+    for f in "$LOGS"/*.log; do [ -f "$f" ] && { echo "===== $(basename "$f")"; tail -n "${TAIL:-80}" "$f"; }; done > "$OUT/logs.txt" 2>&1
+    cp "$LOGS"/records/*.jsonl "$OUT/" 2>/dev/null
+    cp results-gpu/*.json results-gpu/*.md "$OUT/" 2>/dev/null
+}
+trap collect EXIT
+python3 -c "from utilities import buildcache, preflight; print(preflight.preflight(require_gpu=False)); print(buildcache.generator_environment())"
+timeout "${SUITE_TIMEOUT:-560}" python3 -m utilities.gpu_suite --logs "$LOGS" --out results-gpu "$@"
