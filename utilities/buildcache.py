@@ -588,16 +588,20 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
 def _patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy: LazyMathdx) -> None:
     original = library_class.get_cubin
 
-    def get_cubin(self: Any, cc: tuple[int, int] | None = None) -> bytes:
+    def get_cubin(self: Any, cc: tuple[int, int] | None = None) -> Any:
         cc = self._ensure_cc(cc)
         if self._cubin_cache.get(cc):
             return self._cubin_cache[cc]
         key = cubin_key(self, cc, env)
-        cubin = cache.get(key)
-        if cubin is None:
+        data = cache.get(key)
+        if data is None:
             lazy.stage = "linking with nvJitLink"
             cubin = original(self, cc)
-            cache.put(key, bytes(cubin))
+            cache.put(key, bytes(getattr(cubin, "code", cubin)))  # numba-cuda 0.30 returns a cuda.core ObjectCode
+        else:
+            from cuda.core import ObjectCode
+
+            cubin = ObjectCode.from_cubin(data)
         self._cubin_cache[cc] = cubin
         self._linkerinfo_cache.setdefault(cc, "")
         return cubin

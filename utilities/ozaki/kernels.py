@@ -185,7 +185,7 @@ def make_slice_cols_kernel(slices: int, tile: int = 32, rows: int = 8):
     (K-contiguous) for the int8 GEMM. A tile x tile block of digits goes through shared memory so that both
     the FP64 reads (along n) and the int8 writes (along k) are coalesced.
     """
-    SLICES, TILE, ROWS = slices, tile, rows
+    SLICES, TILE, ROWS, PADDED = slices, tile, rows, tile + 1  # a padded row: no shared-memory bank conflicts
     split_digits = make_split_digits(slices)
 
     @cuda.jit
@@ -193,7 +193,7 @@ def make_slice_cols_kernel(slices: int, tile: int = 32, rows: int = 8):
         k, n = b.shape
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         col0, row0 = cuda.blockIdx.x * TILE, cuda.blockIdx.y * TILE
-        tile = cuda.shared.array((SLICES, TILE, TILE + 1), int32)
+        tile = cuda.shared.array((SLICES, TILE, PADDED), int32)
         digits = cuda.local.array(SLICES, int32)
         col = col0 + tx
         for r in range(ty, TILE, ROWS):

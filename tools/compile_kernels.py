@@ -1,0 +1,49 @@
+"""Compile the course's plain numba kernels to PTX for several GPUs, without a GPU (real numba, no simulator).
+
+Catches what the simulator cannot: typing errors (non-constant shapes, unsupported calls) in kernels that
+only ever run on a device. Used by tests/test_kernels_compile.py; prints one line per kernel and target.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+
+from types import SimpleNamespace  # noqa: E402
+
+import numba.cuda.dispatcher  # noqa: E402
+from numba import cuda, types  # noqa: E402
+
+from utilities.ozaki import kernels  # noqa: E402
+
+# numba-cuda asks the current device for its compute capability when it compiles a device function called
+# from a kernel; without a GPU, answer with the target being compiled for.
+TARGET = SimpleNamespace(compute_capability=(9, 0))
+numba.cuda.dispatcher.get_current_device = lambda: TARGET
+
+f64_2d, i8_3d, i32_1d, f64_1d = types.float64[:, ::1], types.int8[:, :, ::1], types.int32[::1], types.float64[::1]
+KERNELS = {
+    "slice_rows_kernel": (kernels.make_slice_rows_kernel(8192, 7), (f64_2d, i8_3d, i32_1d)),
+    "col_max_kernel": (kernels.make_col_max_kernel(), (f64_2d, f64_1d, i32_1d)),
+    "shifts_from_max_kernel": (kernels.shifts_from_max_kernel, (f64_1d, i32_1d, i32_1d)),
+    "slice_cols_kernel": (kernels.make_slice_cols_kernel(7), (f64_2d, i32_1d, i8_3d)),
+    "ozaki_epilogue_kernel": (
+        kernels.make_epilogue_kernel(7),
+        (types.int32[:, :, ::1], i32_1d, i32_1d, i32_1d, types.float64, types.float64, f64_2d, f64_2d),
+    ),
+}
+
+
+def main() -> int:
+    for cc in ((8, 0), (9, 0)):
+        TARGET.compute_capability = cc
+        for name, (kernel, sig) in KERNELS.items():
+            ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
+            print(f"{name} sm_{cc[0]}{cc[1]}: {len(ptx)} bytes of PTX")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
