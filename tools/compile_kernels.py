@@ -23,12 +23,12 @@ from utilities.ozaki import kernels  # noqa: E402
 TARGET = SimpleNamespace(compute_capability=(9, 0))
 numba.cuda.dispatcher.get_current_device = lambda: TARGET
 
-f64_2d, i8_3d, i32_1d, f64_1d = types.float64[:, ::1], types.int8[:, :, ::1], types.int32[::1], types.float64[::1]
+f64_2d, i32_3d, i32_1d, f64_1d = types.float64[:, ::1], types.int32[:, :, ::1], types.int32[::1], types.float64[::1]
 KERNELS = {
-    "slice_rows_kernel": (kernels.make_slice_rows_kernel(8192, 7), (f64_2d, i8_3d, i32_1d)),
+    "slice_rows_kernel": (kernels.make_slice_rows_kernel(8192, 8192, 7), (f64_2d, i32_3d, i32_1d)),
     "col_max_kernel": (kernels.make_col_max_kernel(), (f64_2d, f64_1d, i32_1d)),
     "shifts_from_max_kernel": (kernels.shifts_from_max_kernel, (f64_1d, i32_1d, i32_1d)),
-    "slice_cols_kernel": (kernels.make_slice_cols_kernel(7), (f64_2d, i32_1d, i8_3d)),
+    "slice_cols_kernel": (kernels.make_slice_cols_kernel(7), (f64_2d, i32_1d, i32_3d)),
     "ozaki_epilogue_kernel": (
         kernels.make_epilogue_kernel(7),
         (types.int32[:, :, ::1], i32_1d, i32_1d, i32_1d, types.float64, types.float64, f64_2d, f64_2d),

@@ -14,8 +14,8 @@ import cupy as cp
 import numpy as np
 
 from .. import bench, errors, exact, inputs
-from . import cublas, launch
-from .ozaki import OzakiGemm, make_fused_kernel
+from . import cublas
+from .ozaki import OzakiGemm
 
 
 def _sampled_error(c: Any, a: np.ndarray, b: np.ndarray, rows: np.ndarray | None) -> dict[str, Any]:
@@ -67,8 +67,8 @@ def ozaki_benchmarks(
         if variant == "fused":
             add(bench.bench(lambda p=plan: p.slice(a, b), m=m, n=n, k=k, name="ozaki.slicing", params=params,
                             repeats=repeats, bytes_moved=(8 + slices) * (m * k + k * n)))  # fmt: skip
-            add(bench.bench(fused_kernel_runner(plan, c), m=m, n=n, k=k, name="ozaki.fused.kernel", params=params,
-                            repeats=repeats))  # fmt: skip
+            add(bench.bench(lambda p=plan, c=c: p.fused(c, c, 1.0, 0.0), m=m, n=n, k=k, name="ozaki.fused.kernel",
+                            params=params, repeats=repeats))  # fmt: skip
         else:
             add(bench.bench(plan.products, m=m, n=n, k=k, name=f"ozaki.{variant}.products", params=params,
                             repeats=repeats))  # fmt: skip
@@ -85,10 +85,3 @@ def ozaki_benchmarks(
 def cublas_igemm_runner(a8: Any, b8: Any) -> Any:
     out = cublas.igemm(a8, b8)
     return lambda: cublas.igemm(a8, b8, out=out)
-
-
-def fused_kernel_runner(plan: OzakiGemm, out: Any) -> Any:
-    kernel = make_fused_kernel(plan.MM, plan.slices)
-    args = (1.0, 0.0, out, out, plan.e, plan.f, plan.pipeline)
-    shared, block = plan.pipeline.buffer_size, plan.pipeline.block_dim
-    return lambda: launch.launch(kernel, plan.grid, block, shared, *args)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-from numba import cuda, float64, int32
+from numba import cuda, float64, int8, int32
 
 from .slicing import NONFINITE_SHIFT  # the sentinel for rows/columns holding NaN or Inf
 
@@ -79,27 +81,40 @@ def make_split_digits(slices: int):
     return split_digits
 
 
-@functools.cache
-def make_slice_rows_kernel(k: int, slices: int, threads: int = 256):
-    """``slice_rows_kernel[m, threads](a, a_slices, shifts)``: one block per row of A, one pass over A.
+@cuda.jit(device=True)
+def pack_digits(d0, d1, d2, d3):
+    """Four int8 digits as one little-endian int32 word: four bytes stored with one instruction."""
+    w = (int(d0) & 255) | ((int(d1) & 255) << 8) | ((int(d2) & 255) << 16) | ((int(d3) & 255) << 24)
+    return int32(w - 4294967296 if w >= 2147483648 else w)
 
-    Each thread keeps its ceil(k / threads) elements in registers while the block finds the row maximum,
-    then writes their digits: A is read once. ``a_slices`` is int8 (slices, m, k); ``shifts`` int32 (m,).
+
+@functools.cache
+def make_slice_rows_kernel(
+    k: int, kp: int, slices: int, threads: int = 256, split_digits_factory: Callable[[int], Any] = make_split_digits
+):
+    """``slice_rows_kernel[m, threads](a, a_words, shifts)``: one block per row of A, one pass over A.
+
+    Each thread holds runs of 4 consecutive elements of the row in registers while the block finds the row
+    maximum, then writes their digits 4 at a time: ``a_words`` is the int32 view (slices, m, kp/4) of the int8
+    slices (slices, m, kp), kp >= k a multiple of 4 (padding gets zero digits). A is read once; ``shifts`` (m,).
     """
-    K, SLICES, THREADS = k, slices, threads
-    ITEMS = -(-k // threads)
-    split_digits = make_split_digits(slices)
+    if kp % 4 or kp < k:
+        raise ValueError(f"the padded width kp = {kp} must be a multiple of 4 and at least k = {k}")
+    K, SLICES, THREADS, WORDS = k, slices, threads, kp // 4
+    RUNS = -(-WORDS // threads)  # runs of 4 elements per thread
+    ITEMS = 4 * RUNS
+    split_digits = split_digits_factory(slices)
 
     @cuda.jit
-    def slice_rows_kernel(a, a_slices, shifts):
+    def slice_rows_kernel(a, a_words, shifts):
         row = cuda.blockIdx.x
         tid = cuda.threadIdx.x
         vals = cuda.local.array(ITEMS, float64)
-        digits = cuda.local.array(SLICES, int32)
+        digits = cuda.local.array((4, SLICES), int32)
         mu = 0.0
         bad = 0
         for j in range(ITEMS):
-            col = tid + j * THREADS
+            col = 4 * (tid + (j // 4) * THREADS) + j % 4
             x = a[row, col] if col < K else 0.0
             vals[j] = x
             if not abs(x) <= _MAX_FINITE:
@@ -124,16 +139,17 @@ def make_slice_rows_kernel(k: int, slices: int, threads: int = 256):
             e = NONFINITE_SHIFT
         if tid == 0:
             shifts[row] = e
-        for j in range(ITEMS):
-            col = tid + j * THREADS
-            if col < K:
-                if e == NONFINITE_SHIFT:
-                    for s in range(SLICES):
-                        a_slices[s, row, col] = 0
-                else:
-                    split_digits(vals[j], e, digits)
-                    for s in range(SLICES):
-                        a_slices[s, row, col] = digits[s]
+        for j in range(0, ITEMS, 4):
+            word = tid + (j // 4) * THREADS
+            if word < WORDS:
+                for q in range(4):
+                    if e == NONFINITE_SHIFT:
+                        for s in range(SLICES):
+                            digits[q, s] = 0
+                    else:
+                        split_digits(vals[j + q], e, digits[q])
+                for s in range(SLICES):
+                    a_words[s, row, word] = pack_digits(digits[0, s], digits[1, s], digits[2, s], digits[3, s])
 
     return slice_rows_kernel
 
@@ -178,42 +194,47 @@ def shifts_from_max_kernel(mu, bad, shifts):
 
 
 @functools.cache
-def make_slice_cols_kernel(slices: int, tile: int = 32, rows: int = 8):
-    """``slice_cols_kernel[(ceil(n/tile), ceil(k/tile)), (tile, rows)](b, shifts, b_slices)``.
+def make_slice_cols_kernel(
+    slices: int, tile: int = 32, rows: int = 8, split_digits_factory: Callable[[int], Any] = make_split_digits
+):
+    """``slice_cols_kernel[(ceil(n/tile), kp/(4 tile)), (tile, rows)](b, shifts, b_words)``.
 
-    Slices the columns of a row-major B into ``b_slices`` int8 (slices, n, k): each slice stored transposed
-    (K-contiguous) for the int8 GEMM. A tile x tile block of digits goes through shared memory so that both
-    the FP64 reads (along n) and the int8 writes (along k) are coalesced.
+    Slices the columns of a row-major B into ``b_words``, the int32 view (slices, n, kp/4) of the int8 slices
+    (slices, n, kp): each slice stored transposed (K-contiguous) for the int8 GEMM. A block takes tile
+    columns by 4 tile rows; the digits go through shared memory so that the FP64 reads (along n) and the
+    packed int8 writes (4 rows of k per word, along k) are both coalesced. Rows k..kp-1 get zero digits.
     """
-    SLICES, TILE, ROWS, PADDED = slices, tile, rows, tile + 1  # a padded row: no shared-memory bank conflicts
-    split_digits = make_split_digits(slices)
+    SLICES, TILE, ROWS, DEPTH = slices, tile, rows, 4 * tile
+    PADDED = DEPTH + 4  # a padded row of digits: fewer shared-memory bank conflicts
+    split_digits = split_digits_factory(slices)
 
     @cuda.jit
-    def slice_cols_kernel(b, shifts, b_slices):
+    def slice_cols_kernel(b, shifts, b_words):
         k, n = b.shape
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        col0, row0 = cuda.blockIdx.x * TILE, cuda.blockIdx.y * TILE
-        tile = cuda.shared.array((SLICES, TILE, PADDED), int32)
+        col0, row0 = cuda.blockIdx.x * TILE, cuda.blockIdx.y * DEPTH
+        tile = cuda.shared.array((SLICES, TILE, PADDED), int8)
         digits = cuda.local.array(SLICES, int32)
         col = col0 + tx
-        for r in range(ty, TILE, ROWS):
+        e = shifts[col] if col < n else 0
+        for r in range(ty, DEPTH, ROWS):
             row = row0 + r
-            if row < k and col < n:
-                e = shifts[col]
-                if e == NONFINITE_SHIFT:
-                    for s in range(SLICES):
-                        digits[s] = 0
-                else:
-                    split_digits(b[row, col], e, digits)
+            if row < k and col < n and e != NONFINITE_SHIFT:
+                split_digits(b[row, col], e, digits)
+            else:
                 for s in range(SLICES):
-                    tile[s, tx, r] = digits[s]
+                    digits[s] = 0
+            for s in range(SLICES):
+                tile[s, tx, r] = digits[s]
         cuda.syncthreads()
-        row = row0 + tx
+        word0 = cuda.blockIdx.y * TILE
         for c in range(ty, TILE, ROWS):
             col = col0 + c
-            if row < k and col < n:
+            if col < n and word0 + tx < b_words.shape[2]:
                 for s in range(SLICES):
-                    b_slices[s, col, row] = tile[s, c, tx]
+                    r = 4 * tx
+                    w = pack_digits(tile[s, c, r], tile[s, c, r + 1], tile[s, c, r + 2], tile[s, c, r + 3])
+                    b_words[s, col, word0 + tx] = w
 
     return slice_cols_kernel
 
