@@ -95,7 +95,7 @@ def test_epilogue_kernel_matches_reference(name, a, b, variant):
     c = np.random.default_rng(0).standard_normal((m, n))
     for alpha, beta in ((1.0, 0.0), (2.0, 0.0)):  # bit-identical: no alpha/beta rounding to fuse
         out = cuda.to_device(np.full((m, n), np.nan))
-        kernel = kernels.make_epilogue_kernel(slices)
+        kernel = kernels.make_epilogue_kernel()
         kernel[(-(-n // 8), -(-m // 8)), (8, 8)](terms, offsets, st.e, st.f, alpha, beta, c, out)
         np.testing.assert_array_equal(out.copy_to_host(), ozaki.reconstruct(st.diagonals, st.e, st.f, alpha, beta, c))
 
@@ -108,7 +108,7 @@ def test_epilogue_kernel_with_beta_and_nonfinite_lines():
     e[2] = ozaki.NONFINITE_SHIFT
     c = np.random.default_rng(1).standard_normal((5, 6))
     out = cuda.to_device(np.zeros((5, 6)))
-    kernels.make_epilogue_kernel(7)[(1, 1), (8, 8)](
+    kernels.make_epilogue_kernel()[(1, 1), (8, 8)](
         st.diagonals, np.arange(8, dtype=np.int32), e, st.f, 1.5, -0.5, c, out
     )
     got = out.copy_to_host()

@@ -28,7 +28,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("prebuild", "builds", "tests", "notebooks", "bench")
-PREBUILD_SHAPES = "256x256x384,8192x8192x8192"
 
 
 def _run(cmd: list[str], log: Path, env: dict[str, str] | None = None, background: bool = False):
@@ -109,9 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     background = build_times(logs, records_dir) if "builds" in parts else []
     if "prebuild" in parts:
-        code = _run(
-            [sys.executable, "-m", "utilities.gpu.prebuild", "--shapes", PREBUILD_SHAPES], logs / "prebuild.log"
-        )
+        code = _run([sys.executable, "-m", "utilities.gpu.prebuild"], logs / "prebuild.log")
         failures += ["prebuild"] if code else []
     if "tests" in parts:
         code = _run(

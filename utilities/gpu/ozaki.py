@@ -32,6 +32,7 @@ from ..ozaki.products import check_int32_budget, product_terms
 from . import launch
 
 VARIANTS = ("unfused", "partial", "fused")
+SLICE_CAPACITY = 10  # slice buffers hold this many slices (more if asked): one kernel build for S = 1..10
 NONFINITE_SHIFT = plain.NONFINITE_SHIFT
 
 
@@ -138,10 +139,12 @@ def make_products_kernel(MM: Matmul):
 
 
 @functools.cache
-def make_diagonals_kernel(MM: Matmul, slices: int):
-    """Partially fused: block (i, j) accumulates each anti-diagonal d = s + t in int32 and writes it once."""
+def make_diagonals_kernel(MM: Matmul):
+    """Partially fused: block (i, j) accumulates each anti-diagonal d = s + t in int32 and writes it once.
+
+    The number of slices is ``diagonals.shape[0]``: a run-time value, so one kernel serves every slice count.
+    """
     TM, TN, _ = MM.size
-    SLICES = slices
 
     @cuda.jit(extensions=pipeline_extensions, launch_bounds=(MM.block_size, 1))
     def ozaki_diagonals_kernel(diagonals, device_pipeline):
@@ -149,7 +152,7 @@ def make_diagonals_kernel(MM: Matmul, slices: int):
         bx, by = int32(cuda.blockIdx.x), int32(cuda.blockIdx.y)
         tile = device_pipeline.get_tile(smem, (bx, int32(0)), (by, int32(0)))
         acc = MM.suggest_accumulator()
-        for d in range(SLICES):
+        for d in range(diagonals.shape[0]):
             acc.clear()
             # TODO (about 3 lines): accumulate the products A_s @ B_t with s + t == d into acc
             # BEGIN SOLUTION
@@ -168,17 +171,17 @@ def make_diagonals_kernel(MM: Matmul, slices: int):
 
 
 @functools.cache
-def make_fused_kernel(MM: Matmul, slices: int):
+def make_fused_kernel(MM: Matmul):
     """Fully fused: each diagonal's int32 sum becomes FP64 in registers, shifted and scaled into C; only C is written.
 
     Diagonals run from the smallest weight to the largest so that the FP64 sum is the reference's, bit for bit.
+    ``slices`` is a run-time argument: one kernel serves every slice count.
     """
     TM, TN, _ = MM.size
-    SLICES = slices
     FRAGMENT = MM.suggest_layout_rmem_c().size
 
     @cuda.jit(extensions=pipeline_extensions, launch_bounds=(MM.block_size, 1))
-    def ozaki_fused_kernel(alpha, beta, c, out, e, f, device_pipeline):
+    def ozaki_fused_kernel(alpha, beta, c, out, e, f, slices, device_pipeline):
         smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
         bx, by = int32(cuda.blockIdx.x), int32(cuda.blockIdx.y)
         tile = device_pipeline.get_tile(smem, (bx, int32(0)), (by, int32(0)))
@@ -186,12 +189,13 @@ def make_fused_kernel(MM: Matmul, slices: int):
         total = cuda.local.array(FRAGMENT, float64)
         for i in range(FRAGMENT):
             total[i] = 0.0
-        for d in range(SLICES - 1, -1, -1):
+        for d in range(slices - 1, -1, -1):
             acc.clear()
             for s in range(d + 1):
                 device_pipeline.reset_tile(tile, (bx, int32(s)), (by, int32(d - s)))
                 tile.execute(acc)
             # TODO (about 4 lines): add this diagonal, weighted by 2^(-8d), into the FP64 total
+            # SKELETON: pass
             # BEGIN SOLUTION
             part = acc.get_results()
             weight = math.ldexp(1.0, -8 * d)
@@ -205,6 +209,7 @@ def make_fused_kernel(MM: Matmul, slices: int):
                 row, col = bx * TM + r, by * TN + q
                 if row < out.shape[0] and col < out.shape[1]:
                     # TODO (about 6 lines): shift by e[row] + f[col] - 14, apply alpha and beta (C unread if beta == 0)
+                    # SKELETON: out[row, col] = math.nan
                     # BEGIN SOLUTION
                     if e[row] == NONFINITE_SHIFT or f[col] == NONFINITE_SHIFT:
                         out[row, col] = math.nan
@@ -261,8 +266,11 @@ class OzakiGemm:
             )
         self.MM = int8_matmul(self.cfg)
         S = slices
-        self.a_slices = cp.zeros((S, self.mp, self.kp), dtype=cp.int8)
-        self.b_slices = cp.zeros((S, self.np_, self.kp), dtype=cp.int8)
+        # Room for SLICE_CAPACITY slices whatever S is: the pipeline's type (and so its build) depends on the
+        # buffers' shapes, and a fixed capacity lets one build serve every slice count for this problem shape.
+        capacity = max(S, SLICE_CAPACITY)
+        self.a_slices = cp.zeros((capacity, self.mp, self.kp), dtype=cp.int8)
+        self.b_slices = cp.zeros((capacity, self.np_, self.kp), dtype=cp.int8)
         self._a_words, self._b_words = self.a_slices.view(cp.int32), self.b_slices.view(cp.int32)  # 4 digits a word
         self.e = cp.zeros(self.mp, dtype=cp.int32)
         self.f = cp.zeros(self.np_, dtype=cp.int32)
@@ -304,20 +312,20 @@ class OzakiGemm:
             grid = (*self.grid, self.terms.shape[0])
             launch.launch(kernel, grid, block, shared, self.terms, self.term_s, self.term_t, self.pipeline)
         elif self.variant == "partial":
-            kernel = (self.kernels.diagonals or make_diagonals_kernel)(self.MM, self.slices)
+            kernel = (self.kernels.diagonals or make_diagonals_kernel)(self.MM)
             launch.launch(kernel, self.grid, block, shared, self.terms, self.pipeline)
         else:
             raise RuntimeError("the fused variant has no separate products stage")
 
     def epilogue(self, out: Any, c: Any, alpha: float, beta: float) -> None:
-        kernel = (self.kernels.epilogue or plain.make_epilogue_kernel)(self.slices)
+        kernel = (self.kernels.epilogue or plain.make_epilogue_kernel)()
         grid = (-(-self.n // 32), -(-self.m // 8))
         kernel[grid, (32, 8)](self.terms, self.offsets, self.e, self.f, alpha, beta, c, out)
 
     def fused(self, out: Any, c: Any, alpha: float, beta: float) -> None:
         """Stages 2 and 3 of the fused variant: one kernel from the slices to C."""
-        kernel = (self.kernels.fused or make_fused_kernel)(self.MM, self.slices)
-        args = (float(alpha), float(beta), c, out, self.e, self.f, self.pipeline)
+        kernel = (self.kernels.fused or make_fused_kernel)(self.MM)
+        args = (float(alpha), float(beta), c, out, self.e, self.f, self.slices, self.pipeline)
         launch.launch(kernel, self.grid, self.pipeline.block_dim, self.pipeline.buffer_size, *args)
 
     def __call__(self, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, out: Any = None) -> Any:
@@ -344,6 +352,33 @@ def _check_operands(a: Any, b: Any, c: Any, beta: float, shape: tuple[int, int, 
             raise ValueError(f"{name} must be C-contiguous (row-major): use cupy.ascontiguousarray({name.lower()})")
     if beta != 0.0 and (c is None or tuple(c.shape) != (m, n) or c.dtype != np.float64):
         raise ValueError(f"beta != 0 needs C: a float64 ({m}, {n}) array")
+
+
+def slice_rows_on_gpu(
+    a: np.ndarray, slices: int, split_digits_factory: Callable[[int], Any] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 1 alone, for the checkers: the row slices (S, m, k) and shifts (m,) of a host matrix, on the GPU."""
+    m, k = a.shape
+    kp = _ceil_to(k, 128)
+    words = cp.zeros((slices, m, kp // 4), dtype=cp.int32)
+    e = cp.zeros(m, dtype=cp.int32)
+    kernel = plain.make_slice_rows_kernel(k, kp, slices, 256, split_digits_factory or plain.make_split_digits)
+    kernel[m, 256](cp.asarray(a, dtype=cp.float64), words, e)
+    return cp.asnumpy(words.view(cp.int8)[:, :, :k]), cp.asnumpy(e)
+
+
+def epilogue_on_gpu(
+    diagonals: np.ndarray, e: np.ndarray, f: np.ndarray, alpha: float, beta: float, c: np.ndarray,
+    epilogue_factory: Callable[[], Any] | None = None,
+) -> np.ndarray:  # fmt: skip
+    """Stage 3 alone, for the checkers: C from the anti-diagonal sums (S, m, n), on the GPU."""
+    S, m, n = diagonals.shape
+    out = cp.full((m, n), np.nan)
+    kernel = (epilogue_factory or plain.make_epilogue_kernel)()
+    grid = (-(-n // 32), -(-m // 8))
+    args = (cp.asarray(diagonals), cp.arange(S + 1, dtype=cp.int32), cp.asarray(e), cp.asarray(f))
+    kernel[grid, (32, 8)](*args, float(alpha), float(beta), cp.asarray(c), out)
+    return cp.asnumpy(out)
 
 
 def ozaki_gemm(

@@ -18,8 +18,8 @@ from . import cublas
 from .ozaki import OzakiGemm
 
 
-def _sampled_error(c: Any, a: np.ndarray, b: np.ndarray, rows: np.ndarray | None) -> dict[str, Any]:
-    """Errors against the double-double product, on every row or on a sample of rows (large sizes)."""
+def sampled_error(c: Any, a: np.ndarray, b: np.ndarray, rows: np.ndarray | None = None) -> dict[str, Any]:
+    """Errors of ``c`` against the double-double product, on every row, or on ``rows`` only (large sizes)."""
     c = cp.asnumpy(c)
     if rows is None:
         hi, lo = exact.matmul_dd(a, b)
@@ -28,60 +28,94 @@ def _sampled_error(c: Any, a: np.ndarray, b: np.ndarray, rows: np.ndarray | None
     return errors.error_report(c[rows], hi, lo, against=f"double-double, {len(rows)} sampled rows")
 
 
+def sample_rows(m: int, count: int = 16, seed: int = 0) -> np.ndarray | None:
+    """Rows on which to measure errors: all of them up to 1024, else ``count`` of them."""
+    return None if m <= 1024 else np.sort(np.random.default_rng(seed).choice(m, count, replace=False))
+
+
+def baseline_records(a: Any, b: Any, *, repeats: int = 10, error: dict | None = None) -> list[bench.BenchRecord]:
+    """cuBLAS DGEMM on (a, b) and cuBLAS int8 GEMM (B column-major) on random int8 matrices of the same shape."""
+    m, k = a.shape
+    n = b.shape[1]
+    out = cublas.dgemm(a, b)
+    rng = np.random.default_rng(0)
+    a8 = cp.asarray(rng.integers(-128, 128, (m, k), dtype=np.int8))
+    b8 = cp.asarray(rng.integers(-128, 128, (n, k), dtype=np.int8))
+    out8 = cublas.igemm(a8, b8)
+    return [
+        bench.bench(
+            lambda: cublas.dgemm(a, b, out=out), m=m, n=n, k=k, name="cublas.dgemm", repeats=repeats, error=error
+        ),  # fmt: skip
+        bench.bench(lambda: cublas.igemm(a8, b8, out=out8), m=m, n=n, k=k, name="cublas.igemm", repeats=repeats),
+    ]
+
+
+def plan_records(plan: OzakiGemm, a: Any, b: Any, *, repeats: int = 10, error: dict | None = None) -> list:
+    """End to end (slicing included), then each stage of ``plan`` alone: slicing, products/epilogue or fused."""
+    m, n, k, variant = plan.m, plan.n, plan.k, plan.variant
+    params = {"slices": plan.slices}
+    c = plan(a, b)
+
+    def timed(fn: Any, name: str, **extra: Any) -> bench.BenchRecord:
+        return bench.bench(fn, m=m, n=n, k=k, name=name, params=params, repeats=repeats, **extra)
+
+    moved = (8 + plan.slices) * (m * k + k * n)  # FP64 read, int8 digits written
+    records = [timed(lambda: plan(a, b, out=c), f"ozaki.{variant}", error=error)]
+    records.append(timed(lambda: plan.slice(a, b), "ozaki.slicing", bytes_moved=moved))
+    if variant == "fused":
+        records.append(timed(lambda: plan.fused(c, c, 1.0, 0.0), "ozaki.fused.kernel"))
+    else:
+        records.append(timed(plan.products, f"ozaki.{variant}.products"))
+        records.append(timed(lambda: plan.epilogue(c, c, 1.0, 0.0), f"ozaki.{variant}.epilogue"))
+    return records
+
+
+def breakdown(records: Sequence[bench.BenchRecord]) -> dict[str, dict[str, float]]:
+    """Median ms per stage, per variant, for ``plots.time_breakdown``."""
+    by_name = {r.name: r.time.median for r in records}
+    out: dict[str, dict[str, float]] = {}
+    for variant in ("unfused", "partial"):
+        if f"ozaki.{variant}" in by_name:
+            out[variant] = {
+                "slicing": by_name["ozaki.slicing"],
+                "products": by_name[f"ozaki.{variant}.products"],
+                "epilogue": by_name[f"ozaki.{variant}.epilogue"],
+            }
+    if "ozaki.fused.kernel" in by_name:
+        out["fused"] = {"slicing": by_name["ozaki.slicing"], "products + epilogue": by_name["ozaki.fused.kernel"]}
+    if "cublas.dgemm" in by_name:
+        out["cuBLAS DGEMM"] = {"DGEMM": by_name["cublas.dgemm"]}
+    return out
+
+
 def ozaki_benchmarks(
     size: int,
     slices: int = 7,
     variants: Sequence[str] = ("unfused", "partial", "fused"),
     *,
     repeats: int = 10,
-    sample_rows: int = 16,
     seed: int = 0,
     show: bool = True,
+    record: bool = True,
 ) -> list[bench.BenchRecord]:
-    """Time and check every variant at m = n = k = ``size``; returns the records (also sent to the recorder)."""
+    """Time and check every variant at m = n = k = ``size`` beside cuBLAS, in one run (used by the GPU suite)."""
     m = n = k = size
     a_h, b_h = inputs.normal(m, k, seed), inputs.normal(k, n, seed + 1)
     a, b = cp.asarray(a_h), cp.asarray(b_h)
-    rows = None if size <= 1024 else np.sort(np.random.default_rng(seed).choice(m, sample_rows, replace=False))
-    params = {"slices": slices}
-    records: list[bench.BenchRecord] = []
-
-    def add(rec: bench.BenchRecord) -> None:
-        records.append(rec)
-        bench.record(rec)
-
-    out = cublas.dgemm(a, b)
-    native_error = _sampled_error(out, a_h, b_h, rows)
-    add(bench.bench(lambda: cublas.dgemm(a, b, out=out), m=m, n=n, k=k, name="cublas.dgemm", repeats=repeats,
-                    error=native_error))  # fmt: skip
-    a8 = cp.asarray(np.random.default_rng(seed).integers(-128, 128, (m, k), dtype=np.int8))
-    b8 = cp.asarray(np.random.default_rng(seed + 1).integers(-128, 128, (n, k), dtype=np.int8))
-    add(bench.bench(cublas_igemm_runner(a8, b8), m=m, n=n, k=k, name="cublas.igemm", repeats=repeats))
-
+    rows = sample_rows(m, seed=seed)
+    records = baseline_records(a, b, repeats=repeats, error=sampled_error(cublas.dgemm(a, b), a_h, b_h, rows))
     for variant in variants:
         plan = OzakiGemm(m, n, k, slices, variant)
-        c = plan(a, b)
-        error = _sampled_error(c, a_h, b_h, rows)
-        add(bench.bench(lambda p=plan, c=c: p(a, b, out=c), m=m, n=n, k=k, name=f"ozaki.{variant}", params=params,
-                        repeats=repeats, error=error))  # fmt: skip
-        if variant == "fused":
-            add(bench.bench(lambda p=plan: p.slice(a, b), m=m, n=n, k=k, name="ozaki.slicing", params=params,
-                            repeats=repeats, bytes_moved=(8 + slices) * (m * k + k * n)))  # fmt: skip
-            add(bench.bench(lambda p=plan, c=c: p.fused(c, c, 1.0, 0.0), m=m, n=n, k=k, name="ozaki.fused.kernel",
-                            params=params, repeats=repeats))  # fmt: skip
-        else:
-            add(bench.bench(plan.products, m=m, n=n, k=k, name=f"ozaki.{variant}.products", params=params,
-                            repeats=repeats))  # fmt: skip
-            add(bench.bench(lambda p=plan, c=c: p.epilogue(c, c, 1.0, 0.0), m=m, n=n, k=k,
-                            name=f"ozaki.{variant}.epilogue", params=params, repeats=repeats))  # fmt: skip
+        error = sampled_error(plan(a, b), a_h, b_h, rows)
+        variant_records = plan_records(plan, a, b, repeats=repeats, error=error)
+        if variant != "fused":  # slicing is the same kernel for every variant: report it once
+            variant_records = [r for r in variant_records if r.name != "ozaki.slicing"]
+        records += variant_records
         del plan
         cp.get_default_memory_pool().free_all_blocks()
+    if record:
+        bench.record(records)
     if show:
         print(f"m = n = k = {size}, {slices} slices")
         bench.print_table(records, metric="ms")
     return records
-
-
-def cublas_igemm_runner(a8: Any, b8: Any) -> Any:
-    out = cublas.igemm(a8, b8)
-    return lambda: cublas.igemm(a8, b8, out=out)

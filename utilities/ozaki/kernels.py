@@ -240,15 +240,15 @@ def make_slice_cols_kernel(
 
 
 @functools.cache
-def make_epilogue_kernel(slices: int):
+def make_epilogue_kernel():
     """``ozaki_epilogue_kernel[grid, block](terms, offsets, e, f, alpha, beta, c, out)``: the FP64 epilogue.
 
     ``terms`` is int32 (T, m, n): the S anti-diagonal sums (partially fused variant, offsets 0..S) or the
     S(S+1)/2 slice products ordered by diagonal (unfused variant); terms offsets[d]..offsets[d+1]-1 belong to
     diagonal d. Each diagonal is summed exactly first, then the diagonals are accumulated from the smallest
-    weight 2^(-8d) to the largest, as in the reference. 2-D grid: x along columns (coalesced), y along rows.
+    weight 2^(-8d) to the largest, as in the reference. S = len(offsets) - 1 is a run-time value. 2-D grid: x along
+    columns (coalesced), y along rows.
     """
-    SLICES = slices
 
     @cuda.jit
     def ozaki_epilogue_kernel(terms, offsets, e, f, alpha, beta, c, out):
@@ -261,7 +261,7 @@ def make_epilogue_kernel(slices: int):
         acc = 0.0
         # TODO (about 5 lines): add the diagonals, smallest weight first; each diagonal's terms summed exactly
         # BEGIN SOLUTION
-        for d in range(SLICES - 1, -1, -1):
+        for d in range(offsets.shape[0] - 2, -1, -1):
             diagonal = 0.0
             for t in range(offsets[d], offsets[d + 1]):
                 diagonal += float64(terms[t, i, j])
