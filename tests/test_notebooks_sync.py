@@ -28,8 +28,10 @@ def bounds(d, S):
 EXERCISE_CELL = """\
 def bounds(d, S):
     # TODO (about 2 lines): the loop bounds of diagonal d
-    s_lo, s_hi = 0, 0
+    s_lo, s_hi = 0, 0  # placeholder: your code replaces this line
     return s_lo, s_hi"""
+
+PLACEHOLDER_TAIL = "  # placeholder: your code replaces this line"
 
 MODULE = '''\
 """A module whose kernels the notebook shows."""
@@ -100,12 +102,13 @@ def test_solution_region_removed_skeleton_inserted_todo_kept() -> None:
 
 def test_skeleton_keeps_its_own_indentation_and_may_be_empty() -> None:
     source = "if x:\n    # SKELETON:     pass\n# SKELETON:\n# SKELETON: y = 1"
-    assert strip_code(source) == ("if x:\n        pass\n\ny = 1", False)
+    assert strip_code(source) == (f"if x:\n        pass{PLACEHOLDER_TAIL}\n\ny = 1{PLACEHOLDER_TAIL}", False)
 
 
 def test_several_regions_in_one_cell() -> None:
     source = "a = 1\n# BEGIN SOLUTION\nb = 2\n# END SOLUTION\nc = 3\n  # BEGIN SOLUTION\n  d = 4\n  # END SOLUTION"
-    assert strip_code(source) == ("a = 1\nc = 3", True)
+    # a region without skeleton lines leaves a `pass` placeholder, so that a checker sees the exercise untouched
+    assert strip_code(source) == (f"a = 1\npass{PLACEHOLDER_TAIL}\nc = 3\n  pass{PLACEHOLDER_TAIL}", True)
 
 
 def test_cell_without_markers_is_unchanged() -> None:
@@ -193,7 +196,7 @@ def test_build_writes_exercise_with_reveal_cells_after_solution_cells(tmp_path: 
     assert ids == ["c0", "c1", "c2", "c2-reveal", "c3", "c4", "c4-reveal"]
     assert exercise.cells[0].source == "# Demo\nQ: why? "
     assert exercise.cells[2].source == EXERCISE_CELL
-    assert exercise.cells[5].source == ""
+    assert exercise.cells[5].source == f"pass{PLACEHOLDER_TAIL}"
     for index in (3, 6):
         reveal_cell = exercise.cells[index]
         assert reveal_cell.cell_type == "code"
@@ -274,7 +277,8 @@ def test_source_cell_refreshed_from_module_with_decorators_and_markers(tmp_path:
     exercise = read(root, "notebooks")
     assert exercise.cells[0].source == (
         "@functools.lru_cache\n@functools.wraps(print)\ndef scale_kernel(x):\n"
-        "    # TODO (about 1 line): double x\n        return None\n    y = 2 * x"
+        f"    # TODO (about 1 line): double x\n        return None{PLACEHOLDER_TAIL}\n"
+        f"    y = 2 * x\n    pass{PLACEHOLDER_TAIL}"
     )
     assert exercise.cells[1].metadata.tags == ["reveal"]
     assert check(root) == []

@@ -8,6 +8,8 @@ Parts (in this order):
 - ``builds``: the kernel build times with and without the build cache (``tools/build_times.py``);
 - ``tests``: the GPU tests (``pytest -m gpu``);
 - ``notebooks``: nbval on every solution notebook;
+- ``exercises``: nbval on every exercise notebook as generated: they must run to the end, their checkers
+  reporting the unfinished exercises;
 - ``bench``: the benchmarks of every track beside cuBLAS, at the sizes of the report.
 
 Figures that notebooks and benchmarks record go through ``$COURSE_RESULTS`` (JSON lines), and the report is
@@ -27,7 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("prebuild", "builds", "tests", "notebooks", "bench")
+PARTS = ("prebuild", "builds", "tests", "notebooks", "exercises", "bench")
 
 
 def _run(cmd: list[str], log: Path, env: dict[str, str] | None = None, background: bool = False):
@@ -120,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "solutions"], logs / "notebooks.log"
         )
         failures += ["notebooks"] if code else []
+    if "exercises" in parts:
+        code = _run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "notebooks"], logs / "exercises.log"
+        )
+        failures += ["exercises"] if code else []
     if "bench" in parts:
         code = _run([sys.executable, "-m", "utilities.gpu.bench_all", "--sizes", args.sizes], logs / "bench.log")
         failures += ["bench"] if code else []

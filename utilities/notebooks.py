@@ -37,6 +37,7 @@ SOLUTIONS = "solutions"
 EXERCISES = "notebooks"
 REVEAL_TAG = "reveal"
 RAISES_TAG = "exercise-raises"
+PLACEHOLDER = "# placeholder: your code replaces this line"
 
 _BEGIN = re.compile(r"^\s*# BEGIN SOLUTION\s*$")
 _END = re.compile(r"^\s*# END SOLUTION\s*$")
@@ -77,19 +78,34 @@ class _Regions:
 
 
 def strip_code(source: str, where: str = "<cell>") -> tuple[str, bool]:
-    """Exercise version of a code cell's source, and whether it had a solution region."""
+    """Exercise version of a code cell's source, and whether it had a solution region.
+
+    Every skeleton line ends with the ``PLACEHOLDER`` comment (a region without skeleton lines becomes
+    ``pass  # placeholder``), so that a checker can tell an untouched exercise from a wrong one.
+    """
     regions = _Regions(where)
     kept: list[str] = []
+    skeleton_lines = 0
     for number, line in enumerate(source.split("\n"), start=1):
         if _BEGIN.match(line):
             regions.begin(number)
+            if not skeleton_lines:
+                kept.append(line[: len(line) - len(line.lstrip())] + "pass  " + PLACEHOLDER)
+            skeleton_lines = 0
         elif _END.match(line):
             regions.end(number)
         elif _ANY_MARKER.search(line):
             raise NotebookBuildError(f"{where}, line {number}: malformed marker {line.strip()!r}")
         elif not regions.opened_at:
             skeleton = _SKELETON.match(line)
-            kept.append(skeleton["indent"] + (skeleton["code"] or "") if skeleton else line)
+            if skeleton and skeleton["code"]:
+                skeleton_lines += 1
+                kept.append(skeleton["indent"] + skeleton["code"] + "  " + PLACEHOLDER)
+            elif skeleton:
+                kept.append(skeleton["indent"].rstrip())  # an empty skeleton line: a blank line
+            else:
+                skeleton_lines = 0 if line.strip() and not line.strip().startswith("#") else skeleton_lines
+                kept.append(line)
     regions.finish()
     return "\n".join(kept), regions.count > 0
 
