@@ -11,6 +11,7 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 LOGS=/tmp/gpu-logs; mkdir -p "$LOGS"
 collect() {
+    wait  # background experiments started by the command line
     for f in "$LOGS"/*.log; do [ -f "$f" ] && { echo "===== $(basename "$f")"; tail -n "${TAIL:-80}" "$f"; }; done > "$OUT/logs.txt" 2>&1
     cp "$LOGS"/records/*.jsonl "$OUT/" 2>/dev/null
     cp results-gpu/*.json results-gpu/*.md "$OUT/" 2>/dev/null
