@@ -11,11 +11,13 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 LOGS=/tmp/gpu-logs; mkdir -p "$LOGS"
 collect() {
-    wait  # background experiments started by the command line
     for f in "$LOGS"/*.log; do [ -f "$f" ] && { echo "===== $(basename "$f")"; tail -n "${TAIL:-80}" "$f"; }; done > "$OUT/logs.txt" 2>&1
     cp "$LOGS"/records/*.jsonl "$OUT/" 2>/dev/null
     cp results-gpu/*.json results-gpu/*.md "$OUT/" 2>/dev/null
 }
 trap collect EXIT
 python3 -c "from utilities import buildcache; print(buildcache.generator_environment())"
+# BACKGROUND: shell commands to run beside the suite (experiments); their output goes to $LOGS/background.log
+[ -n "${BACKGROUND:-}" ] && { bash -c "$BACKGROUND" > "$LOGS/background.log" 2>&1 & }
 timeout "${SUITE_TIMEOUT:-560}" python3 -m utilities.gpu_suite --logs "$LOGS" --out results-gpu "$@"
+wait
