@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         failures += ["exercises"] if code else []
     if "bench" in parts:
-        code = _run([sys.executable, "-m", "utilities.gpu.bench_all", "--sizes", args.sizes], logs / "bench.log")
+        cmd = [sys.executable, "-m", "utilities.gpu.bench_all", "--sizes", args.sizes, "--plots", str(Path(args.out))]
+        code = _run(cmd, logs / "bench.log")
         failures += ["bench"] if code else []
     for proc in background:
         proc.wait()

@@ -12,6 +12,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="2048,4096,8192")
     parser.add_argument("--slices", type=int, default=7)
     parser.add_argument("--tracks", default="ozaki")
+    parser.add_argument("--plots", default="", help="folder for the PNG figures (none if empty)")
     args = parser.parse_args(argv)
     buildcache.install()
     sizes = [int(s) for s in args.sizes.split(",")]

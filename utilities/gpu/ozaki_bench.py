@@ -70,24 +70,6 @@ def plan_records(plan: OzakiGemm, a: Any, b: Any, *, repeats: int = 10, error: d
     return records
 
 
-def breakdown(records: Sequence[bench.BenchRecord]) -> dict[str, dict[str, float]]:
-    """Median ms per stage, per variant, for ``plots.time_breakdown``."""
-    by_name = {r.name: r.time.median for r in records}
-    out: dict[str, dict[str, float]] = {}
-    for variant in ("unfused", "partial"):
-        if f"ozaki.{variant}" in by_name:
-            out[variant] = {
-                "slicing": by_name["ozaki.slicing"],
-                "products": by_name[f"ozaki.{variant}.products"],
-                "epilogue": by_name[f"ozaki.{variant}.epilogue"],
-            }
-    if "ozaki.fused.kernel" in by_name:
-        out["fused"] = {"slicing": by_name["ozaki.slicing"], "products + epilogue": by_name["ozaki.fused.kernel"]}
-    if "cublas.dgemm" in by_name:
-        out["cuBLAS DGEMM"] = {"DGEMM": by_name["cublas.dgemm"]}
-    return out
-
-
 def ozaki_benchmarks(
     size: int,
     slices: int = 7,
@@ -118,4 +100,41 @@ def ozaki_benchmarks(
     if show:
         print(f"m = n = k = {size}, {slices} slices")
         bench.print_table(records, metric="ms")
+    return records
+
+
+def accuracy_records(n: int = 2048, *, seed: int = 4, record: bool = True) -> list[bench.BenchRecord]:
+    """Accuracy of the fused emulation against slices (3..10, normal inputs) and exponent spread (phi), beside
+    cuBLAS DGEMM on the same inputs; errors on 16 sampled rows against the double-double product.
+
+    One kernel build serves every slice count (the count is a run-time argument of the fused kernel).
+    """
+    rows = sample_rows(n, count=16, seed=seed)
+    records: list[bench.BenchRecord] = []
+
+    def measure(a_h: np.ndarray, b_h: np.ndarray, slices: int, phi: float, native: bool) -> None:
+        a, b = cp.asarray(a_h), cp.asarray(b_h)
+        params = {"slices": slices, "phi": phi}
+        plan = OzakiGemm(n, n, n, slices, "fused")
+        c = plan(a, b)
+        records.append(
+            bench.bench(lambda: plan(a, b, out=c), m=n, n=n, k=n, name="ozaki.fused", params=params, repeats=5,
+                        error=sampled_error(c, a_h, b_h, rows))
+        )  # fmt: skip
+        if native:
+            out = cublas.dgemm(a, b)
+            records.append(
+                bench.bench(lambda: cublas.dgemm(a, b, out=out), m=n, n=n, k=n, name="cublas.dgemm",
+                            params={"phi": phi}, repeats=5, error=sampled_error(out, a_h, b_h, rows))
+            )  # fmt: skip
+
+    a_h, b_h = inputs.normal(n, n, seed), inputs.normal(n, n, seed + 1)
+    for slices in range(3, 11):
+        measure(a_h, b_h, slices, 0.0, native=slices == 3)
+    for phi in (0.5, 1.0, 2.0, 4.0):
+        a_h, b_h = inputs.exponent_spread(n, n, phi, seed + 2), inputs.exponent_spread(n, n, phi, seed + 3)
+        for slices in (7, 8, 9, 10) if phi == 4.0 else (7,):
+            measure(a_h, b_h, slices, phi, native=slices == 7)
+    if record:
+        bench.record(records)
     return records
