@@ -13,7 +13,7 @@ LOGS=/tmp/gpu-logs; mkdir -p "$LOGS"
 collect() {
     for f in "$LOGS"/*.log; do [ -f "$f" ] && { echo "===== $(basename "$f")"; tail -n "${TAIL:-80}" "$f"; }; done > "$OUT/logs.txt" 2>&1
     cp "$LOGS"/records/*.jsonl "$OUT/" 2>/dev/null
-    cp results-gpu/*.json results-gpu/*.md "$OUT/" 2>/dev/null
+    cp results-gpu/*.json results-gpu/*.md results-gpu/*.png "$OUT/" 2>/dev/null
 }
 trap collect EXIT
 python3 -c "from utilities import buildcache; print(buildcache.generator_environment())"
