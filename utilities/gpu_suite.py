@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "results"))
     parser.add_argument("--logs", default=None, help="folder for logs (default: a temporary one)")
     parser.add_argument("--sizes", default="2048,4096,8192")
+    parser.add_argument("--accuracy", default="yes", choices=["yes", "no", "only"])
     args = parser.parse_args(argv)
     parts = args.parts.split(",")
     # subprocesses (tools/build_times.py, pytest, nbval kernels) import utilities from this checkout
@@ -128,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         failures += ["exercises"] if code else []
     if "bench" in parts:
-        cmd = [sys.executable, "-m", "utilities.gpu.bench_all", "--sizes", args.sizes, "--plots", str(Path(args.out))]
+        cmd = [sys.executable, "-m", "utilities.gpu.bench_all", "--sizes", args.sizes, "--plots", str(Path(args.out)),
+               "--accuracy", args.accuracy]  # fmt: skip
         code = _run(cmd, logs / "bench.log")
         failures += ["bench"] if code else []
     for proc in background:

@@ -13,16 +13,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slices", type=int, default=7)
     parser.add_argument("--tracks", default="ozaki")
     parser.add_argument("--plots", default="", help="folder for the PNG figures (none if empty)")
+    parser.add_argument("--accuracy", choices=["yes", "no", "only"], default="yes", help="accuracy sweeps (2048^3)")
     args = parser.parse_args(argv)
     buildcache.install()
     sizes = [int(s) for s in args.sizes.split(",")]
     if "ozaki" in args.tracks:
-        from utilities.gpu.ozaki_bench import ozaki_benchmarks
+        from utilities.gpu.ozaki_bench import accuracy_records, ozaki_benchmarks
+        from utilities.ozaki.figures import save_plots
 
-        for size in sizes:
-            ozaki_benchmarks(
-                size, args.slices, variants=("unfused", "partial", "fused") if size == max(sizes) else ("fused",)
-            )
+        records = []
+        for size in sizes if args.accuracy != "only" else []:
+            variants = ("unfused", "partial", "fused") if size == max(sizes) else ("fused",)
+            records += ozaki_benchmarks(size, args.slices, variants=variants)
+        if args.accuracy != "no":
+            records += accuracy_records()
+        if args.plots and args.accuracy != "only":
+            print("plots:", ", ".join(save_plots(records, args.plots)))
     return 0
 
 
