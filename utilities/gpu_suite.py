@@ -43,6 +43,19 @@ def _run(cmd: list[str], log: Path, env: dict[str, str] | None = None, backgroun
     return code
 
 
+def run_notebooks(paths: list[Path], logs: Path, part: str) -> int:
+    """nbval on each notebook in its own process, all at once (each builds its own kernels); 1 if any failed."""
+    procs = []
+    for path in paths:
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path.relative_to(ROOT))]
+        procs.append((path, _run(cmd, logs / f"{part}_{path.stem}.log", background=True)))
+    failed = [path.name for path, proc in procs if proc.wait() != 0]
+    for path, _ in procs:
+        lines = (logs / f"{part}_{path.stem}.log").read_text().splitlines()
+        print(f"gpu-suite: {part} {path.name}: {lines[-1] if lines else 'no output'}")
+    return 1 if failed else 0
+
+
 def build_times(logs: Path, results: Path) -> list[subprocess.Popen]:
     """Start the before/after build measurements (background; each is a fresh process)."""
     cache = Path(tempfile.mkdtemp(prefix="build-times-"))
@@ -118,16 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "tests"], logs / "tests.log"
         )
         failures += ["tests"] if code else []
-    if "notebooks" in parts:
-        code = _run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "solutions"], logs / "notebooks.log"
-        )
-        failures += ["notebooks"] if code else []
-    if "exercises" in parts:
-        code = _run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "notebooks"], logs / "exercises.log"
-        )
-        failures += ["exercises"] if code else []
+    for part, folder in (("notebooks", "solutions"), ("exercises", "notebooks")):
+        if part in parts:
+            failures += [part] if run_notebooks(sorted((ROOT / folder).glob("*.ipynb")), logs, part) else []
     if "bench" in parts:
         cmd = [sys.executable, "-m", "utilities.gpu.bench_all", "--sizes", args.sizes, "--plots", str(Path(args.out)),
                "--accuracy", args.accuracy]  # fmt: skip
