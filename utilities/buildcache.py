@@ -305,8 +305,13 @@ class LazyMathdx:
             return None
         if name in _DEFERRED:
             count_at, list_at = _DEFERRED[name]
-            for handle in list(args[list_at])[: int(args[count_at])]:
-                self.pending[int(handle)] = name
+            handles = [int(h) for h in list(args[list_at])[: int(args[count_at])]]
+            unknown = [h for h in handles if h not in self.recipes]
+            if unknown:  # not keyable, so never served from the cache: finalize for real now
+                real(len(unknown), unknown)
+            for handle in handles:
+                if handle in self.recipes:
+                    self.pending[handle] = name
             return None
         if name in _TRAITS:
             return self._trait(name, args)

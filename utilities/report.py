@@ -256,6 +256,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     ]
     for b in report["builds"]:
         lines.append(f"| {b['kernel']} | " + " | ".join(_cell(b[key], "{:.1f}") for key in BUILD_KEYS) + " |")
+    if report.get("notes"):
+        lines += ["", "## Notes", "", *(f"- {note}" for note in report["notes"])]
     return "\n".join(lines) + "\n"
 
 
@@ -269,11 +271,14 @@ def write_report(
     versions: Mapping[str, str | None],
     out_dir: str | os.PathLike[str] = "results",
     date: str | None = None,
+    notes: Iterable[str] = (),
 ) -> tuple[Path, Path]:
     """Validate, then write ``<out_dir>/<gpu-slug>.json`` (RESULTS.md format) and ``.md``; return both paths."""
     report = build_report(
         records, builds, gpu=gpu, compute_capability=compute_capability, command=command, versions=versions, date=date
     )
+    if notes := list(notes):
+        report["notes"] = notes  # an extra key: what the run checked besides the figures
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / f"{gpu_slug(gpu)}.json"

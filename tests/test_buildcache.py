@@ -1,0 +1,248 @@
+"""The build cache never serves a wrong kernel: keying, invalidation, corruption, deferred finalization.
+
+A fake libmathdx binding stands in for ``nvmath.bindings.mathdx``: it hands out integer handles, "compiles"
+device functions into bytes that depend on everything the calls said, and counts its expensive calls, so the
+tests can tell a cache hit (no compile) from a miss and check that a hit returns the bytes a compile would.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import itertools
+import types
+
+import numpy as np
+import pytest
+
+from utilities import buildcache
+from utilities.buildcache import DiskCache, LazyMathdx, cubin_key, make_key
+
+CODE_ISA = 7
+ENV = {"nvmath-python": "1.0.0", "libmathdx": "302"}
+
+
+def fake_mathdx() -> types.SimpleNamespace:
+    """A libmathdx binding in miniature: state per handle, an NVRTC that is slow only in its counter."""
+    m = types.SimpleNamespace()
+    ids = itertools.count(1)
+    state: dict[int, list] = {}
+    m.calls = {"compile": 0, "finalize": 0, "trait": 0}
+
+    def new(*what):
+        h = next(ids)
+        state[h] = list(what)
+        return h
+
+    def describe(h):  # what a compile "sees": the handle's whole history, dependencies expanded
+        return [describe(x) if isinstance(x, int) and x in state and x != h else x for x in state[h]]
+
+    m.cublasdx_create_descriptor = lambda: new("desc")
+    m.cublasdx_set_operator_int64 = lambda h, op, v: state[h].append(("op", op, v))
+    m.cublasdx_set_operator_int64s = lambda h, op, n, vals: state[h].append(("ops", op, tuple(vals[:n])))
+    m.cublasdx_create_tensor = lambda h, t: new("tensor", h, t)
+    m.cublasdx_create_tensor_strided = lambda mem, vt, ptr, rank, shape, strides: new(
+        "strided", mem, vt, tuple(shape), tuple(strides)
+    )
+    m.cublasdx_create_device_pipeline = lambda h, t, depth, strat, a, b: new("dpipe", h, t, depth, strat, a, b)
+    m.cublasdx_create_tile_pipeline = lambda h, t, dp: new("tpipe", h, t, dp)
+    m.cublasdx_create_device_function = lambda h, ft, n, ts: new("fn", h, ft, *ts[:n])
+    m.cublasdx_create_device_function_with_pipelines = lambda h, ft, nt, ts, np_, ps: new(
+        "fnp", h, ft, *ts[:nt], *ps[:np_]
+    )
+    m.commondx_create_code = lambda: new("code")
+    m.commondx_set_code_option_int64s = lambda c, o, n, vals: state[c].append(("opt", o, tuple(vals[:n])))
+    m.commondx_set_code_option_str = lambda c, o, s: state[c].append(("opt", o, s))
+
+    def finalize(n, handles):
+        m.calls["finalize"] += 1
+        for h in handles[:n]:
+            state[h].append("finalized")
+
+    m.cublasdx_finalize_tensors = finalize
+    m.cublasdx_finalize_pipelines = finalize
+
+    def trait(h, t):
+        m.calls["trait"] += 1
+        assert "finalized" in state[h], "traits need a finalized descriptor"
+        return len(repr(describe(h))) + t
+
+    m.cublasdx_get_pipeline_trait_int64 = trait
+
+    def trait_int64s(h, t, n, address):
+        m.calls["trait"] += 1
+        (ctypes.c_int64 * n).from_address(address)[:] = [t + i for i in range(n)]
+
+    m.cublasdx_get_pipeline_trait_int64s = trait_int64s
+
+    def compile_functions(code, n, fns):
+        m.calls["compile"] += 1
+        for f in fns[:n]:
+            for dep in state[f][1:]:
+                if isinstance(dep, int) and dep in state and state[dep][0] in ("tensor", "dpipe", "tpipe"):
+                    assert "finalized" in state[dep], "dependencies must be finalized before code generation"
+        state[code].append(("lto", hashlib.sha256(repr([describe(code), [describe(f) for f in fns[:n]]]).encode())))
+
+    m.cublasdx_finalize_device_functions = compile_functions
+
+    def lto(code):
+        return next(x[1] for x in state[code] if isinstance(x, tuple) and x[0] == "lto").digest() * 1000
+
+    m.commondx_get_code_ltoir_size = lambda code: len(lto(code))
+
+    def get_ltoir(code, size, buf):
+        buf[:size] = lto(code)[:size]
+
+    m.commondx_get_code_ltoir = get_ltoir
+    m.commondx_get_code_option_int64 = lambda code, option: 90 if option == CODE_ISA else -1
+    m.commondx_destroy_code = lambda code: state.pop(code)
+    return m
+
+
+def build_and_generate(m, *, block=128, depth=3, shape=(8192, 8192), sm=90, ftype=1, tensor_type=5):
+    """What nvmath does for one pipeline kernel's EXECUTE function, through the (wrapped) binding."""
+    h = m.cublasdx_create_descriptor()
+    m.cublasdx_set_operator_int64s(h, 1, 3, [128, 128, 128])
+    m.cublasdx_set_operator_int64s(h, 2, 3, [block, 1, 1])
+    acc = m.cublasdx_create_tensor(h, tensor_type)
+    m.cublasdx_finalize_tensors(1, [acc])
+    ga = m.cublasdx_create_tensor_strided(0, 3, 0, 2, list(shape), [shape[1], 1])
+    gb = m.cublasdx_create_tensor_strided(0, 3, 0, 2, list(shape), [1, shape[0]])
+    dp = m.cublasdx_create_device_pipeline(h, 0, depth, 0, ga, gb)
+    m.cublasdx_finalize_pipelines(1, [dp])
+    tp = m.cublasdx_create_tile_pipeline(h, 0, dp)
+    m.cublasdx_finalize_pipelines(1, [tp])
+    size = m.cublasdx_get_pipeline_trait_int64(dp, 2)
+    dims = np.zeros(3, np.int64)
+    m.cublasdx_get_pipeline_trait_int64s(dp, 4, 3, dims.ctypes.data)
+    fn = m.cublasdx_create_device_function_with_pipelines(h, ftype, 1, [acc], 1, [tp])
+    code = m.commondx_create_code()
+    m.commondx_set_code_option_int64s(code, 3, 1, [sm])
+    m.commondx_set_code_option_str(code, 9, "-gen-opt-lto")
+    m.cublasdx_finalize_device_functions(code, 1, [fn])
+    n = m.commondx_get_code_ltoir_size(code)
+    buf = bytearray(n)
+    m.commondx_get_code_ltoir(code, n, buf)
+    isa = m.commondx_get_code_option_int64(code, CODE_ISA)
+    m.commondx_destroy_code(code)
+    return bytes(buf), isa, size, tuple(dims)
+
+
+def run(cache_dir, env=ENV, **variant):
+    """One "process": a fresh binding, the interposer on it, one kernel's functions generated."""
+    m = fake_mathdx()
+    lazy = LazyMathdx(m, DiskCache(cache_dir), env, isa_option=CODE_ISA)
+    lazy.install()
+    return build_and_generate(m, **variant), m.calls, lazy.cache.stats
+
+
+def test_a_hit_returns_what_a_compile_returns_without_compiling(tmp_path):
+    plain = build_and_generate(fake_mathdx())
+    first, calls, _ = run(tmp_path)
+    assert first == plain and calls["compile"] == 1
+    second, calls, stats = run(tmp_path)
+    assert second == plain
+    assert calls == {"compile": 0, "finalize": 0, "trait": 0}, "a warm cache finalizes and compiles nothing"
+    assert stats.hits == 3 and stats.misses == 0  # two traits and one LTO-IR
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"block": 256}, {"depth": 4}, {"shape": (4096, 8192)}, {"sm": 80}, {"ftype": 2}, {"tensor_type": 6}],
+    ids=lambda c: next(iter(c)),
+)
+def test_changing_any_one_field_forces_a_rebuild(tmp_path, change):
+    run(tmp_path)
+    result, calls, _ = run(tmp_path, **change)
+    assert calls["compile"] == 1, f"{change} must not be served from the cache"
+    assert result == build_and_generate(fake_mathdx(), **change)
+
+
+def test_a_version_change_invalidates_every_entry(tmp_path):
+    run(tmp_path)
+    _, calls, _ = run(tmp_path, env={**ENV, "libmathdx": "303"})
+    assert calls["compile"] == 1 and calls["trait"] == 2
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "empty"])
+def test_a_corrupt_or_partial_entry_is_rebuilt_not_served(tmp_path, damage):
+    run(tmp_path)
+    for path in (tmp_path / "v1").rglob("*"):
+        if path.is_file():
+            blob = path.read_bytes()
+            path.write_bytes(
+                {"truncate": blob[: len(blob) // 2], "flip": blob[:-1] + bytes([blob[-1] ^ 1]), "garbage": b"x" * 60,
+                 "empty": b""}[damage]
+            )  # fmt: skip
+    with pytest.warns(UserWarning, match="corrupt entry"):
+        result, calls, stats = run(tmp_path)
+    assert result == build_and_generate(fake_mathdx()) and calls["compile"] == 1
+    assert stats.corrupt == 3
+    assert run(tmp_path)[1]["compile"] == 0  # and the rebuilt entries serve the next run
+
+
+def test_descriptors_made_before_install_are_never_cached(tmp_path):
+    m = fake_mathdx()
+    h = m.cublasdx_create_descriptor()  # before the interposer: no recipe
+    lazy = LazyMathdx(m, DiskCache(tmp_path), ENV, isa_option=CODE_ISA)
+    lazy.install()
+    acc = m.cublasdx_create_tensor(h, 5)
+    fn = m.cublasdx_create_device_function(h, 1, 1, [acc])
+    m.cublasdx_finalize_tensors(1, [acc])
+    code = m.commondx_create_code()
+    m.cublasdx_finalize_device_functions(code, 1, [fn])
+    assert m.calls["compile"] == 1 and lazy.cache.stats.stored == 0
+
+
+def test_disk_cache_round_trip_clear_and_location(tmp_path, monkeypatch):
+    cache = DiskCache(tmp_path)
+    assert cache.get("ab" * 32) is None
+    cache.put("ab" * 32, b"payload")
+    assert cache.get("ab" * 32) == b"payload" and cache.size_bytes() > 0
+    cache.clear()
+    assert cache.get("ab" * 32) is None
+    monkeypatch.setenv("COURSE_BUILD_CACHE", str(tmp_path / "here"))
+    assert buildcache.default_cache_dir() == tmp_path / "here"
+    monkeypatch.setenv("COURSE_BUILD_CACHE", "off")
+    assert buildcache.default_cache_dir() is None
+    monkeypatch.delenv("COURSE_BUILD_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert buildcache.default_cache_dir() == tmp_path / "xdg" / "tcfusion-course"
+
+
+def test_keys_depend_on_kind_recipe_and_environment():
+    base = make_key("ltoir", ["a", 1], ENV)
+    assert make_key("ltoir", ["a", 1], dict(reversed(ENV.items()))) == base  # order of versions does not matter
+    assert make_key("trait", ["a", 1], ENV) != base
+    assert make_key("ltoir", ["a", 2], ENV) != base
+    assert make_key("ltoir", ["a", 1], {**ENV, "numba": "x"}) != base
+
+
+def test_cubin_key_covers_ir_links_and_options():
+    class LTOIR:
+        def __init__(self, data):
+            self.data = data
+
+    def library(**change):
+        lib = types.SimpleNamespace(
+            llvm_strs=["; ModuleID = 'a'\n", "; ModuleID = 'b'\n"], _nvvm_options={"opt": 3}, needs_cudadevrt=False,
+            _linking_files=[LTOIR(b"execute"), LTOIR(b"copy")], _max_registers=None, _lto=True,
+        )  # fmt: skip
+        for key, value in change.items():
+            setattr(lib, key, value)
+        return lib
+
+    base = cubin_key(library(), (9, 0, "a"), ENV)
+    assert cubin_key(library(llvm_strs=["; ModuleID = 'b'", "; ModuleID = 'a'"]), (9, 0, "a"), ENV) == base
+    assert cubin_key(library(llvm_strs=["; ModuleID = 'a'"]), (9, 0, "a"), ENV) != base
+    assert cubin_key(library(_linking_files=[LTOIR(b"execute"), LTOIR(b"copy2")]), (9, 0, "a"), ENV) != base
+    assert cubin_key(library(_max_registers=128), (9, 0, "a"), ENV) != base
+    assert cubin_key(library(), (9, 0, ""), ENV) != base
+    assert cubin_key(library(), (9, 0, "a"), {**ENV, "nvidia-nvjitlink": "13.1"}) != base
+
+
+def test_install_stays_off_with_unverified_versions(monkeypatch, tmp_path):
+    monkeypatch.setattr(buildcache, "_version", lambda name: "0.0")
+    monkeypatch.setattr(buildcache, "_STATE", {})
+    with pytest.warns(UserWarning, match="build cache off"):
+        assert buildcache.install(tmp_path) is None
