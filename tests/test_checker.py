@@ -39,17 +39,19 @@ def test_end_to_end_checker_passes_the_reference_and_compares_kept_stages():
 # --- broken implementations are rejected, and the failing stage is named -------------------------------------
 
 
-def slicing_with(digit_fn=None, shift_fn=None):
-    """A row slicer built from the pure-Python digit routine of notebook 3a, with one piece swapped out."""
+def digits_with(extract=math.trunc, last=round, carry=True):
+    """Notebook 3a's digit routine, with one of its three steps swappable for a broken one."""
 
     def digits_of(x, e, slices):
         t = math.ldexp(x, 7 - e)
         out = []
         for _ in range(slices - 1):
-            u = math.trunc(t)
+            u = extract(t)
             out.append(u)
             t = (t - u) * 256.0
-        out.append(round(t))
+        out.append(last(t))
+        if not carry:
+            return [((d + 128) % 256) - 128 for d in out]  # wraps instead of carrying
         for s in range(slices - 1, 0, -1):
             if out[s] > 127:
                 out[s], out[s - 1] = out[s] - 256, out[s - 1] + 1
@@ -57,55 +59,26 @@ def slicing_with(digit_fn=None, shift_fn=None):
                 out[s], out[s - 1] = out[s] + 256, out[s - 1] - 1
         return out
 
+    return digits_of
+
+
+def slicing_with(digit_fn=None, shift_fn=None):
+    """A row slicer built from a digit routine and a shift routine (the reference's unless given)."""
+    digit_fn = digit_fn or digits_with()
+
     def slicer(a, slices):
         e = (shift_fn or ozaki.row_shifts)(a)
         digits = np.zeros((slices, *a.shape), np.int8)
         for i, j in np.ndindex(*a.shape):
-            digits[:, i, j] = np.asarray((digit_fn or digits_of)(a[i, j], int(e[i]), slices), dtype=np.int64)
+            digits[:, i, j] = np.asarray(digit_fn(a[i, j], int(e[i]), slices), dtype=np.int64)
         return digits, e
 
     return slicer
 
 
-def floor_digits(x, e, slices):  # floor is not exact for small negative t
-    t = math.ldexp(x, 7 - e)
-    out = []
-    for _ in range(slices - 1):
-        u = math.floor(t)
-        out.append(u)
-        t = (t - u) * 256.0
-    out.append(round(t))
-    for s in range(slices - 1, 0, -1):
-        if out[s] > 127:
-            out[s], out[s - 1] = out[s] - 256, out[s - 1] + 1
-    return out
-
-
-def no_carry_digits(x, e, slices):
-    t = math.ldexp(x, 7 - e)
-    out = []
-    for _ in range(slices - 1):
-        u = math.trunc(t)
-        out.append(u)
-        t = (t - u) * 256.0
-    out.append(round(t))
-    return [((d + 128) % 256) - 128 for d in out]  # wraps instead of carrying
-
-
-def half_up_digits(x, e, slices):  # rounds the last digit half up instead of half to even
-    t = math.ldexp(x, 7 - e)
-    out = []
-    for _ in range(slices - 1):
-        u = math.trunc(t)
-        out.append(u)
-        t = (t - u) * 256.0
-    out.append(math.floor(t + 0.5))
-    for s in range(slices - 1, 0, -1):
-        if out[s] > 127:
-            out[s], out[s - 1] = out[s] - 256, out[s - 1] + 1
-        elif out[s] < -128:
-            out[s], out[s - 1] = out[s] + 256, out[s - 1] - 1
-    return out
+floor_digits = digits_with(extract=math.floor)  # floor is not exact for small negative t
+no_carry_digits = digits_with(carry=False)
+half_up_digits = digits_with(last=lambda t: math.floor(t + 0.5))  # half up instead of half to even
 
 
 def margin_one_shifts(a):  # forgets the 127/128 margin
