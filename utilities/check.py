@@ -9,6 +9,9 @@ and then either
 - raises :class:`CheckFailure` (an AssertionError, so nbval and pytest see it) naming the stage, the first
   mismatching indices with got/expected values, and a hint.
 
+Every checker takes ``exercise=``: the attendee's functions (kernel factories) whose source an exercise
+notebook marked with placeholder lines; a failure while one is still there is reported as unfinished.
+
 Stages are compared exactly where the algorithm is exact (shifts, int8 digits, int32 products and diagonals)
 and within a stated bound otherwise (the FP64 epilogue: the last bit may differ when the GPU fuses
 ``alpha * x + beta * c`` into one FMA).
@@ -16,6 +19,7 @@ and within a stated bound otherwise (the FP64 epilogue: the last bit may differ 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import secrets
 from collections.abc import Callable, Iterable, Sequence
@@ -186,6 +190,19 @@ def _guard(name: str, fn: Any, exercise: Any, body: Callable[[], CheckResult]) -
         raise
 
 
+def _unfinished_aware(name: str) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
+    """Give a checker an ``exercise=`` keyword: the attendee's functions whose placeholders mark it unfinished."""
+
+    def wrap(body: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+        @functools.wraps(body)
+        def checker(fn: Any, *args: Any, exercise: Any = None, **kwargs: Any) -> CheckResult:
+            return _guard(name, fn, exercise, lambda: body(fn, *args, **kwargs))
+
+        return checker
+
+    return wrap
+
+
 def _cases(m: int, k: int, n: int, seed: int) -> Iterable[tuple[str, np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
     yield "random normal", inputs.normal(m, k, int(rng.integers(2**31))), inputs.normal(k, n, int(rng.integers(2**31)))
@@ -204,7 +221,8 @@ def _cases(m: int, k: int, n: int, seed: int) -> Iterable[tuple[str, np.ndarray,
 SLICE_NAMES = ("slice", "row", "col")
 
 
-def _check_slice_number(fn: Callable[[float, int, int], Sequence[int]], *, seed: int | None = None) -> CheckResult:
+@_unfinished_aware("slice one number")
+def check_slice_number(fn: Callable[[float, int, int], Sequence[int]], *, seed: int | None = None) -> CheckResult:
     """``fn(x, e, slices)`` returns the balanced base-256 digits of x (digit s weighs 2^(e - 7 - 8s))."""
     name, seed = "slice one number", fresh_seed(seed)
     rng = np.random.default_rng(seed)
@@ -225,7 +243,8 @@ def _check_slice_number(fn: Callable[[float, int, int], Sequence[int]], *, seed:
     return _done(name, len(xs) * 4, seed)
 
 
-def _check_diagonal_terms(
+@_unfinished_aware("anti-diagonal terms")
+def check_diagonal_terms(
     fn: Callable[[int, int], Sequence[tuple[int, int]]], *, seed: int | None = None
 ) -> CheckResult:
     """``fn(d, slices)`` lists the products (s, t) on anti-diagonal d, s ascending."""
@@ -250,7 +269,8 @@ def _stage_fn_result(fn: Callable[..., Any], *args: Any) -> Any:
     return tuple(np.asarray(o) for o in out) if isinstance(out, tuple) else np.asarray(out)
 
 
-def _check_slicing(
+@_unfinished_aware("slicing")
+def check_slicing(
     fn: Callable[[np.ndarray, int], tuple[Any, Any]], slices: int = 7, *, seed: int | None = None
 ) -> CheckResult:
     """``fn(a, slices)`` returns ``(a_slices (S, m, k) int8, e (m,) int32)``: the row slicing of A."""
@@ -275,7 +295,8 @@ def _check_slicing(
     return _done(name, count, seed)
 
 
-def _check_diagonals(
+@_unfinished_aware("anti-diagonal sums")
+def check_diagonals(
     fn: Callable[[np.ndarray, np.ndarray], Any], slices: int = 7, *, seed: int | None = None
 ) -> CheckResult:
     """``fn(a_slices, b_slices)`` returns the int32 anti-diagonal sums (S, m, n)."""
@@ -300,7 +321,8 @@ def epilogue_bound(x: np.ndarray, c: np.ndarray | None, alpha: float, beta: floa
     return 2 * U * scale + np.finfo(np.float64).smallest_subnormal
 
 
-def _check_epilogue(fn: Callable[..., Any], slices: int = 7, *, seed: int | None = None) -> CheckResult:
+@_unfinished_aware("FP64 epilogue")
+def check_epilogue(fn: Callable[..., Any], slices: int = 7, *, seed: int | None = None) -> CheckResult:
     """``fn(diagonals, e, f, alpha, beta, c)`` returns C (float64)."""
     name, seed = "FP64 epilogue", fresh_seed(seed)
     rng = np.random.default_rng(seed)
@@ -326,7 +348,8 @@ def _check_epilogue(fn: Callable[..., Any], slices: int = 7, *, seed: int | None
     return _done(name, count, seed)
 
 
-def _check_ozaki_gemm(
+@_unfinished_aware("Ozaki-I GEMM")
+def check_ozaki_gemm(
     run: Callable[..., Any],
     slices: int = 7,
     *,
@@ -392,54 +415,3 @@ def _compare_stages(kept: dict[str, Any], ref: ozaki.OzakiStages, slices: int, c
     if "products" in view:
         want = ozaki.slice_products(ref.a_slices, ref.b_slices)
         compare("slice products", view["products"][:, :m, :n], want, names=("product", "row", "col"), case=case)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Public checkers: ``exercise`` names the attendee's functions (their placeholders mark an unfinished exercise)
-# ------------------------------------------------------------------------------------------------------------
-
-
-def check_slice_number(fn: Callable[[float, int, int], Sequence[int]], *, seed: int | None = None) -> CheckResult:
-    """``fn(x, e, slices)`` returns the balanced base-256 digits of x (digit s weighs 2^(e - 7 - 8s))."""
-    return _guard("slice one number", fn, None, lambda: _check_slice_number(fn, seed=seed))
-
-
-def check_diagonal_terms(fn: Callable[[int, int], Sequence[tuple[int, int]]]) -> CheckResult:
-    """``fn(d, slices)`` lists the products (s, t) on anti-diagonal d, s ascending."""
-    return _guard("anti-diagonal terms", fn, None, lambda: _check_diagonal_terms(fn))
-
-
-def check_slicing(fn: Callable[..., Any], slices: int = 7, *, seed: int | None = None, exercise: Any = None):
-    """``fn(a, slices)`` returns ``(a_slices (S, m, k) int8, e (m,) int32)``: the row slicing of A."""
-    return _guard("slicing", fn, exercise, lambda: _check_slicing(fn, slices, seed=seed))
-
-
-def check_diagonals(fn: Callable[..., Any], slices: int = 7, *, seed: int | None = None, exercise: Any = None):
-    """``fn(a_slices, b_slices)`` returns the int32 anti-diagonal sums (S, m, n)."""
-    return _guard("anti-diagonal sums", fn, exercise, lambda: _check_diagonals(fn, slices, seed=seed))
-
-
-def check_epilogue(fn: Callable[..., Any], slices: int = 7, *, seed: int | None = None, exercise: Any = None):
-    """``fn(diagonals, e, f, alpha, beta, c)`` returns C (float64)."""
-    return _guard("FP64 epilogue", fn, exercise, lambda: _check_epilogue(fn, slices, seed=seed))
-
-
-def check_ozaki_gemm(
-    run: Callable[..., Any],
-    slices: int = 7,
-    *,
-    shapes: Sequence[tuple[int, int, int]] = ((256, 256, 384), (200, 136, 392)),
-    stages: Callable[[], dict[str, Any]] | None = None,
-    seed: int | None = None,
-    adversarial: bool = True,
-    exercise: Any = None,
-) -> CheckResult:
-    """``run(a, b, c, alpha, beta)`` returns C; ``stages()`` (optional) returns the intermediate arrays it kept.
-
-    Stage names understood: ``e``, ``f``, ``a_slices``, ``b_slices``, ``diagonals`` or ``products``. They are
-    compared first, so that a wrong slice is reported as a wrong slice rather than as a wrong C.
-    """
-    body = lambda: _check_ozaki_gemm(  # noqa: E731
-        run, slices, shapes=shapes, stages=stages, seed=seed, adversarial=adversarial
-    )
-    return _guard("Ozaki-I GEMM", run, exercise, body)
