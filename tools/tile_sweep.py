@@ -1,6 +1,6 @@
 """Time the fully fused Ozaki-I kernel alone for one tile configuration (a GPU experiment; prints one JSON line).
 
-    python tools/tile_sweep.py 128x128x128:256:4     # tile MxNxK : threads : pipeline depth
+python tools/tile_sweep.py 128x128x128:256:4     # tile MxNxK : threads : pipeline depth
 """
 
 from __future__ import annotations
