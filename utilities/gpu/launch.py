@@ -1,12 +1,10 @@
-"""Launch helpers for numba kernels that use nvmath.device: large dynamic shared memory and resource reports."""
+"""Launch helpers for numba kernels that use nvmath.device: large dynamic shared memory."""
 
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 from typing import Any
 
-from numba import cuda
 from numba.cuda.typing import typeof as cuda_typeof
 
 _raised: set[tuple[int, int]] = set()
@@ -58,30 +56,3 @@ def launch(kernel: Any, grid: Any, block: Any, shared: int, *args: Any) -> None:
     if shared > 48 * 1024:
         allow_shared_memory(kernel, shared, *args)
     kernel[grid, block, 0, shared](*args)
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What the compiled kernel uses per thread and how many blocks fit on one SM."""
-
-    registers: int
-    local_bytes: int  # stack frame and spills live here: 0 is what a tuned kernel wants
-    shared_static: int
-    blocks_per_sm: int
-    threads: int
-
-    @property
-    def occupancy(self) -> float:
-        """Resident warps over the SM's maximum (64 on sm_80 and sm_90)."""
-        return self.blocks_per_sm * (self.threads // 32) / 64
-
-
-def resources(kernel: Any, block_threads: int, shared: int, *args: Any) -> Resources:
-    overload = compiled(kernel, *args)
-    if shared > 48 * 1024:
-        allow_shared_memory(kernel, shared, *args)
-    cufunc = overload._codelibrary.get_cufunc()
-    attrs = cufunc.attrs
-    ctx = cuda.current_context()
-    blocks = ctx.get_active_blocks_per_multiprocessor(cufunc, block_threads, shared)
-    return Resources(attrs.regs, attrs.local, attrs.shared, blocks, block_threads)

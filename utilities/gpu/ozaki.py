@@ -379,17 +379,3 @@ def epilogue_on_gpu(
     args = (cp.asarray(diagonals), cp.arange(S + 1, dtype=cp.int32), cp.asarray(e), cp.asarray(f))
     kernel[grid, (32, 8)](*args, float(alpha), float(beta), cp.asarray(c), out)
     return cp.asnumpy(out)
-
-
-def ozaki_gemm(
-    a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, slices: int = 7, variant: str = "fused"
-):
-    """One-shot convenience: builds (or reuses) the plan for this shape and runs it."""
-    m, k = a.shape
-    n = b.shape[1]
-    return _plan(m, n, k, slices, variant)(a, b, c, alpha, beta)
-
-
-@functools.lru_cache(maxsize=8)
-def _plan(m: int, n: int, k: int, slices: int, variant: str) -> OzakiGemm:
-    return OzakiGemm(m, n, k, slices, variant)
