@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", default=None, help="folder for logs (default: a temporary one)")
     parser.add_argument("--sizes", default="2048,4096,8192")
     parser.add_argument("--accuracy", default="yes", choices=["yes", "no", "only"])
+    parser.add_argument("--tracks", default="ozaki,fusion,multipass", help="benchmarks of these tracks")
+    parser.add_argument("--jobs", default="", help="prebuild only these kind:shape jobs (default: all the course's)")
+    parser.add_argument("--select", default="", help="tests, notebooks, exercises: names containing one of these")
     args = parser.parse_args(argv)
     parts = args.parts.split(",")
     # subprocesses (tools/build_times.py, pytest, nbval kernels) import utilities from this checkout
@@ -124,19 +127,24 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     background = build_times(logs, records_dir) if "builds" in parts else []
     if "prebuild" in parts:
-        code = _run([sys.executable, "-m", "utilities.gpu.prebuild"], logs / "prebuild.log")
+        jobs = ["--jobs", args.jobs] if args.jobs else []
+        code = _run([sys.executable, "-m", "utilities.gpu.prebuild", *jobs], logs / "prebuild.log")
         failures += ["prebuild"] if code else []
     if "tests" in parts:
+        select = ["-k", " or ".join(args.select.split(","))] if args.select else []
         code = _run(
-            [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "tests"], logs / "tests.log"
+            [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *select, "tests"],
+            logs / "tests.log",
         )
         failures += ["tests"] if code else []
     for part, folder in (("notebooks", "solutions"), ("exercises", "notebooks")):
         if part in parts:
-            failures += [part] if run_notebooks(sorted((ROOT / folder).glob("*.ipynb")), logs, part) else []
+            paths = sorted((ROOT / folder).glob("*.ipynb"))
+            paths = [p for p in paths if any(s in p.name for s in args.select.split(","))]
+            failures += [part] if run_notebooks(paths, logs, part) else []
     if "bench" in parts:
         cmd = [sys.executable, "-m", "utilities.gpu.bench_all", "--sizes", args.sizes, "--plots", str(Path(args.out)),
-               "--accuracy", args.accuracy]  # fmt: skip
+               "--accuracy", args.accuracy, "--tracks", args.tracks]  # fmt: skip
         code = _run(cmd, logs / "bench.log")
         failures += ["bench"] if code else []
     for proc in background:

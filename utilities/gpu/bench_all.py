@@ -11,7 +11,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="2048,4096,8192")
     parser.add_argument("--slices", type=int, default=7)
-    parser.add_argument("--tracks", default="ozaki")
+    parser.add_argument("--tracks", default="ozaki,fusion,multipass")
     parser.add_argument("--plots", default="", help="folder for the PNG figures (none if empty)")
     parser.add_argument("--accuracy", choices=["yes", "no", "only"], default="yes", help="accuracy sweeps (2048^3)")
     args = parser.parse_args(argv)
@@ -29,6 +29,19 @@ def main(argv: list[str] | None = None) -> int:
             records += accuracy_records()
         if args.plots and args.accuracy != "only":
             print("plots:", ", ".join(save_plots(records, args.plots)))
+    if "multipass" in args.tracks:
+        from utilities.gpu import multipass_bench
+
+        records = multipass_bench.multipass_records(sizes=(max(sizes),))
+        if args.plots:
+            print("plots:", ", ".join(multipass_bench.save_plots(records, args.plots)))
+    if "fusion" in args.tracks:
+        from utilities.fusion.figures import save_plots as save_fusion_plots
+        from utilities.gpu.fusion_bench import fusion_records, hbm_tbs
+
+        records = fusion_records()
+        if args.plots:
+            print("plots:", ", ".join(save_fusion_plots(records, args.plots, hbm_tbs())))
     return 0
 
 

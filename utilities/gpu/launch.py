@@ -56,3 +56,32 @@ def launch(kernel: Any, grid: Any, block: Any, shared: int, *args: Any) -> None:
     if shared > 48 * 1024:
         allow_shared_memory(kernel, shared, *args)
     kernel[grid, block, 0, shared](*args)
+
+
+def resources(kernel: Any, threads: int, shared: int, *args: Any) -> dict[str, Any]:
+    """What the compiled kernel takes, per thread and per block, and how many blocks fit on one SM.
+
+    ``spills`` is the local memory per thread in bytes (spilled registers; the kernel has no local arrays that
+    stay in memory when it does not spill). Occupancy comes from the driver for ``shared`` bytes of dynamic
+    shared memory, as a fraction of the SM's 64 warps.
+    """
+    from cuda.bindings import driver
+
+    overload = compiled(kernel, *args)
+    if shared > 48 * 1024:
+        allow_shared_memory(kernel, shared, *args)
+    cufunc = overload.library.get_cufunc() if hasattr(overload, "library") else overload._codelibrary.get_cufunc()
+    err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(_function_handle(cufunc), threads, shared)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed: {err}")
+    from numba import cuda
+
+    device = cuda.get_current_device()
+    warps = device.MAX_THREADS_PER_MULTIPROCESSOR // 32
+    return {
+        "registers": int(overload.regs_per_thread),
+        "spills": int(overload.local_mem_per_thread),
+        "smem": int(overload.shared_mem_per_block) + int(shared),
+        "blocks_per_sm": int(blocks),
+        "occupancy": int(blocks) * (threads // 32) / warps,
+    }

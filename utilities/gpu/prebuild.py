@@ -11,69 +11,116 @@ every kernel in the cache (see ``utilities.buildcache``)::
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 
-def build_one(variant: str, shapes: list[tuple[int, int, int]], slices: int) -> None:
+def _ozaki(variant: str, shape: tuple[int, ...], slices: int) -> None:
+    import cupy as cp
+
+    from utilities.gpu.ozaki import OzakiGemm
+
+    m, n, k = shape
+    OzakiGemm(m, n, k, slices, variant)(cp.zeros((m, k)), cp.zeros((k, n)))
+
+
+def _b2b(keep_d0: bool, shape: tuple[int, ...], block: tuple[int, ...] = ()) -> None:
+    import cupy as cp
+
+    from utilities.gpu.blockfusion import BackToBack, BlockConfig
+
+    k0, n0, n1 = shape  # the kernel does not depend on M: one row-tile's worth builds it
+    z = cp.zeros
+    cfg = BlockConfig(tile_m=block[0], threads=block[1]) if block else None
+    plan = BackToBack(256, k0, n0, n1, keep_d0=keep_d0, cfg=cfg)
+    plan(z((256, k0), cp.float16), z((k0, n0), cp.float16), z((n0, n1), cp.float16), z((256, n1), cp.float16))
+
+
+def _gemm_bias_relu(shape: tuple[int, ...]) -> None:
+    import cupy as cp
+
+    from utilities.gpu.blockfusion import GemmBiasRelu
+
+    m, n, k = shape
+    GemmBiasRelu(m, n, k)(cp.zeros((m, k), cp.float16), cp.zeros((k, n), cp.float16), cp.zeros(n, cp.float16))
+
+
+def build_one(job: str, slices: int) -> None:
     import cupy as cp
 
     from utilities import buildcache
 
     buildcache.install()
-    from utilities.gpu.ozaki import OzakiGemm
+    start = time.perf_counter()
+    kind, spec = job.split(":", 1)
+    if kind in ("multipass", "pipeline"):
+        from utilities.gpu.multipass_bench import build_job
 
-    for m, n, k in shapes:
-        start = time.perf_counter()
-        plan = OzakiGemm(m, n, k, slices, variant)
-        plan(cp.zeros((m, k)), cp.zeros((k, n)))
-        cp.cuda.Device().synchronize()
-        print(f"prebuild: ozaki.{variant} {m}x{n}x{k}: {time.perf_counter() - start:.1f} s", flush=True)
-        del plan
-        cp.get_default_memory_pool().free_all_blocks()
+        build_job(job)
+        print(f"prebuild: {job}: {time.perf_counter() - start:.1f} s", flush=True)
+        return
+    spec, _, block = spec.partition("@")  # b2b:576x64x128@64x256: a row tile of 64, 256 threads
+    shape = parse_shape(spec)
+    if kind in ("unfused", "partial", "fused"):
+        _ozaki(kind, shape, slices)
+    elif kind in ("b2b", "b2b_keep"):
+        _b2b(kind == "b2b_keep", shape, parse_shape(block) if block else ())
+    elif kind == "gemm_bias_relu":
+        _gemm_bias_relu(shape)
+    else:
+        raise ValueError(f"unknown kernel kind {kind!r}")
+    cp.cuda.Device().synchronize()
+    print(f"prebuild: {job}: {time.perf_counter() - start:.1f} s", flush=True)
 
 
-# (variant, shape) pairs that the notebooks, the tests and the GPU report build
-COURSE_JOBS = (
+# (kind, shape) pairs that the notebooks, the tests and the GPU report build
+OZAKI_JOBS = (
     "unfused:256x256x384,partial:256x256x384,fused:256x256x384,unfused:8192x8192x8192,partial:8192x8192x8192,"
     "fused:8192x8192x8192,fused:2048x2048x2048,fused:4096x4096x4096"
 )
+FUSION_JOBS = (
+    "b2b:576x64x128,b2b:64x256x64,b2b_keep:576x64x128,b2b_keep:64x256x64,b2b:4096x256x64,gemm_bias_relu:512x128x256"
+)
+MULTIPASS_JOBS = (
+    "multipass:int8:1,multipass:int8:2,multipass:int8:4,multipass:int8:8,multipass:float16:1,multipass:float16:2,"
+    "multipass:float16:4,multipass:float16:8,pipeline:int8:256,pipeline:int8:8192,pipeline:float16:256,"
+    "pipeline:float16:8192"
+)
+COURSE_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{MULTIPASS_JOBS}"
 
 
-def parse_shape(text: str) -> tuple[int, int, int]:
-    m, n, k = (int(x) for x in text.lower().split("x"))
-    return m, n, k
+def parse_shape(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.lower().split("x"))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", default=COURSE_JOBS, help="comma-separated variant:MxNxK pairs, one process each")
+    parser.add_argument(
+        "--jobs",
+        default=COURSE_JOBS,
+        help="comma-separated kind:shape pairs (fused:8192x8192x8192, b2b:576x64x128), one process each",
+    )
     parser.add_argument("--slices", type=int, default=7)
+    parser.add_argument("--parallel", type=int, default=os.cpu_count() or 4, help="builds at a time")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # worker mode
     args = parser.parse_args(argv)
-    jobs = [job.split(":") for job in args.jobs.split(",")]
+    jobs = args.jobs.split(",")
     if args.one:
-        ((variant, shape),) = jobs
-        build_one(variant, [parse_shape(shape)], args.slices)
+        (job,) = jobs
+        build_one(job, args.slices)
         return 0
     start = time.perf_counter()
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "utilities.gpu.prebuild",
-                "--one",
-                "--jobs",
-                f"{v}:{s}",
-                "--slices",
-                str(args.slices),
-            ]
-        )
-        for v, s in jobs
-    ]
-    failed = [f"{v}:{s}" for (v, s), w in zip(jobs, workers, strict=True) if w.wait() != 0]
+
+    def worker(job: str) -> bool:
+        cmd = [sys.executable, "-m", "utilities.gpu.prebuild", "--one", "--jobs", job, "--slices", str(args.slices)]
+        return subprocess.run(cmd).returncode == 0
+
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:  # each worker is a process of its own
+        ok = list(pool.map(worker, jobs))
+    failed = [job for job, good in zip(jobs, ok, strict=True) if not good]
     print(f"prebuild: {len(jobs) - len(failed)} of {len(jobs)} builds in {time.perf_counter() - start:.0f} s"
           + (f"; failed: {', '.join(failed)}" if failed else ""))  # fmt: skip
     return 1 if failed else 0

@@ -1,0 +1,129 @@
+"""Block-resident fusion on the GPU against the FP64 reference within the derived bound (skipped without a GPU).
+
+The fused kernels (``utilities.gpu.blockfusion``), stage by stage through the checkers, batched, with their
+constraint errors; and the library baselines, whose epilogue path must meet the same bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from utilities.fusion import check as fcheck
+from utilities.fusion import reference as ref
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(256, 576, 64, 128), (256, 64, 256, 64)]  # the issue's (K0, N0, N1) on a few row tiles
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    import cupy as cp
+
+    from utilities import buildcache
+
+    buildcache.install(quiet=True)
+    from utilities.gpu import blockfusion, fusion_baselines
+
+    return cp, blockfusion, fusion_baselines
+
+
+def runner(cp, plan):
+    """run/stages around a plan, as the notebooks build them: a NaN-poisoned output, NumPy in and out."""
+
+    def run(a0, b0, b1, c1, alpha0, alpha1, beta1):
+        out = cp.full(c1.shape, np.nan, cp.float16)
+        ops = [cp.asarray(x) for x in (a0, b0, b1, c1)]
+        return cp.asnumpy(plan(*ops, alpha0, alpha1, beta1, out=out))
+
+    def stages():
+        return {"d0": cp.asnumpy(plan.d0 if plan.batch else plan.d0[0])}  # the plan keeps a batch axis
+
+    return run, stages
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fused_b2b_matches_reference_stage_by_stage(gpu, shape):
+    cp, bf, _ = gpu
+    run, stages = runner(cp, bf.BackToBack(*shape, keep_d0=True))
+    assert fcheck.check_back_to_back(run, stages=stages, shape=shape, seed=1234).status == "passed"
+
+
+def test_fused_b2b_without_d0_matches_reference(gpu):
+    cp, bf, _ = gpu
+    run, _ = runner(cp, bf.BackToBack(*SHAPES[0]))
+    assert fcheck.check_back_to_back(run, shape=SHAPES[0], seed=99).status == "passed"
+
+
+def test_fused_b2b_batched(gpu):
+    cp, bf, _ = gpu
+    run, stages = runner(cp, bf.BackToBack(*SHAPES[0], batch=3, keep_d0=True))
+    result = fcheck.check_back_to_back(run, stages=stages, batched=True, batch=3, shape=SHAPES[0], seed=7)
+    assert result.status == "passed"
+
+
+def test_fused_gemm_bias_relu(gpu):
+    cp, bf, _ = gpu
+    m, n, k = 256, 128, 256
+    plan = bf.GemmBiasRelu(m, n, k)
+
+    def run(a, b, bias):
+        out = cp.full((m, n), np.nan, cp.float16)
+        return cp.asnumpy(plan(cp.asarray(a), cp.asarray(b), cp.asarray(bias), out=out))
+
+    assert fcheck.check_gemm_bias_relu(run, shape=(m, n, k), seed=5).status == "passed"
+
+
+@pytest.mark.parametrize(
+    ("shape", "words"),
+    [
+        ((256, 576, 4096, 128), "N0"),  # the row tile of D0 cannot fit the block
+        ((256, 576, 64, 8192), "N1"),
+        ((250, 576, 64, 128), "M"),  # not a multiple of the row tile
+        ((256, 570, 64, 128), "K0"),  # not a multiple of the K tile
+    ],
+)
+def test_constraints_are_refused_with_the_fix(gpu, shape, words):
+    _, bf, _ = gpu
+    with pytest.raises(ValueError, match=words):
+        bf.BackToBack(*shape)
+
+
+def test_wrong_dtype_and_layout_are_refused(gpu):
+    cp, bf, _ = gpu
+    m, k0, n0, n1 = SHAPES[0]
+    plan = bf.BackToBack(m, k0, n0, n1)
+    ops = [cp.zeros(s, cp.float16) for s in ((m, k0), (k0, n0), (n0, n1), (m, n1))]
+    with pytest.raises((TypeError, ValueError), match="float16"):
+        plan(ops[0].astype(cp.float32), *ops[1:], 1.0, 1.0, 0.0)
+    with pytest.raises((TypeError, ValueError), match="contiguous"):
+        plan(cp.asfortranarray(ops[0]), *ops[1:], 1.0, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("batch", [None, 3])
+def test_library_paths_agree_with_reference(gpu, batch):
+    cp, _, lib = gpu
+    shape = SHAPES[0]
+    x = ref.b2b_inputs(*shape, seed=3, batch=batch)
+    r = ref.b2b_ref(*x.args())
+    ops = [cp.asarray(t) for t in x.args()[:4]]
+    with lib.EpilogueB2B(*ops, x.alpha0, x.alpha1, x.beta1) as epilogue:
+        got = cp.asnumpy(epilogue())
+    assert got.shape == r.d1.shape and np.all(np.abs(got - r.d1) <= r.bound_d1)  # same semantics: same bound
+    plain = cp.asnumpy(lib.LibraryB2B(*shape, batch=batch)(*ops, x.alpha0, x.alpha1, x.beta1))
+    # the plain path also rounds P0 and P1 to FP16: a few more ulps, checked normwise
+    assert np.linalg.norm(plain - r.d1) <= 2.0**-9 * np.linalg.norm(r.d1)
+
+
+def test_library_gemm_bias_relu_agrees_with_reference(gpu):
+    cp, _, lib = gpu
+    x = ref.gemm_inputs(512, 128, 256, seed=2)
+    want, bound = ref.gemm_bias_relu_ref(*x.args())
+    a, b, bias = (cp.asarray(t) for t in x.args())
+    epilogue = lib.EpilogueGemmBiasRelu(a, b, bias)
+    got = cp.asnumpy(epilogue())
+    epilogue.free()
+    assert np.all(np.abs(got - want) <= bound)
+    separate = cp.asnumpy(lib.SeparateGemmBiasRelu(512, 128, 256)(a, b, bias))
+    assert np.linalg.norm(separate - want) <= 2.0**-9 * np.linalg.norm(want)

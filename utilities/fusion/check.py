@@ -1,0 +1,233 @@
+"""Checkers of the block-resident fusion track, in the style of ``utilities.check`` (whose helpers they reuse).
+
+Each checker runs the attendee's code on fresh random inputs (the seed is printed; replay with ``seed=``) and
+on adversarial ones (``reference.B2B_CASES`` / ``GEMM_CASES``), compares every stage it can see with the FP64
+reference within the derived bound (``reference.b2b_bound``), and either prints a pass line, prints "not
+implemented yet" for an untouched skeleton, or raises ``CheckFailure`` naming the stage (``d0``, ``d1``, which
+batch), the first wrong indices with got/expected values, and a hint found by testing the usual mistakes
+(ReLU missing, beta1*C1 missing, alpha applied twice, a block reading another block's rows, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from utilities.check import (
+    CheckFailure,
+    CheckResult,
+    _done,
+    _not_yet,
+    _unfinished_aware,
+    compare,
+    fresh_seed,
+    untouched,
+)
+
+from . import reference as ref
+
+B2B_SHAPE = (256, 576, 64, 128)  # m, k0, n0, n1: example 13's K0, N0, N1 on a few row tiles
+GEMM_SHAPE = (256, 128, 256)  # m, n, k
+BATCH = 3
+
+
+def _within(got: np.ndarray, want: np.ndarray, bound: np.ndarray, share: float = 0.99) -> bool:
+    """True when at least ``share`` of the entries of ``got`` lie within ``bound`` of ``want``."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = np.abs(got.astype(np.float64) - want) <= bound
+    return bool(ok.mean() >= share)
+
+
+def _structure_hint(got: np.ndarray, want: np.ndarray, bound: np.ndarray, what: str) -> str:
+    """A hint from where the wrong entries lie: NaNs, negative values, whole rows, whole columns."""
+    g = got.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = ~(np.abs(g - want) <= bound)
+    if np.isnan(g).any():
+        return f"{what} holds NaN: some entries were never written (the poison value shows through)"
+    if (g < 0).any():
+        return f"ReLU missing: {what} has negative values"
+    flat = bad.reshape(-1, bad.shape[-2], bad.shape[-1])
+    for axis, what_lines, fix in (
+        (2, "rows", "a block must compute D1 from the D0 rows it computed itself, and write the rows of its own tile"),
+        (1, "columns", "check the column offsets of the B tiles and of the output"),
+    ):
+        hit = flat.any(axis=(0, axis))  # lines (rows or columns) with a wrong entry
+        share = flat.mean(axis=(0, axis))
+        if 0 < hit.sum() < hit.size and share[hit].mean() > 0.25:
+            lines = np.flatnonzero(hit)
+            label = "wrong row tile: " if what_lines == "rows" else ""
+            return (
+                f"{label}{what_lines} {lines[0]}..{lines[-1]} ({len(lines)} of {hit.size}) are wrong, the others "
+                f"right: {fix}"
+            )
+    return ""
+
+
+def _diagnose(
+    got: np.ndarray, bound: np.ndarray, candidates: dict[str, np.ndarray], want: np.ndarray, what: str
+) -> str:
+    """The hint of the first candidate (a known mistake's result) that ``got`` matches, else a structural hint."""
+    for hint, value in candidates.items():
+        slack = bound + 4 * ref.U16 * np.abs(value)  # the bound was derived for ``want``, not for ``value``
+        if _within(got, value, slack) and not _within(value, want, bound):
+            return hint
+    return _structure_hint(got, want, bound, what)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Back-to-back GEMM
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _d0_candidates(x: ref.B2BInputs, r: ref.B2BReference) -> dict[str, np.ndarray]:
+    a = float(x.alpha0)
+    return {
+        "ReLU missing in the first epilogue: D0 = relu(alpha0 * acc)": a * r.p0,
+        "alpha0 missing: D0 = relu(alpha0 * acc)": ref.relu(r.p0),
+        "alpha0 applied twice": ref.relu(a * a * r.p0),
+        "alpha1 used instead of alpha0": ref.relu(float(x.alpha1) * r.p0),
+    }
+
+
+def _d1_candidates(x: ref.B2BInputs, r: ref.B2BReference) -> dict[str, np.ndarray]:
+    a0, a1, b1 = float(x.alpha0), float(x.alpha1), float(x.beta1)
+    y0b1 = r.d0 @ x.b1.astype(np.float64)
+    c = x.c1.astype(np.float64)
+    out = {
+        "ReLU missing in the second epilogue: D1 = relu(alpha1 * acc + beta1 * C1)": r.p1,
+        "beta1*C1 missing: D1 = relu(alpha1 * acc + beta1 * C1)": ref.relu(a1 * y0b1),
+        "C1 added without beta1": ref.relu(a1 * y0b1 + c),
+        "alpha1 missing: D1 = relu(alpha1 * acc + beta1 * C1)": ref.relu(y0b1 + b1 * c),
+        "alpha1 applied twice": ref.relu(a1 * a1 * y0b1 + b1 * c),
+        "alpha1 also scales C1: alpha1 * (acc + beta1 * C1)": ref.relu(a1 * (y0b1 + b1 * c)),
+        "alpha0 applied again in the second GEMM": ref.relu(a0 * a1 * y0b1 + b1 * c),
+        "D0 without its ReLU fed the second GEMM (ReLU missing in the first epilogue)": ref.relu(
+            a1 * ((a0 * r.p0) @ x.b1.astype(np.float64)) + b1 * c
+        ),
+    }
+    return out
+
+
+def _b2b_not_written(got: np.ndarray, kept: dict[str, np.ndarray]) -> str:
+    if "d0" in kept and (untouched(kept["d0"]) or untouched(kept["d0"], float("nan"))):
+        return "stage 'd0' was not written"
+    if untouched(got) or untouched(got, float("nan")):
+        return "D1 is all zero or was not written"
+    return ""
+
+
+def _check_b2b_case(x: ref.B2BInputs, got: np.ndarray, kept: dict[str, np.ndarray], batched: bool, label: str) -> None:
+    r = ref.b2b_ref(*x.args())
+    got = np.asarray(got)
+    names = ("batch", "row", "col") if batched else ("row", "col")
+    batches = range(x.a0.shape[0]) if batched else [None]
+    stages = [("d0", kept.get("d0"), r.d0, r.bound_d0, _d0_candidates)] if "d0" in kept else []
+    stages.append(("d1", got, r.d1, r.bound_d1, _d1_candidates))
+    for stage, value, want, bound, candidates in stages:
+        value = np.asarray(value)
+        if value.shape != want.shape:
+            compare(stage, value, want, names=names, case=label)  # reports the shape
+        if value.dtype != np.float16:
+            raise CheckFailure(stage, f"stage '{stage}' on input '{label}': dtype {value.dtype}, expected float16")
+        for b in batches:
+            sel = (slice(None),) if b is None else (b,)
+            g, w, bd = value[sel], want[sel], bound[sel]
+            if _within(g, w, bd, share=1.0):
+                continue
+            xb = x if b is None else ref.B2BInputs(x.name, *(t[b] for t in x.args()[:4]), *x.args()[4:])
+            rb = r if b is None else ref.B2BReference(*(getattr(r, f)[b] for f in r.__dataclass_fields__))
+            hint = _diagnose(g, bd, candidates(xb, rb), w, stage.upper())
+            if b is not None and not hint:
+                other = next((o for o in batches if o != b and _within(g, want[o], bd)), None)
+                if other is not None:
+                    hint = f"batch {b} holds the result of batch {other}: offset every operand by the batch index"
+            where = stage if b is None else f"{stage} (batch {b})"
+            compare(where, value, want, bound=bound if b is None else _only(bound, b), names=names, hint=hint,
+                    case=f"{label}, alpha0={x.alpha0}, alpha1={x.alpha1}, beta1={x.beta1}")  # fmt: skip
+
+
+def _only(bound: np.ndarray, b: int) -> np.ndarray:
+    """``bound`` with every batch but ``b`` made infinite, so that the report lists batch ``b``'s entries."""
+    out = np.full_like(bound, np.inf)
+    out[b] = bound[b]
+    return out
+
+
+@_unfinished_aware("back-to-back GEMM")
+def check_back_to_back(
+    run: Callable[..., Any],
+    *,
+    stages: Callable[[], dict[str, Any]] | None = None,
+    batched: bool = False,
+    shape: Sequence[int] = B2B_SHAPE,
+    batch: int = BATCH,
+    seed: int | None = None,
+    cases: Sequence[str] = ref.B2B_CASES,
+) -> CheckResult:
+    """``run(a0, b0, b1, c1, alpha0, alpha1, beta1)`` returns D1 (NumPy FP16); ``stages()`` returns ``{"d0": D0}``.
+
+    ``shape`` is ``(m, k0, n0, n1)`` of the plan that ``run`` calls; ``batched=True`` gives every operand a
+    leading axis of ``batch``. D0 is compared first when ``stages`` is given, so that a wrong first epilogue is
+    reported as a wrong D0 rather than as a wrong D1.
+    """
+    name, seed = "back-to-back GEMM" + (f" (batched x{batch})" if batched else ""), fresh_seed(seed)
+    m, k0, n0, n1 = (int(s) for s in shape)
+    count = 0
+    for x in ref.b2b_cases(m, k0, n0, n1, seed, batch if batched else None, tuple(cases)):
+        got = np.asarray(run(*(a.copy() if isinstance(a, np.ndarray) else a for a in x.args())))
+        kept = {k: np.asarray(v) for k, v in (stages() if stages is not None else {}).items()}
+        if count == 0:
+            blank = _b2b_not_written(got, kept)
+            if blank:
+                return _not_yet(name, blank)
+        _check_b2b_case(x, got, kept, batched, f"{x.name} {m}x{k0}x{n0}x{n1}")
+        count += 1
+    return _done(name, count, seed)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# GEMM + bias + ReLU
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _gemm_candidates(x: ref.GemmInputs) -> dict[str, np.ndarray]:
+    p = x.a.astype(np.float64) @ x.b.astype(np.float64)
+    bias = x.bias.astype(np.float64)
+    out = {
+        "ReLU missing: out = relu(acc + bias)": p + bias,
+        "bias missing: out = relu(acc + bias[col])": ref.relu(p),
+        "ReLU applied before the bias: relu(acc) + bias": ref.relu(p) + bias,
+        "bias subtracted instead of added": ref.relu(p - bias),
+    }
+    if p.shape[0] == p.shape[1]:
+        out["bias indexed by row instead of by column"] = ref.relu(p + bias[:, None])
+    return out
+
+
+@_unfinished_aware("GEMM + bias + ReLU")
+def check_gemm_bias_relu(
+    run: Callable[..., Any],
+    *,
+    shape: Sequence[int] = GEMM_SHAPE,
+    seed: int | None = None,
+    cases: Sequence[str] = ref.GEMM_CASES,
+) -> CheckResult:
+    """``run(a, b, bias)`` returns ``relu(a @ b + bias)`` as NumPy FP16; ``shape`` is ``(m, n, k)`` of its plan."""
+    name, seed = "GEMM + bias + ReLU", fresh_seed(seed)
+    m, n, k = (int(s) for s in shape)
+    count = 0
+    for x in ref.gemm_cases(m, n, k, seed, tuple(cases)):
+        got = np.asarray(run(x.a.copy(), x.b.copy(), x.bias.copy()))
+        want, bound = ref.gemm_bias_relu_ref(*x.args())
+        if count == 0 and (untouched(got) or untouched(got, float("nan"))):
+            return _not_yet(name, "the output is all zero or was not written")
+        label = f"{x.name} {m}x{n}x{k}"
+        if got.shape == want.shape and got.dtype != np.float16:
+            raise CheckFailure("out", f"stage 'out' on input '{label}': dtype {got.dtype}, expected float16")
+        hint = "" if got.shape != want.shape else _diagnose(got, bound, _gemm_candidates(x), want, "the output")
+        compare("out", got, want, bound=bound, names=("row", "col"), hint=hint, case=label)
+        count += 1
+    return _done(name, count, seed)

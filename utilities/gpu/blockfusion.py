@@ -1,0 +1,331 @@
+"""Block-resident fusion on FP16 tensor cores: GEMM + bias + ReLU, and back-to-back GEMMs.
+
+Both kernels are plain numba kernels around nvmath.device ``Matmul`` (cuBLASDx) block GEMMs:
+
+- ``make_gemm_bias_relu_kernel``: one block computes a TM x TN tile of ``relu(A @ B + bias)``; the K loop is
+  double-buffered in shared memory (the copies of stage s + 1 are issued before stage s runs on the tensor
+  cores) and the bias and ReLU are applied to the FP32 accumulator before the only store.
+- ``make_b2b_kernel``: one block owns a TM-row tile of ``D0 = relu(alpha0 * A0 @ B0)`` with all N0 columns,
+  turns it to FP16 in shared memory, and uses it as the A operand of the second GEMM,
+  ``D1 = relu(alpha1 * D0 @ B1 + beta1 * C1)``. D0 never touches global memory (unless asked to, for checking).
+
+Constraints (checked by the plans, with the fix in the message): the block GEMMs' shapes are fixed when the
+kernel is built, so N0 and N1 are whole tiles of the block (at most ``MAX_N``), M is a multiple of the row
+tile, and K0 a multiple of the K tile. All operands are FP16, C-contiguous (row-major); accumulation is FP32.
+
+Known limit, measured on an H100 (see the README): nvmath-python 1.0.0's ``copy`` from global to shared memory
+moves one element per thread and instruction (a global tensor's leading dimension is a run-time value and its
+alignment one element), so these kernels load operands far below HBM bandwidth, and the library paths win.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import cupy as cp
+import numpy as np
+from numba import cuda, float32
+from nvmath.device import Matmul
+from nvmath.device.common import copy, copy_fragment, copy_wait, make_tensor
+
+from . import launch
+
+MAX_N = 256  # widest N0 / N1 a block holds: a 128 x 256 FP32 accumulator is 256 registers per thread at 128 threads
+SMEM_ALIGN = 512  # shared-memory segments start on 1 KiB boundaries (counted in FP16 elements)
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """Row tile, K tile and threads of the block GEMMs."""
+
+    tile_m: int = 128
+    tile_k: int = 64
+    threads: int = 128
+
+
+@functools.cache
+def fp16_matmul(m: int, n: int, k: int, threads: int) -> Matmul:
+    """A block GEMM of FP16 row-major operands with an FP32 accumulator."""
+    return Matmul(
+        size=(m, n, k),
+        precision=(np.float16, np.float16, np.float32),
+        data_type="real",
+        arrangement=("row_major", "row_major", "row_major"),
+        execution="Block",
+        block_size=threads,
+        alignment=(16, 16, 16),
+        static_block_dim=True,
+    )
+
+
+def _ceil_to(x: int, q: int) -> int:
+    return -(-x // q) * q
+
+
+def _segments(*sizes: int) -> tuple[list[int], int]:
+    """Offsets of shared-memory segments of these sizes (FP16 elements), each 1 KiB aligned, and the total."""
+    offsets, end = [], 0
+    for size in sizes:
+        offsets.append(end)
+        end = _ceil_to(end + size, SMEM_ALIGN)
+    return offsets, end
+
+
+def _kloop_smem(MM: Matmul) -> tuple[int, int]:
+    return MM.suggest_layout_smem_a().cosize, MM.suggest_layout_smem_b().cosize
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Warm-up: GEMM with bias and ReLU in the epilogue
+# ------------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def make_gemm_bias_relu_kernel(MM: Matmul):
+    """out = relu(a @ b + bias) for one TM x TN tile per block, the K loop double-buffered in shared memory."""
+    TM, TN, TK = MM.size
+    SA, SB = _kloop_smem(MM)
+    (A0, B0, A1, B1), _ = _segments(SA, SB, SA, SB)
+    FRAGMENT = MM.suggest_layout_rmem_c().cosize
+
+    @cuda.jit(launch_bounds=(MM.block_size, 1))
+    def gemm_bias_relu_kernel(a, b, bias, out):
+        smem = cuda.shared.array(shape=(0,), dtype=np.float16, alignment=1024)
+        row0, col0 = cuda.blockIdx.x * TM, cuda.blockIdx.y * TN
+        lda, ldb = a.shape[1], b.shape[1]
+        sa = make_tensor(smem[A0 : A0 + SA], MM.suggest_layout_smem_a())
+        sb = make_tensor(smem[B0 : B0 + SB], MM.suggest_layout_smem_b())
+        sa_next = make_tensor(smem[A1 : A1 + SA], MM.suggest_layout_smem_a())
+        sb_next = make_tensor(smem[B1 : B1 + SB], MM.suggest_layout_smem_b())
+        copy(make_tensor(a[row0 : row0 + TM, 0:TK], MM.get_layout_gmem_a(lda)), sa)
+        copy(make_tensor(b[0:TK, col0 : col0 + TN], MM.get_layout_gmem_b(ldb)), sb)
+        acc = MM.suggest_accumulator()
+        acc.clear()
+        for stage in range(1, lda // TK):
+            copy_wait()  # stage - 1 has landed, and every thread is done with the other buffers
+            k0 = stage * TK
+            copy(make_tensor(a[row0 : row0 + TM, k0 : k0 + TK], MM.get_layout_gmem_a(lda)), sa_next)
+            copy(make_tensor(b[k0 : k0 + TK, col0 : col0 + TN], MM.get_layout_gmem_b(ldb)), sb_next)
+            MM.execute(sa, sb, acc)
+            sa, sa_next = sa_next, sa
+            sb, sb_next = sb_next, sb
+        copy_wait()
+        MM.execute(sa, sb, acc)
+
+        # the epilogue: bias and ReLU on the FP32 accumulator, then one FP16 store
+        result = acc.get_results()
+        tile = make_tensor(cuda.local.array(FRAGMENT, np.float16), MM.suggest_layout_rmem_c())  # FP16 twin
+        for i in range(FRAGMENT):
+            # TODO (about 3 lines): tile[i] = relu(result[i] + bias of this element's column)
+            # SKELETON: tile[i] = result[i]
+            # BEGIN SOLUTION
+            _, col = acc.map_fragment_index(i)
+            x = result[i] + float32(bias[col0 + col])
+            tile[i] = x if x > 0 else float32(0)
+            # END SOLUTION
+        gout = make_tensor(out[row0 : row0 + TM, col0 : col0 + TN], MM.get_layout_gmem_c(out.shape[1]))
+        acc.partition_and_copy(tile, gout)
+
+    return gemm_bias_relu_kernel
+
+
+class GemmBiasRelu:
+    """out = relu(a @ b + bias): FP16 operands, FP32 accumulation and epilogue, FP16 output."""
+
+    def __init__(self, m: int, n: int, k: int, tile: tuple[int, int, int] = (128, 128, 64), threads: int = 128,
+                 kernel_factory: Any = None):  # fmt: skip
+        tm, tn, tk = tile
+        for name, size, t in (("m", m, tm), ("n", n, tn), ("k", k, tk)):
+            if size % t:
+                raise ValueError(f"{name} = {size} is not a multiple of the block tile's {t}: pad it, or pick a tile")
+        self.m, self.n, self.k = m, n, k
+        self.MM = fp16_matmul(tm, tn, tk, threads)
+        sa, sb = _kloop_smem(self.MM)
+        self.shared_bytes = 2 * _segments(sa, sb, sa, sb)[1]
+        self.kernel = (kernel_factory or make_gemm_bias_relu_kernel)(self.MM)
+        self.grid = (m // tm, n // tn)
+
+    def __call__(self, a: Any, b: Any, bias: Any, out: Any = None) -> Any:
+        _require_fp16(("a", a, (self.m, self.k)), ("b", b, (self.k, self.n)), ("bias", bias, (self.n,)))
+        out = cp.empty((self.m, self.n), dtype=cp.float16) if out is None else out
+        _require_fp16(("out", out, (self.m, self.n)))
+        launch.launch(self.kernel, self.grid, self.MM.block_size, self.shared_bytes, a, b, bias, out)
+        return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Back-to-back GEMMs: D0 stays in the block
+# ------------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
+    """D1 = relu(alpha1 * relu(alpha0 * A0 @ B0) @ B1 + beta1 * C1), one TM-row tile per block.
+
+    GEMM 0 is (TM, N0, TK) per K stage; its FP32 result becomes FP16 D0 in shared memory, laid out as the A
+    operand of GEMM 1, (TM, N1, N0). D0 reuses the shared memory of GEMM 0's K loop. Arrays are 3-D
+    (batch, rows, columns); ``cuda.blockIdx.y`` is the batch. With ``keep_d0`` the block also writes its D0
+    tile to ``d0`` (for checking the first stage); otherwise ``d0`` is not touched.
+    """
+    TM, N0, TK = MM0.size
+    _, N1, K1 = MM1.size
+    assert K1 == N0 and MM1.size[0] == TM and MM0.block_size == MM1.block_size
+    SA, SB = _kloop_smem(MM0)
+    SD, SW = MM1.suggest_layout_smem_a().cosize, MM1.suggest_layout_smem_b().cosize
+    (A0, B0, A1, B1), kloop_end = _segments(SA, SB, SA, SB)
+    D_AT = 0  # D0 overwrites GEMM 0's buffers once they are consumed
+    W_AT = _ceil_to(max(kloop_end, SD), SMEM_ALIGN)  # B1 lives beside them: its load starts with the first stage
+    F0 = MM0.suggest_layout_rmem_c().cosize
+    F1 = MM1.suggest_layout_rmem_c().cosize
+
+    @cuda.jit(launch_bounds=(MM0.block_size, 1))
+    def b2b_kernel(a0, b0, b1, c1, alpha0, alpha1, beta1, d1, d0):
+        smem = cuda.shared.array(shape=(0,), dtype=np.float16, alignment=1024)
+        row0, z = cuda.blockIdx.x * TM, cuda.blockIdx.y
+        k0_total = a0.shape[2]
+        a_rows, b0z = a0[z, row0 : row0 + TM, :], b0[z]
+        sa = make_tensor(smem[A0 : A0 + SA], MM0.suggest_layout_smem_a())
+        sb = make_tensor(smem[B0 : B0 + SB], MM0.suggest_layout_smem_b())
+        sa_next = make_tensor(smem[A1 : A1 + SA], MM0.suggest_layout_smem_a())
+        sb_next = make_tensor(smem[B1 : B1 + SB], MM0.suggest_layout_smem_b())
+        sw = make_tensor(smem[W_AT : W_AT + SW], MM1.suggest_layout_smem_b())
+        copy(make_tensor(a_rows[:, 0:TK], MM0.get_layout_gmem_a(k0_total)), sa)
+        copy(make_tensor(b0z[0:TK, :], MM0.get_layout_gmem_b(N0)), sb)
+        copy(make_tensor(b1[z], MM1.get_layout_gmem_b(N1)), sw)
+
+        # GEMM 0 over K0, double-buffered
+        acc0 = MM0.suggest_accumulator()
+        acc0.clear()
+        for stage in range(1, k0_total // TK):
+            copy_wait()
+            k0 = stage * TK
+            copy(make_tensor(a_rows[:, k0 : k0 + TK], MM0.get_layout_gmem_a(k0_total)), sa_next)
+            copy(make_tensor(b0z[k0 : k0 + TK, :], MM0.get_layout_gmem_b(N0)), sb_next)
+            MM0.execute(sa, sb, acc0)
+            sa, sa_next = sa_next, sa
+            sb, sb_next = sb_next, sb
+        copy_wait()
+        MM0.execute(sa, sb, acc0)
+        cuda.syncthreads()  # every warp is done reading GEMM 0's buffers: D0 may overwrite them
+
+        # D0 = relu(alpha0 * acc0) in FP16, written into shared memory as GEMM 1's A operand
+        r0 = acc0.get_results()
+        d0_tile = make_tensor(cuda.local.array(F0, np.float16), MM0.suggest_layout_rmem_c())
+        for i in range(F0):
+            # TODO (about 2 lines): d0_tile[i] = relu(alpha0 * r0[i])
+            # SKELETON: d0_tile[i] = r0[i]
+            # BEGIN SOLUTION
+            x = alpha0 * r0[i]
+            d0_tile[i] = x if x > 0 else float32(0)
+            # END SOLUTION
+        sd = make_tensor(smem[D_AT : D_AT + SD], MM1.suggest_layout_smem_a())
+        # TODO (about 1 line): store this thread's part of D0 into sd
+        # BEGIN SOLUTION
+        copy_fragment(d0_tile, sd)
+        # END SOLUTION
+        if keep_d0:
+            acc0.partition_and_copy(d0_tile, make_tensor(d0[z, row0 : row0 + TM, :], MM0.get_layout_gmem_c(N0)))
+        cuda.syncthreads()  # D0 is complete in shared memory (and B1 landed with the last copy_wait)
+
+        # GEMM 1 from shared memory, then D1 = relu(alpha1 * acc1 + beta1 * C1)
+        acc1 = MM1.suggest_accumulator()
+        acc1.clear()
+        # TODO (about 1 line): acc1 += D0 @ B1, both operands already in shared memory
+        # BEGIN SOLUTION
+        MM1.execute(sd, sw, acc1)
+        # END SOLUTION
+        r1 = acc1.get_results()
+        out = make_tensor(cuda.local.array(F1, np.float16), MM1.suggest_layout_rmem_c())
+        if beta1 != 0:
+            c_part = acc1.make_partition_and_copy(make_tensor(c1[z, row0 : row0 + TM, :], MM1.get_layout_gmem_c(N1)))
+            for i in range(F1):
+                # TODO (about 2 lines): out[i] = relu(alpha1 * r1[i] + beta1 * c_part[i])
+                # SKELETON: out[i] = r1[i]
+                # BEGIN SOLUTION
+                x = alpha1 * r1[i] + beta1 * float32(c_part[i])
+                out[i] = x if x > 0 else float32(0)
+                # END SOLUTION
+        else:  # C1 is not read when beta1 == 0
+            for i in range(F1):
+                x = alpha1 * r1[i]
+                out[i] = x if x > 0 else float32(0)
+        acc1.partition_and_copy(out, make_tensor(d1[z, row0 : row0 + TM, :], MM1.get_layout_gmem_c(N1)))
+
+    return b2b_kernel
+
+
+def b2b_shared_bytes(MM0: Matmul, MM1: Matmul) -> int:
+    """Dynamic shared memory of ``make_b2b_kernel``: GEMM 0's two K stages (D0 reuses them) and B1."""
+    sa, sb = _kloop_smem(MM0)
+    kloop_end = _segments(sa, sb, sa, sb)[1]
+    sd, sw = MM1.suggest_layout_smem_a().cosize, MM1.suggest_layout_smem_b().cosize
+    return 2 * (_ceil_to(max(kloop_end, sd), SMEM_ALIGN) + sw)
+
+
+def b2b_constraints(m: int, k0: int, n0: int, n1: int, cfg: BlockConfig) -> None:
+    """Raise ValueError, naming the fix, for a problem the fused kernel cannot hold in one block."""
+    for name, n in (("N0", n0), ("N1", n1)):
+        if n > MAX_N:
+            raise ValueError(
+                f"{name} = {n} does not fit one block (at most {MAX_N}): a block holds a whole row tile of "
+                f"D0 (TM x N0) and of D1 (TM x N1) in its accumulators; split {name} over several kernels or use "
+                "the library path"
+            )
+        if n % 16:
+            raise ValueError(f"{name} = {n} must be a multiple of 16 (the tensor-core tile): pad it with zeros")
+    if m % cfg.tile_m:
+        raise ValueError(f"M = {m} is not a multiple of the row tile {cfg.tile_m}: pad A0 and C1 with zero rows")
+    if k0 % cfg.tile_k:
+        raise ValueError(f"K0 = {k0} is not a multiple of the K tile {cfg.tile_k}: pad A0 and B0 with zeros")
+
+
+class BackToBack:
+    """D1 = relu(alpha1 * relu(alpha0 * A0 @ B0) @ B1 + beta1 * C1) in one kernel, D0 kept in the block.
+
+    ``batch=None`` takes 2-D operands; ``batch=b`` takes a leading batch dimension of b on every operand.
+    ``keep_d0=True`` also writes D0 to ``self.d0`` so that a checker can test the first GEMM on its own.
+    """
+
+    def __init__(self, m: int, k0: int, n0: int, n1: int, batch: int | None = None, keep_d0: bool = False,
+                 cfg: BlockConfig | None = None, kernel_factory: Any = None):  # fmt: skip
+        self.cfg = cfg or BlockConfig(tile_m=128 if max(n0, n1) <= 128 else 64)
+        b2b_constraints(m, k0, n0, n1, self.cfg)
+        self.m, self.k0, self.n0, self.n1, self.batch, self.keep_d0 = m, k0, n0, n1, batch, keep_d0
+        c = self.cfg
+        self.MM0 = fp16_matmul(c.tile_m, n0, c.tile_k, c.threads)
+        self.MM1 = fp16_matmul(c.tile_m, n1, n0, c.threads)
+        self.shared_bytes = b2b_shared_bytes(self.MM0, self.MM1)
+        self.kernel = (kernel_factory or make_b2b_kernel)(self.MM0, self.MM1, keep_d0)
+        nb = batch or 1
+        self.d0 = cp.zeros((nb, m, n0), dtype=cp.float16) if keep_d0 else cp.zeros((1, 1, n0), dtype=cp.float16)
+        self.grid = (m // c.tile_m, nb)
+
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        lead = () if self.batch is None else (self.batch,)
+        m, k0, n0, n1 = self.m, self.k0, self.n0, self.n1
+        return {"a0": (*lead, m, k0), "b0": (*lead, k0, n0), "b1": (*lead, n0, n1), "c1": (*lead, m, n1)}
+
+    def __call__(self, a0: Any, b0: Any, b1: Any, c1: Any, alpha0: float = 1.0, alpha1: float = 1.0,
+                 beta1: float = 0.0, out: Any = None) -> Any:  # fmt: skip
+        shapes = self._shapes()
+        _require_fp16(*((name, x, shapes[name]) for name, x in (("a0", a0), ("b0", b0), ("b1", b1), ("c1", c1))))
+        out = cp.empty(shapes["c1"], dtype=cp.float16) if out is None else out
+        _require_fp16(("out", out, shapes["c1"]))
+        as3 = (lambda x: x[None]) if self.batch is None else (lambda x: x)
+        args = (*(as3(x) for x in (a0, b0, b1, c1)), np.float32(alpha0), np.float32(alpha1), np.float32(beta1))
+        launch.launch(self.kernel, self.grid, self.MM0.block_size, self.shared_bytes, *args, as3(out), self.d0)
+        return out
+
+
+def _require_fp16(*items: tuple[str, Any, tuple[int, ...]]) -> None:
+    for name, x, shape in items:
+        if not isinstance(x, cp.ndarray):
+            raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {type(x).__name__}: use cupy.asarray")
+        if x.dtype != cp.float16:
+            raise TypeError(f"{name} must be float16, got {x.dtype}: convert with .astype(cupy.float16)")
+        if tuple(x.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}, the plan expects {shape}: build a plan for it")
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous (row-major): use cupy.ascontiguousarray({name})")

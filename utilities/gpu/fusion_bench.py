@@ -1,0 +1,251 @@
+"""Benchmarks of the block-resident fusion track: fused kernels beside both library paths, in one run.
+
+Record names: ``b2b.fused``, ``b2b.epilogue`` (nvmath/cuBLASLt epilogues), ``b2b.library`` (cuBLAS + CuPy
+elementwise), and ``gemm_bias_relu.fused`` / ``.epilogue`` / ``.separate``. A record's m, n, k are M, N1, K0
+(GEMM: M, N, K); ``params`` hold K0, N0, N1, the bytes the path must move (``utilities.fusion.traffic``) and the
+fraction of the GPU's data-sheet HBM bandwidth achieved; ``tflops`` counts the GEMMs' 2 M (K0 N0 + N0 N1).
+
+Timing: each sample is ``CALLS`` calls between one pair of CUDA events, divided by ``CALLS``, so that the host
+(Python, launches, nvmath's bookkeeping) overlaps the GPU work of calls of 15 to 100 us; the calls cycle through
+several copies of the operands, at least three L2 caches' worth, so that the inputs come from HBM.
+Errors: on 16 sampled rows against the FP64 reference; ``max_elementwise`` is max |error| / the derived bound
+(``utilities.fusion.reference``), so at most 1 for a result within the bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+from .. import bench, peaks
+from ..fusion import reference, traffic
+from . import fusion_baselines as lib
+from .blockfusion import BackToBack, GemmBiasRelu
+
+CALLS = 10
+TARGET_SHAPES = ((576, 64, 128), (64, 256, 64))  # (K0, N0, N1): CUTLASS example 13's, and a wide intermediate
+LOSING = ((2**16, 4096, 256, 64),)  # (M, K0, N0, N1): compute-bound, D0 a tenth of the traffic
+GEMM_SHAPES = ((2**16, 256, 256), (8192, 8192, 8192))  # (M, N, K): memory-bound (fusion pays), compute-bound
+
+
+def hbm_tbs() -> float | None:
+    """The data-sheet HBM bandwidth of this GPU (TB/s), None if it is not in ``utilities.peaks``."""
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+    found = peaks.detect(name.decode() if isinstance(name, bytes) else str(name))
+    return None if found is None else found.bandwidth_tbs
+
+
+def copies_for(nbytes: int) -> int:
+    """How many operand sets to cycle through so that they span three L2 caches (at least 1)."""
+    l2 = int(cp.cuda.Device().attributes["L2CacheSize"])
+    return max(1, math.ceil(3 * l2 / nbytes))
+
+
+def per_call_ms(fns: Sequence[Callable[[], object]], *, repeats: int = 10, calls: int = CALLS) -> list[float]:
+    """GPU time per call (ms): ``calls`` calls (cycling through ``fns``) between two events, ``repeats`` times."""
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    for fn in fns:
+        fn()
+    times = []
+    for _ in range(repeats):
+        start.record()
+        for i in range(calls):
+            fns[i % len(fns)]()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) / calls)
+    return times
+
+
+def _sample_rows(m: int, count: int = 16, seed: int = 0) -> np.ndarray:
+    return np.sort(np.random.default_rng(seed).choice(m, min(m, count), replace=False))
+
+
+def bounded_error(got: np.ndarray, want: np.ndarray, bound: np.ndarray, against: str) -> dict[str, Any]:
+    """``error`` entry: normwise relative error and max |error| / bound (at most 1 when within the bound)."""
+    diff = np.abs(got.astype(np.float64) - want)
+    diff[~np.isfinite(diff)] = np.finfo(np.float64).max  # NaN or Inf in the output: as wrong as can be recorded
+    norm = float(np.linalg.norm(want))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(diff == 0, 0.0, diff / np.maximum(bound, np.finfo(np.float64).tiny))
+    return {
+        "normwise": min(float(np.linalg.norm(diff) / norm) if norm else float(np.linalg.norm(diff)), 1e300),
+        "max_elementwise": min(float(np.max(ratio)), 1e300),
+        "against": against + "; max_elementwise = max |error| / derived bound",
+    }
+
+
+def _b2b_operands(m: int, k0: int, n0: int, n1: int, seed: int, batch: int | None = None) -> dict[str, Any]:
+    """Random FP16 operands on the GPU, scaled as ``reference.b2b_inputs``'s random case."""
+    rng = cp.random.default_rng(seed)
+    lead = () if batch is None else (batch,)
+
+    def normal(shape: tuple[int, ...], scale: float) -> Any:
+        return (rng.standard_normal((*lead, *shape), dtype=cp.float32) * scale).astype(cp.float16)
+
+    return {
+        "a0": normal((m, k0), 1.0),
+        "b0": normal((k0, n0), 1 / math.sqrt(k0)),
+        "b1": normal((n0, n1), math.sqrt(2 / n0)),
+        "c1": normal((m, n1), 1.0),
+    }
+
+
+def _b2b_error(d1: Any, ops: dict[str, Any], alphas: tuple[float, float, float], rows: np.ndarray) -> dict[str, Any]:
+    host = {k: cp.asnumpy(v) for k, v in ops.items()}
+    r = reference.b2b_ref(host["a0"][rows], host["b0"], host["b1"], host["c1"][rows], *alphas)
+    return bounded_error(cp.asnumpy(d1)[rows], r.d1, r.bound_d1, f"FP64 reference, {len(rows)} sampled rows")
+
+
+def b2b_records(
+    m: int, k0: int, n0: int, n1: int, *, batch: int | None = None, repeats: int = 10, seed: int = 0
+) -> list[bench.BenchRecord]:
+    """Fused, epilogue-fused library and plain library back-to-back GEMM at one shape, errors included."""
+    alphas = (0.75, 1.25, -0.5)
+    b = 1 if batch is None else batch
+    set_bytes = traffic.b2b_traffic("fused", m, k0, n0, n1, b).bytes
+    sets = [_b2b_operands(m, k0, n0, n1, seed + i, batch) for i in range(copies_for(set_bytes))]
+    rows = _sample_rows(m, seed=seed)
+    fused = BackToBack(m, k0, n0, n1, batch=batch)
+    library = lib.LibraryB2B(m, k0, n0, n1, batch=batch)
+    outs = [cp.empty_like(s["c1"]) for s in sets]
+    epilogues = [lib.EpilogueB2B(*s.values(), *alphas) for s in sets]
+
+    def calls(fn: Callable[[dict[str, Any], Any], object]) -> list[Callable[[], object]]:
+        return [lambda s=s, o=o: fn(s, o) for s, o in zip(sets, outs, strict=True)]
+
+    paths: dict[str, list[Callable[[], object]]] = {
+        "fused": calls(lambda s, o: fused(*s.values(), *alphas, out=o)),
+        "epilogue": [e.__call__ for e in epilogues],
+        "library": calls(lambda s, o: library(*s.values(), *alphas, out=o)),
+    }
+    results = {
+        "fused": fused(*sets[0].values(), *alphas),
+        "epilogue": epilogues[0](),
+        "library": library(*sets[0].values(), *alphas),
+    }
+    peak = hbm_tbs()
+    records = []
+    for path, fns in paths.items():
+        t = traffic.b2b_traffic(path, m, k0, n0, n1, b)
+        times = per_call_ms(fns, repeats=repeats)
+        params = {"k0": k0, "n0": n0, "n1": n1, "batch": batch, "bytes": t.bytes, "kernels": t.kernels}
+        first = {k: v if batch is None else v[0] for k, v in sets[0].items()}  # batch 0's operands
+        d1 = results[path] if batch is None else results[path][0]
+        rec = bench.make_record(
+            f"b2b.{path}", times, m=m, n=n1, k=k0, params=params, flops=t.flops, bytes_moved=t.bytes,
+            error=_b2b_error(d1, first, alphas, rows),
+        )  # fmt: skip
+        if peak and rec.bandwidth_tbs is not None:
+            rec.params["hbm_fraction"] = rec.bandwidth_tbs / peak
+        records.append(rec)
+    for e in epilogues:
+        e.free()
+    return records
+
+
+def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0) -> list[bench.BenchRecord]:
+    """Fused GEMM + bias + ReLU beside cuBLASLt's RELU_BIAS epilogue and cuBLAS + an elementwise kernel."""
+    rng = cp.random.default_rng(seed)
+    set_bytes = traffic.gemm_bias_relu_traffic("fused", m, n, k).bytes
+    sets = [
+        (
+            rng.standard_normal((m, k), dtype=cp.float32).astype(cp.float16),
+            (rng.standard_normal((k, n), dtype=cp.float32) / math.sqrt(k)).astype(cp.float16),
+            (rng.standard_normal(n, dtype=cp.float32) / 2).astype(cp.float16),
+        )
+        for _ in range(copies_for(set_bytes))
+    ]
+    outs = [cp.empty((m, n), cp.float16) for _ in sets]
+    fused, separate = GemmBiasRelu(m, n, k), lib.SeparateGemmBiasRelu(m, n, k)
+    epilogues = [lib.EpilogueGemmBiasRelu(*s) for s in sets]
+    paths = {
+        "fused": [lambda s=s, o=o: fused(*s, out=o) for s, o in zip(sets, outs, strict=True)],
+        "epilogue": [e.__call__ for e in epilogues],
+        "separate": [lambda s=s, o=o: separate(*s, out=o) for s, o in zip(sets, outs, strict=True)],
+    }
+    results = {"fused": fused(*sets[0]), "epilogue": epilogues[0](), "separate": separate(*sets[0])}
+    rows = _sample_rows(m, seed=seed)
+    a, b, bias = (cp.asnumpy(x) for x in sets[0])
+    want, bound = reference.gemm_bias_relu_ref(a[rows], b, bias)
+    peak = hbm_tbs()
+    records = []
+    for path, fns in paths.items():
+        t = traffic.gemm_bias_relu_traffic(path, m, n, k)
+        error = bounded_error(cp.asnumpy(results[path])[rows], want, bound, f"FP64 reference, {len(rows)} rows")
+        rec = bench.make_record(
+            f"gemm_bias_relu.{path}", per_call_ms(fns, repeats=repeats), m=m, n=n, k=k,
+            params={"bytes": t.bytes, "kernels": t.kernels}, flops=t.flops, bytes_moved=t.bytes, error=error,
+        )  # fmt: skip
+        if peak and rec.bandwidth_tbs is not None:
+            rec.params["hbm_fraction"] = rec.bandwidth_tbs / peak
+        records.append(rec)
+    for e in epilogues:
+        e.free()
+    cp.get_default_memory_pool().free_all_blocks()
+    return records
+
+
+def fusion_records(
+    ms: Sequence[int] = (2**17, 2**18),
+    shapes: Sequence[tuple[int, int, int]] = TARGET_SHAPES,
+    losing: Sequence[tuple[int, int, int, int]] = LOSING,
+    gemm_shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES,
+    *,
+    batched: tuple[int, int, int, int, int] | None = (8, 2**14, 576, 64, 128),
+    repeats: int = 10,
+    record: bool = True,
+    show: bool = True,
+) -> list[bench.BenchRecord]:
+    """Every record of the track: the target shapes at each M, the losing shapes, a batched case, the warm-up."""
+    records: list[bench.BenchRecord] = []
+    for m in ms:
+        for k0, n0, n1 in shapes:
+            records += b2b_records(m, k0, n0, n1, repeats=repeats)
+            cp.get_default_memory_pool().free_all_blocks()
+    for m, k0, n0, n1 in losing:
+        for r in (recs := b2b_records(m, k0, n0, n1, repeats=repeats)):
+            r.params["losing"] = True
+        records += recs
+    if batched is not None:
+        batch, m, k0, n0, n1 = batched
+        records += b2b_records(m, k0, n0, n1, batch=batch, repeats=repeats)
+    for m, n, k in gemm_shapes:
+        records += gemm_records(m, n, k, repeats=repeats)
+    cp.get_default_memory_pool().free_all_blocks()
+    if record:
+        bench.record(records)
+    if show:
+        print(summary(records))
+    return records
+
+
+def summary(records: Sequence[bench.BenchRecord]) -> str:
+    """One line per record: shape, time, GB/s (and share of HBM), TFLOP/s, error, and speedups of the fused path."""
+    lines = [f"{'name':<24} {'shape':<28} {'us':>8} {'GB/s':>7} {'HBM':>5} {'TFLOP/s':>8} {'err/bound':>9} {'x':>6}"]
+    fused_us: dict[tuple, float] = {}
+    for r in records:
+        key = (r.name.split(".")[0], r.m, r.n, r.k, r.params.get("n0"), r.params.get("batch"))
+        if r.name.endswith(".fused"):
+            fused_us[key] = r.time.median
+    for r in records:
+        key = (r.name.split(".")[0], r.m, r.n, r.k, r.params.get("n0"), r.params.get("batch"))
+        shape = (
+            f"M={r.m} K0={r.k} N0={r.params['n0']} N1={r.n}" + (f" b={r.params['batch']}" if r.params.get("batch")
+                                                                 else "")
+            if "n0" in r.params else f"M={r.m} N={r.n} K={r.k}"
+        )  # fmt: skip
+        gbs = (r.bandwidth_tbs or 0.0) * 1e3
+        hbm = f"{r.params['hbm_fraction']:.0%}" if "hbm_fraction" in r.params else "-"
+        err = f"{r.error['max_elementwise']:.2f}" if r.error else "-"
+        speedup = f"{r.time.median / fused_us[key]:.2f}" if key in fused_us else "-"
+        lines.append(
+            f"{r.name:<24} {shape:<28} {r.time.median * 1e3:8.1f} {gbs:7.0f} {hbm:>5} {r.tflops:8.1f} {err:>9} "
+            f"{speedup:>6}"
+        )
+    lines.append("x: this path's time / the fused kernel's (above 1: fusion wins); err/bound <= 1: within the bound")
+    return "\n".join(lines)

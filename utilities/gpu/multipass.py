@@ -1,0 +1,256 @@
+"""Multi-pass tensorization on the GPU: a tile GEMM whose K loop runs phases of F fused passes.
+
+cuBLASDx's block ``Matmul`` takes its operands from shared memory and walks its K depth in MMA steps (on sm_90a
+the tensor API loads each step's fragments with ldmatrix and issues mma.sync; the pipeline API issues WGMMA),
+so fusing passes is a trade at the global->shared level: one phase copies the A and B tiles of F passes into
+shared memory (asynchronously, double-buffered), waits once, and runs one ``Matmul`` of depth F * PK over them.
+Larger F: fewer waits and barriers, longer MMA bursts, more shared memory per block (fewer blocks per SM).
+
+Also here, as reference points: the same GEMM through cuBLASDx's own pipeline (TMA + mbarriers, the kernels of
+the Ozaki-I track) and the compiled kernels' resources (registers, spills, shared memory, occupancy).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import cupy as cp
+import numpy as np
+from numba import cuda, int32
+from nvmath.device import Matmul
+from nvmath.device.common import clear, copy, copy_fragment, copy_wait, make_tensor
+from nvmath.device.cublasdx_numba import pipeline_extensions
+
+from ..multipass import PassConfig, validate_problem
+from . import launch
+
+SMEM_ALIGN = 1024  # every shared buffer starts on 1 KiB: enough for any swizzled layout cuBLASDx suggests
+PRECISION = {"int8": (np.int8, np.int8, np.int32), "float16": (np.float16, np.float16, np.float32)}
+OUT_DTYPE = {"int8": np.int32, "float16": np.float32}
+PIPELINE_TILE_K = {"int8": 128, "float16": 64}  # the library pipeline's stage depth (32 KiB a stage)
+
+
+@functools.cache
+def matmul_for(cfg: PassConfig, sm: Any = None) -> Matmul:
+    """The block-level ``Matmul`` of one phase: (tile_m, tile_n, F * PK), A row-major, B column-major."""
+    return Matmul(
+        size=(cfg.tile_m, cfg.tile_n, cfg.phase_k),
+        precision=PRECISION[cfg.dtype],
+        data_type="real",
+        arrangement=("row_major", "col_major", "row_major"),
+        execution="Block",
+        block_size=cfg.threads,
+        alignment=(16, 16, 16),
+        static_block_dim=True,
+        sm=sm,
+    )
+
+
+def _align(x: int, q: int = SMEM_ALIGN) -> int:
+    return -(-x // q) * q
+
+
+def smem_offsets(MM: Matmul) -> tuple[tuple[int, int, int, int], int]:
+    """Element offsets of the buffers A0, B0, A1, B1 in shared memory, and the bytes they take in all."""
+    item = np.dtype(MM.a_value_type).itemsize
+    a_bytes = MM.suggest_layout_smem_a().cosize * item
+    b_bytes = MM.suggest_layout_smem_b().cosize * item
+    offsets, end = [], 0
+    for nbytes in (a_bytes, b_bytes, a_bytes, b_bytes):
+        start = _align(end)
+        offsets.append(start // item)
+        end = start + nbytes
+    return tuple(offsets), end
+
+
+@functools.cache
+def make_multipass_kernel(MM: Matmul):
+    """C tile (i, j) = sum over phases g of A[i, phase g] @ B[phase g, j]; each phase is F fused passes.
+
+    ``a`` is (m, k) row-major, ``bt`` = B^T is (n, k) row-major (B column-major), ``c`` is (m, n) row-major.
+    Two shared buffers per operand: while phase g's passes run from one, phase g + 1 is copied into the other.
+    """
+    TM, TN, TK = MM.size  # TK = F * PK: the K depth of one phase
+    DTYPE = MM.a_value_type
+    (A0, B0, A1, B1), _ = smem_offsets(MM)
+    A_SIZE, B_SIZE = MM.suggest_layout_smem_a().cosize, MM.suggest_layout_smem_b().cosize
+    C_SIZE = MM.suggest_layout_rmem_c().cosize
+
+    @cuda.jit(launch_bounds=(MM.block_size, 1))
+    def multipass_kernel(a, bt, c):
+        smem = cuda.shared.array(shape=(0,), dtype=DTYPE, alignment=SMEM_ALIGN)
+        bm, bn = cuda.blockIdx.x, cuda.blockIdx.y
+        k = a.shape[1]
+        phases = k // TK
+        a_rows = a[bm * TM : (bm + 1) * TM, :]  # the block's rows of A, all of K
+        b_cols = bt[bn * TN : (bn + 1) * TN, :]  # the block's columns of B, all of K
+        smem_a = make_tensor(smem[A0 : A0 + A_SIZE], MM.suggest_layout_smem_a())
+        smem_b = make_tensor(smem[B0 : B0 + B_SIZE], MM.suggest_layout_smem_b())
+        next_a = make_tensor(smem[A1 : A1 + A_SIZE], MM.suggest_layout_smem_a())
+        next_b = make_tensor(smem[B1 : B1 + B_SIZE], MM.suggest_layout_smem_b())
+        acc = make_tensor(cuda.local.array(shape=(C_SIZE,), dtype=MM.c_value_type), MM.suggest_layout_rmem_c())
+        clear(acc)
+        # phase 0 in flight before the loop
+        copy(make_tensor(a_rows[:, 0:TK], MM.get_layout_gmem_a(k)), smem_a, alignment=16)
+        copy(make_tensor(b_cols[:, 0:TK], MM.get_layout_gmem_b(k)), smem_b, alignment=16)
+        for g in range(phases):
+            # TODO (about 8 lines): phase g. Wait for its copies (copy_wait, which ends with a block barrier);
+            # unless g is the last phase, copy phase g + 1 (K from (g + 1) * TK) into next_a / next_b; run
+            # MM.execute on phase g's buffers into acc; swap the current and next buffers.
+            # SKELETON: pass
+            # BEGIN SOLUTION
+            copy_wait()  # this thread's copies landed, then a barrier: every thread's did, and phase g - 1 is done
+            if g + 1 < phases:
+                k1 = (g + 1) * TK
+                copy(make_tensor(a_rows[:, k1 : k1 + TK], MM.get_layout_gmem_a(k)), next_a, alignment=16)
+                copy(make_tensor(b_cols[:, k1 : k1 + TK], MM.get_layout_gmem_b(k)), next_b, alignment=16)
+            MM.execute(smem_a, smem_b, acc)
+            smem_a, next_a = next_a, smem_a
+            smem_b, next_b = next_b, smem_b
+            # END SOLUTION
+        copy_wait()
+        out = make_tensor(c[bm * TM : (bm + 1) * TM, bn * TN : (bn + 1) * TN], MM.get_layout_gmem_c(c.shape[1]))
+        copy_fragment(acc, out)
+
+    return multipass_kernel
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The plan
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _as_colmajor_b(b: Any, n: int, k: int) -> Any:
+    """B^T as a C-contiguous (n, k) array: ``b`` is that array, or its transpose (a (k, n) column-major B)."""
+    if tuple(b.shape) == (k, n) and b.flags.f_contiguous and not b.flags.c_contiguous:
+        return b.T
+    return b
+
+
+def check_operands(a: Any, bt: Any, m: int, n: int, k: int, dtype: str) -> None:
+    for name, x, want in (("A", a, (m, k)), ("B^T", bt, (n, k))):
+        if not isinstance(x, cp.ndarray):
+            raise TypeError(f"{name} must be a cupy.ndarray, got {type(x).__name__}: use cupy.asarray")
+        if x.dtype != np.dtype(dtype):
+            raise TypeError(f"{name} must be {dtype}, got {x.dtype}: convert with .astype(cupy.{dtype})")
+        if tuple(x.shape) != want:
+            hint = " (pass B column-major: the (n, k) array B^T, or B.T of one)" if name == "B^T" else ""
+            raise ValueError(f"{name} has shape {tuple(x.shape)}, this plan was built for {want}{hint}")
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous: use cupy.ascontiguousarray")
+
+
+class PassGemm:
+    """C = A @ B with the multi-pass kernel of ``cfg``: int8 -> int32 or FP16 -> FP32, B column-major.
+
+    Call it as ``plan(a, bt)`` with A (m, k) row-major and B given column-major: the (n, k) array B^T (or
+    ``b`` itself when it is a column-major (k, n) array). ``kernel_factory`` replaces
+    :func:`make_multipass_kernel` (the exercise passes the attendee's).
+    """
+
+    def __init__(
+        self, m: int, n: int, k: int, cfg: PassConfig | None = None, kernel_factory: Callable[..., Any] | None = None
+    ):
+        self.cfg = cfg or PassConfig()
+        self.phases = validate_problem(m, n, k, self.cfg)
+        self.m, self.n, self.k = m, n, k
+        self.MM = matmul_for(self.cfg)
+        _, self.shared = smem_offsets(self.MM)
+        self.kernel = (kernel_factory or make_multipass_kernel)(self.MM)
+        self.grid = (m // self.cfg.tile_m, n // self.cfg.tile_n)
+        self.block = self.MM.block_dim
+
+    def __call__(self, a: Any, b: Any, out: Any = None) -> Any:
+        bt = _as_colmajor_b(b, self.n, self.k)
+        check_operands(a, bt, self.m, self.n, self.k, self.cfg.dtype)
+        out = cp.empty((self.m, self.n), dtype=OUT_DTYPE[self.cfg.dtype]) if out is None else out
+        launch.launch(self.kernel, self.grid, self.block, self.shared, a, bt, out)
+        return out
+
+    def resources(self) -> dict[str, Any]:
+        """Registers, spills, shared memory and occupancy of the compiled kernel (builds it if needed)."""
+        a = cp.empty((self.m, self.k), dtype=self.cfg.dtype)
+        bt = cp.empty((self.n, self.k), dtype=self.cfg.dtype)
+        out = cp.empty((self.m, self.n), dtype=OUT_DTYPE[self.cfg.dtype])
+        return launch.resources(self.kernel, self.cfg.threads, self.shared, a, bt, out)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Reference point: the same GEMM through cuBLASDx's own pipeline (TMA + mbarriers)
+# ------------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def pipeline_matmul(dtype: str, tile_m: int = 128, tile_n: int = 128, threads: int = 256, sm: Any = None) -> Matmul:
+    """The pipelined block GEMM of the Ozaki-I kernels, for int8 or FP16: stages of ``PIPELINE_TILE_K``."""
+    return Matmul(
+        size=(tile_m, tile_n, PIPELINE_TILE_K[dtype]),
+        precision=PRECISION[dtype],
+        data_type="real",
+        arrangement=("row_major", "col_major", "row_major"),
+        execution="Block",
+        block_size=threads,
+        alignment=(16, 16, 16),
+        with_pipeline=True,
+        enable_input_streaming=True,
+        static_block_dim=True,
+        sm=sm,
+    )
+
+
+@functools.cache
+def make_pipeline_kernel(MM: Matmul):
+    """Block (i, j) runs the device pipeline over all of K for tile (i, j) of C: the library's own loop."""
+    TM, TN, _ = MM.size
+
+    @cuda.jit(extensions=pipeline_extensions, launch_bounds=(MM.block_size, 1))
+    def pipeline_gemm_kernel(c, device_pipeline):
+        smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
+        bm, bn = int32(cuda.blockIdx.x), int32(cuda.blockIdx.y)
+        tile = device_pipeline.get_tile(smem, bm, bn)
+        acc = MM.suggest_accumulator()
+        acc.clear()
+        tile.execute(acc)
+        tile._del()
+        out = make_tensor(c[bm * TM : (bm + 1) * TM, bn * TN : (bn + 1) * TN], MM.get_layout_gmem_c(c.shape[1]))
+        if acc.is_thread_active():
+            acc.partition_and_copy(acc.get_results(), out)
+
+    return pipeline_gemm_kernel
+
+
+class PipelineGemm:
+    """C = A @ B through cuBLASDx's device pipeline (depth 3), same operands and tiles as :class:`PassGemm`.
+
+    The pipeline is built for the operand buffers given here (its TMA descriptors point at them), so this plan
+    computes the product of ``a`` and ``bt`` each time it is called; copy new values into them to reuse it.
+    """
+
+    def __init__(self, a: Any, bt: Any, dtype: str = "int8", tile: tuple[int, int] = (128, 128), depth: int = 3):
+        m, k = a.shape
+        n = bt.shape[0]
+        check_operands(a, bt, m, n, k, dtype)
+        tk = PIPELINE_TILE_K[dtype]
+        if m % tile[0] or n % tile[1] or k % tk or k // tk < depth:
+            raise ValueError(
+                f"{m}x{n}x{k}: m, n must be multiples of {tile} and k a multiple of {tk} with k >= {depth * tk}"
+            )
+        self.m, self.n, self.k, self.dtype = m, n, k, dtype
+        self.MM = pipeline_matmul(dtype, *tile)
+        self.a, self.bt = a, bt
+        self.pipeline = self.MM.suggest_device_pipeline(depth, a, bt.T)
+        self.kernel = make_pipeline_kernel(self.MM)
+        self.grid = (m // tile[0], n // tile[1])
+
+    def __call__(self, out: Any = None) -> Any:
+        out = cp.empty((self.m, self.n), dtype=OUT_DTYPE[self.dtype]) if out is None else out
+        p = self.pipeline
+        launch.launch(self.kernel, self.grid, p.block_dim, p.buffer_size, out, p)
+        return out
+
+    def resources(self) -> dict[str, Any]:
+        out = cp.empty((self.m, self.n), dtype=OUT_DTYPE[self.dtype])
+        p = self.pipeline
+        return launch.resources(self.kernel, self.MM.block_size, p.buffer_size, out, p)
