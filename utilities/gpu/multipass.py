@@ -183,10 +183,15 @@ class PassGemm:
 
 
 @functools.cache
-def pipeline_matmul(dtype: str, tile_m: int = 128, tile_n: int = 128, threads: int = 256, sm: Any = None) -> Matmul:
-    """The pipelined block GEMM of the Ozaki-I kernels, for int8 or FP16: stages of ``PIPELINE_TILE_K``."""
+def pipeline_matmul(
+    dtype: str, tile_m: int = 128, tile_n: int = 128, threads: int = 256, sm: Any = None, tile_k: int | None = None
+) -> Matmul:
+    """The pipelined block GEMM (also the Ozaki-I kernels'), for int8 or FP16: K stages of ``PIPELINE_TILE_K``.
+
+    A row-major, B column-major (both K-contiguous), C row-major.
+    """
     return Matmul(
-        size=(tile_m, tile_n, PIPELINE_TILE_K[dtype]),
+        size=(tile_m, tile_n, tile_k or PIPELINE_TILE_K[dtype]),
         precision=PRECISION[dtype],
         data_type="real",
         arrangement=("row_major", "col_major", "row_major"),

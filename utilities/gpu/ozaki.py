@@ -30,6 +30,7 @@ from nvmath.device.cublasdx_numba import pipeline_extensions
 from ..ozaki import kernels as plain
 from ..ozaki.products import check_int32_budget, product_terms
 from . import launch
+from .multipass import pipeline_matmul
 
 VARIANTS = ("unfused", "partial", "fused")
 SLICE_CAPACITY = 10  # slice buffers hold this many slices (more if asked): one kernel build for S = 1..10
@@ -88,22 +89,13 @@ def tile_config(variant: str, cc: tuple[int, int] | None = None) -> TileConfig:
     return TileConfig(128, 128, 128, threads, 3)
 
 
-@functools.cache
 def int8_matmul(cfg: TileConfig, sm: int | None = None) -> Matmul:
-    """The block-level int8 x int8 -> int32 GEMM: A row-major, B column-major (both K-contiguous), C row-major."""
-    return Matmul(
-        size=(cfg.tile_m, cfg.tile_n, cfg.tile_k),
-        precision=(np.int8, np.int8, np.int32),
-        data_type="real",
-        arrangement=("row_major", "col_major", "row_major"),
-        execution="Block",
-        block_size=cfg.threads,
-        alignment=(16, 16, 16),
-        with_pipeline=True,
-        enable_input_streaming=True,
-        static_block_dim=True,
-        sm=sm,
-    )
+    """The block-level int8 x int8 -> int32 GEMM: A row-major, B column-major (both K-contiguous), C row-major.
+
+    The pipelined GEMM of track 1 (``utilities.gpu.multipass.pipeline_matmul``): each slice product is one more
+    pass over the same tiles.
+    """
+    return pipeline_matmul("int8", cfg.tile_m, cfg.tile_n, cfg.threads, sm, tile_k=cfg.tile_k)
 
 
 # ------------------------------------------------------------------------------------------------------------
