@@ -92,9 +92,10 @@ def make_multipass_kernel(MM: Matmul):
         next_b = make_tensor(smem[B1 : B1 + B_SIZE], MM.suggest_layout_smem_b())
         acc = make_tensor(cuda.local.array(shape=(C_SIZE,), dtype=MM.c_value_type), MM.suggest_layout_rmem_c())
         clear(acc)
-        # phase 0 in flight before the loop
-        copy(make_tensor(a_rows[:, 0:TK], MM.get_layout_gmem_a(k)), smem_a, alignment=16)
-        copy(make_tensor(b_cols[:, 0:TK], MM.get_layout_gmem_b(k)), smem_b, alignment=16)
+        # phase 0 in flight before the loop. (nvmath-python 1.0.0 copies from global memory one element per thread
+        # and instruction: a global tensor's leading dimension is a run-time value. The notebook measures the cost.)
+        copy(make_tensor(a_rows[:, 0:TK], MM.get_layout_gmem_a(k)), smem_a)
+        copy(make_tensor(b_cols[:, 0:TK], MM.get_layout_gmem_b(k)), smem_b)
         for g in range(phases):
             # TODO (about 8 lines): phase g. Wait for its copies (copy_wait, which ends with a block barrier);
             # unless g is the last phase, copy phase g + 1 (K from (g + 1) * TK) into next_a / next_b; run
@@ -104,8 +105,8 @@ def make_multipass_kernel(MM: Matmul):
             copy_wait()  # this thread's copies landed, then a barrier: every thread's did, and phase g - 1 is done
             if g + 1 < phases:
                 k1 = (g + 1) * TK
-                copy(make_tensor(a_rows[:, k1 : k1 + TK], MM.get_layout_gmem_a(k)), next_a, alignment=16)
-                copy(make_tensor(b_cols[:, k1 : k1 + TK], MM.get_layout_gmem_b(k)), next_b, alignment=16)
+                copy(make_tensor(a_rows[:, k1 : k1 + TK], MM.get_layout_gmem_a(k)), next_a)
+                copy(make_tensor(b_cols[:, k1 : k1 + TK], MM.get_layout_gmem_b(k)), next_b)
             MM.execute(smem_a, smem_b, acc)
             smem_a, next_a = next_a, smem_a
             smem_b, next_b = next_b, smem_b
