@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs",
         default=COURSE_JOBS,
-        help="comma-separated kind:shape pairs (fused:8192x8192x8192, b2b:576x64x128), one process each",
+        help="comma-separated jobs, one process each: unfused|partial|fused:MxNxK, b2b|b2b_keep:K0xN0xN1[@TMxTHREADS], "
+        "gemm_bias_relu:MxNxK, multipass:int8|float16:F, pipeline:int8|float16:SIZE",
     )
     parser.add_argument("--slices", type=int, default=7)
     parser.add_argument("--parallel", type=int, default=os.cpu_count() or 4, help="builds at a time")
