@@ -31,6 +31,7 @@ from nvmath.device import Matmul
 from nvmath.device.common import copy, copy_fragment, copy_wait, make_tensor
 
 from . import launch
+from .operands import require
 
 MAX_N = 256  # widest N0 / N1 a block holds: a 128 x 256 FP32 accumulator is 256 registers per thread at 128 threads
 SMEM_ALIGN = 512  # shared-memory segments start on 1 KiB boundaries (counted in FP16 elements)
@@ -148,9 +149,10 @@ class GemmBiasRelu:
         self.grid = (m // tm, n // tn)
 
     def __call__(self, a: Any, b: Any, bias: Any, out: Any = None) -> Any:
-        _require_fp16(("a", a, (self.m, self.k)), ("b", b, (self.k, self.n)), ("bias", bias, (self.n,)))
         out = cp.empty((self.m, self.n), dtype=cp.float16) if out is None else out
-        _require_fp16(("out", out, (self.m, self.n)))
+        shapes = {"a": (self.m, self.k), "b": (self.k, self.n), "bias": (self.n,), "out": (self.m, self.n)}
+        for name, x in (("a", a), ("b", b), ("bias", bias), ("out", out)):
+            require(name, x, np.float16, shapes[name])
         launch.launch(self.kernel, self.grid, self.MM.block_size, self.shared_bytes, a, b, bias, out)
         return out
 
@@ -310,22 +312,10 @@ class BackToBack:
     def __call__(self, a0: Any, b0: Any, b1: Any, c1: Any, alpha0: float = 1.0, alpha1: float = 1.0,
                  beta1: float = 0.0, out: Any = None) -> Any:  # fmt: skip
         shapes = self._shapes()
-        _require_fp16(*((name, x, shapes[name]) for name, x in (("a0", a0), ("b0", b0), ("b1", b1), ("c1", c1))))
         out = cp.empty(shapes["c1"], dtype=cp.float16) if out is None else out
-        _require_fp16(("out", out, shapes["c1"]))
+        for name, x in (("a0", a0), ("b0", b0), ("b1", b1), ("c1", c1), ("out", out)):
+            require(name, x, np.float16, shapes["c1" if name == "out" else name])  # D1 has C1's shape
         as3 = (lambda x: x[None]) if self.batch is None else (lambda x: x)
         args = (*(as3(x) for x in (a0, b0, b1, c1)), np.float32(alpha0), np.float32(alpha1), np.float32(beta1))
         launch.launch(self.kernel, self.grid, self.MM0.block_size, self.shared_bytes, *args, as3(out), self.d0)
         return out
-
-
-def _require_fp16(*items: tuple[str, Any, tuple[int, ...]]) -> None:
-    for name, x, shape in items:
-        if not isinstance(x, cp.ndarray):
-            raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {type(x).__name__}: use cupy.asarray")
-        if x.dtype != cp.float16:
-            raise TypeError(f"{name} must be float16, got {x.dtype}: convert with .astype(cupy.float16)")
-        if tuple(x.shape) != shape:
-            raise ValueError(f"{name} has shape {tuple(x.shape)}, the plan expects {shape}: build a plan for it")
-        if not x.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous (row-major): use cupy.ascontiguousarray({name})")

@@ -25,6 +25,7 @@ from nvmath.device.cublasdx_numba import pipeline_extensions
 
 from ..multipass import PassConfig, validate_problem
 from . import launch
+from .operands import require
 
 SMEM_ALIGN = 1024  # every shared buffer starts on 1 KiB: enough for any swizzled layout cuBLASDx suggests
 PRECISION = {"int8": (np.int8, np.int8, np.int32), "float16": (np.float16, np.float16, np.float32)}
@@ -131,16 +132,8 @@ def _as_colmajor_b(b: Any, n: int, k: int) -> Any:
 
 
 def check_operands(a: Any, bt: Any, m: int, n: int, k: int, dtype: str) -> None:
-    for name, x, want in (("A", a, (m, k)), ("B^T", bt, (n, k))):
-        if not isinstance(x, cp.ndarray):
-            raise TypeError(f"{name} must be a cupy.ndarray, got {type(x).__name__}: use cupy.asarray")
-        if x.dtype != np.dtype(dtype):
-            raise TypeError(f"{name} must be {dtype}, got {x.dtype}: convert with .astype(cupy.{dtype})")
-        if tuple(x.shape) != want:
-            hint = " (pass B column-major: the (n, k) array B^T, or B.T of one)" if name == "B^T" else ""
-            raise ValueError(f"{name} has shape {tuple(x.shape)}, this plan was built for {want}{hint}")
-        if not x.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous: use cupy.ascontiguousarray")
+    require("A", a, dtype, (m, k))
+    require("B^T", bt, dtype, (n, k), hint=" (pass B column-major: the (n, k) array B^T, or B.T of one)")
 
 
 class PassGemm:

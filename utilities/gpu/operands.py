@@ -1,0 +1,21 @@
+"""Checks on the GPU arrays a plan is called with: the error names the problem and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+
+def require(name: str, x: Any, dtype: Any, shape: tuple[int, ...], hint: str = "") -> None:
+    """Raise unless ``x`` is a C-contiguous CuPy array of this dtype and shape (``hint`` follows a shape error)."""
+    dtype = np.dtype(dtype)
+    if not isinstance(x, cp.ndarray):
+        raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {type(x).__name__}: use cupy.asarray")
+    if x.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, got {x.dtype}: convert with .astype(cupy.{dtype})")
+    if tuple(x.shape) != shape:
+        raise ValueError(f"{name} has shape {tuple(x.shape)}, this plan was built for {shape}{hint}: build a new plan")
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (row-major): use cupy.ascontiguousarray({name})")
