@@ -99,6 +99,9 @@ def test_wrong_dtype_and_layout_are_refused(gpu):
         plan(ops[0].astype(cp.float32), *ops[1:], 1.0, 1.0, 0.0)
     with pytest.raises((TypeError, ValueError), match="contiguous"):
         plan(cp.asfortranarray(ops[0]), *ops[1:], 1.0, 1.0, 0.0)
+    shifted = cp.zeros(m * k0 + 1, cp.float16)[1:].reshape(m, k0)  # C-contiguous, but 2 bytes off a 16-byte line
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        plan(shifted, *ops[1:], 1.0, 1.0, 0.0)
 
 
 @pytest.mark.parametrize("batch", [None, 3])

@@ -89,6 +89,8 @@ def test_bad_inputs_are_rejected_with_the_fix(gpu):
         plan(a[:, :512], bt)
     with pytest.raises(ValueError, match="C-contiguous"):
         plan(cp.zeros((k, m), cp.int8).T, bt)
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        plan(cp.zeros(m * k + 8, cp.int8)[8:].reshape(m, k), bt)  # C-contiguous, 8 bytes off a 16-byte line
     with pytest.raises(ValueError, match="pad"):
         G.PassGemm(200, 256, 1024, mp.PassConfig("int8", fused=8))
     with pytest.raises(ValueError, match="single phase"):

@@ -11,11 +11,14 @@ Both kernels are plain numba kernels around nvmath.device ``Matmul`` (cuBLASDx) 
 
 Constraints (checked by the plans, with the fix in the message): the block GEMMs' shapes are fixed when the
 kernel is built, so N0 and N1 are whole tiles of the block (at most ``MAX_N``), M is a multiple of the row
-tile, and K0 a multiple of the K tile. All operands are FP16, C-contiguous (row-major); accumulation is FP32.
+tile, and K0 a multiple of the K tile. All operands are FP16, C-contiguous (row-major) and 16-byte aligned;
+accumulation is FP32.
 
-Known limit, measured on an H100 (see the README): nvmath-python 1.0.0's ``copy`` from global to shared memory
-moves one element per thread and instruction (a global tensor's leading dimension is a run-time value and its
-alignment one element), so these kernels load operands far below HBM bandwidth, and the library paths win.
+Loads: the global-memory layouts come from ``aligned_copy.gmem_layout`` (16-byte alignment), so cuBLASDx's
+``copy`` issues 16-byte ``cp.async``; with nvmath's own layouts it moved one element per instruction and these
+kernels ran 1.6-4x slower on an H100. Operands must therefore start on a 16-byte boundary (checked). Known
+limits, measured there (see the README): the epilogues pass through local memory and store one FP16 element per
+instruction, and only two K stages are in flight, so the library's fused epilogues still win.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from nvmath.device import Matmul
 from nvmath.device.common import copy, copy_fragment, copy_wait, make_tensor
 
 from . import launch
+from .aligned_copy import gmem_layout
 from .operands import require
 
 MAX_N = 256  # widest N0 / N1 a block holds: a 128 x 256 FP32 accumulator is 256 registers per thread at 128 threads
@@ -90,6 +94,7 @@ def make_gemm_bias_relu_kernel(MM: Matmul):
     SA, SB = _kloop_smem(MM)
     (A0, B0, A1, B1), _ = _segments(SA, SB, SA, SB)
     FRAGMENT = MM.suggest_layout_rmem_c().cosize
+    gmem_a, gmem_b, gmem_c = gmem_layout(MM, "a"), gmem_layout(MM, "b"), gmem_layout(MM, "c")
 
     @cuda.jit(launch_bounds=(MM.block_size, 1))
     def gemm_bias_relu_kernel(a, b, bias, out):
@@ -100,15 +105,15 @@ def make_gemm_bias_relu_kernel(MM: Matmul):
         sb = make_tensor(smem[B0 : B0 + SB], MM.suggest_layout_smem_b())
         sa_next = make_tensor(smem[A1 : A1 + SA], MM.suggest_layout_smem_a())
         sb_next = make_tensor(smem[B1 : B1 + SB], MM.suggest_layout_smem_b())
-        copy(make_tensor(a[row0 : row0 + TM, 0:TK], MM.get_layout_gmem_a(lda)), sa)
-        copy(make_tensor(b[0:TK, col0 : col0 + TN], MM.get_layout_gmem_b(ldb)), sb)
+        copy(make_tensor(a[row0 : row0 + TM, 0:TK], gmem_a(lda)), sa)
+        copy(make_tensor(b[0:TK, col0 : col0 + TN], gmem_b(ldb)), sb)
         acc = MM.suggest_accumulator()
         acc.clear()
         for stage in range(1, lda // TK):
             copy_wait()  # stage - 1 has landed, and every thread is done with the other buffers
             k0 = stage * TK
-            copy(make_tensor(a[row0 : row0 + TM, k0 : k0 + TK], MM.get_layout_gmem_a(lda)), sa_next)
-            copy(make_tensor(b[k0 : k0 + TK, col0 : col0 + TN], MM.get_layout_gmem_b(ldb)), sb_next)
+            copy(make_tensor(a[row0 : row0 + TM, k0 : k0 + TK], gmem_a(lda)), sa_next)
+            copy(make_tensor(b[k0 : k0 + TK, col0 : col0 + TN], gmem_b(ldb)), sb_next)
             MM.execute(sa, sb, acc)
             sa, sa_next = sa_next, sa
             sb, sb_next = sb_next, sb
@@ -126,7 +131,7 @@ def make_gemm_bias_relu_kernel(MM: Matmul):
             x = result[i] + float32(bias[col0 + col])
             tile[i] = x if x > 0 else float32(0)
             # END SOLUTION
-        gout = make_tensor(out[row0 : row0 + TM, col0 : col0 + TN], MM.get_layout_gmem_c(out.shape[1]))
+        gout = make_tensor(out[row0 : row0 + TM, col0 : col0 + TN], gmem_c(out.shape[1]))
         acc.partition_and_copy(tile, gout)
 
     return gemm_bias_relu_kernel
@@ -181,6 +186,8 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
     W_AT = _ceil_to(max(kloop_end, SD), SMEM_ALIGN)  # B1 lives beside them: its load starts with the first stage
     F0 = MM0.suggest_layout_rmem_c().cosize
     F1 = MM1.suggest_layout_rmem_c().cosize
+    gmem_a0, gmem_b0, gmem_d0 = gmem_layout(MM0, "a"), gmem_layout(MM0, "b"), gmem_layout(MM0, "c")
+    gmem_b1, gmem_c1 = gmem_layout(MM1, "b"), gmem_layout(MM1, "c")
 
     @cuda.jit(launch_bounds=(MM0.block_size, 1))
     def b2b_kernel(a0, b0, b1, c1, alpha0, alpha1, beta1, d1, d0):
@@ -193,9 +200,9 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
         sa_next = make_tensor(smem[A1 : A1 + SA], MM0.suggest_layout_smem_a())
         sb_next = make_tensor(smem[B1 : B1 + SB], MM0.suggest_layout_smem_b())
         sw = make_tensor(smem[W_AT : W_AT + SW], MM1.suggest_layout_smem_b())
-        copy(make_tensor(a_rows[:, 0:TK], MM0.get_layout_gmem_a(k0_total)), sa)
-        copy(make_tensor(b0z[0:TK, :], MM0.get_layout_gmem_b(N0)), sb)
-        copy(make_tensor(b1[z], MM1.get_layout_gmem_b(N1)), sw)
+        copy(make_tensor(a_rows[:, 0:TK], gmem_a0(k0_total)), sa)
+        copy(make_tensor(b0z[0:TK, :], gmem_b0(N0)), sb)
+        copy(make_tensor(b1[z], gmem_b1(N1)), sw)
 
         # GEMM 0 over K0, double-buffered
         acc0 = MM0.suggest_accumulator()
@@ -203,8 +210,8 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
         for stage in range(1, k0_total // TK):
             copy_wait()
             k0 = stage * TK
-            copy(make_tensor(a_rows[:, k0 : k0 + TK], MM0.get_layout_gmem_a(k0_total)), sa_next)
-            copy(make_tensor(b0z[k0 : k0 + TK, :], MM0.get_layout_gmem_b(N0)), sb_next)
+            copy(make_tensor(a_rows[:, k0 : k0 + TK], gmem_a0(k0_total)), sa_next)
+            copy(make_tensor(b0z[k0 : k0 + TK, :], gmem_b0(N0)), sb_next)
             MM0.execute(sa, sb, acc0)
             sa, sa_next = sa_next, sa
             sb, sb_next = sb_next, sb
@@ -228,7 +235,7 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
         copy_fragment(d0_tile, sd)
         # END SOLUTION
         if keep_d0:
-            acc0.partition_and_copy(d0_tile, make_tensor(d0[z, row0 : row0 + TM, :], MM0.get_layout_gmem_c(N0)))
+            acc0.partition_and_copy(d0_tile, make_tensor(d0[z, row0 : row0 + TM, :], gmem_d0(N0)))
         cuda.syncthreads()  # D0 is complete in shared memory (and B1 landed with the last copy_wait)
 
         # GEMM 1 from shared memory, then D1 = relu(alpha1 * acc1 + beta1 * C1)
@@ -241,7 +248,7 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
         r1 = acc1.get_results()
         out = make_tensor(cuda.local.array(F1, np.float16), MM1.suggest_layout_rmem_c())
         if beta1 != 0:
-            c_part = acc1.make_partition_and_copy(make_tensor(c1[z, row0 : row0 + TM, :], MM1.get_layout_gmem_c(N1)))
+            c_part = acc1.make_partition_and_copy(make_tensor(c1[z, row0 : row0 + TM, :], gmem_c1(N1)))
             for i in range(F1):
                 # TODO (about 2 lines): out[i] = relu(alpha1 * r1[i] + beta1 * c_part[i])
                 # SKELETON: out[i] = r1[i]
@@ -253,7 +260,7 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
             for i in range(F1):
                 x = alpha1 * r1[i]
                 out[i] = x if x > 0 else float32(0)
-        acc1.partition_and_copy(out, make_tensor(d1[z, row0 : row0 + TM, :], MM1.get_layout_gmem_c(N1)))
+        acc1.partition_and_copy(out, make_tensor(d1[z, row0 : row0 + TM, :], gmem_c1(N1)))
 
     return b2b_kernel
 

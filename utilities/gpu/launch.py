@@ -1,10 +1,21 @@
-"""Launch helpers for numba kernels that use nvmath.device: large dynamic shared memory."""
+"""Launch helpers for numba kernels that use nvmath.device: large dynamic shared memory, and a fast path.
+
+The fast path: numba's dispatcher types every argument on every call and wraps each CuPy array as a numba
+device array, some tens of microseconds per array. That is host time, but a benchmark sees it too: CUDA
+events are recorded around the launch. On an H100 host (2026-11-22, ``tools/launch_overhead.py``) a small
+kernel with six array arguments measured 245 us through the dispatcher and 35 us through this path.
+``launch`` therefore compiles through numba once per argument signature, keeps the compiled function, and
+then packs the arguments itself (numba's kernel ABI: an array is meminfo, parent, size, itemsize, data, shape,
+strides) and calls ``cuLaunchKernel`` on CuPy's current stream. Arguments it does not know how to pack (a
+``DevicePipeline``, say) go through numba's dispatcher as before.
+"""
 
 from __future__ import annotations
 
 import ctypes
 from typing import Any
 
+import numpy as np
 from numba.cuda.typing import typeof as cuda_typeof
 
 _raised: set[tuple[int, int]] = set()
@@ -51,11 +62,89 @@ def allow_shared_memory(kernel: Any, nbytes: int, *args: Any) -> None:
     _raised.add(key)
 
 
+def _signature(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A cheap key for the argument types, or None when some argument needs numba's own handling."""
+    import cupy as cp
+
+    key: list[Any] = []
+    for a in args:
+        if isinstance(a, cp.ndarray):
+            key.append((a.dtype.char, a.ndim, a.flags.c_contiguous, a.flags.f_contiguous))
+        elif isinstance(a, np.generic) and a.dtype.kind in "fiu":
+            key.append(a.dtype.char)
+        else:
+            return None
+    return tuple(key)
+
+
+def _packers(argument_types: tuple[Any, ...]) -> list[Any] | None:
+    """For each kernel argument, a function from the value to its ctypes fields (numba's kernel ABI)."""
+    from numba.core import types
+
+    ssize = ctypes.c_ssize_t
+
+    def array(x: Any) -> list[Any]:
+        return [ctypes.c_void_p(0), ctypes.c_void_p(0), ssize(x.size), ssize(x.itemsize), ctypes.c_void_p(x.data.ptr),
+                *(ssize(n) for n in x.shape), *(ssize(n) for n in x.strides)]  # fmt: skip
+
+    packers: list[Any] = []
+    for ty in argument_types:
+        if isinstance(ty, types.Array):
+            packers.append(array)
+        elif ty == types.float32:
+            packers.append(lambda x: [ctypes.c_float(x)])
+        elif ty == types.float64:
+            packers.append(lambda x: [ctypes.c_double(x)])
+        elif isinstance(ty, types.Integer):
+            c_type = getattr(ctypes, f"c_{ty}")
+            packers.append(lambda x, c_type=c_type: [c_type(x)])
+        else:
+            return None
+    return packers
+
+
+_fast: dict[tuple[int, int, tuple[Any, ...]], Any] = {}
+
+
+def _fast_launcher(kernel: Any, shared: int, args: tuple[Any, ...]) -> Any:
+    """(CUfunction, packers) for this kernel and argument signature, or None to use numba's dispatcher."""
+    signature = _signature(args)
+    if signature is None:
+        return None
+    key = (id(kernel), shared, signature)
+    if key not in _fast:
+        if shared > 48 * 1024:
+            allow_shared_memory(kernel, shared, *args)  # once: the limit stays with the compiled function
+        overload = compiled(kernel, *args)
+        packers = _packers(tuple(overload.argument_types))
+        if packers is None or overload.debug or kernel.targetoptions.get("extensions"):
+            _fast[key] = None
+        else:
+            cufunc = overload._codelibrary.get_cufunc()
+            _fast[key] = (_function_handle(cufunc), packers)
+    return _fast[key]
+
+
 def launch(kernel: Any, grid: Any, block: Any, shared: int, *args: Any) -> None:
     """Launch with ``shared`` bytes of dynamic shared memory, raising the limit first when needed."""
-    if shared > 48 * 1024:
-        allow_shared_memory(kernel, shared, *args)
-    kernel[grid, block, 0, shared](*args)
+    fast = _fast_launcher(kernel, shared, args)  # (each step that types the arguments runs once per signature)
+    if fast is None:
+        if shared > 48 * 1024:
+            allow_shared_memory(kernel, shared, *args)
+        kernel[grid, block, 0, shared](*args)
+        return
+    import cupy as cp
+    from cuda.bindings import driver
+
+    function, packers = fast
+    fields = [field for pack, a in zip(packers, args, strict=True) for field in pack(a)]
+    pointers = (ctypes.c_void_p * len(fields))(*(ctypes.addressof(f) for f in fields))
+    gx, gy, gz = (*grid, 1, 1)[:3] if isinstance(grid, tuple) else (grid, 1, 1)
+    bx, by, bz = (*block, 1, 1)[:3] if isinstance(block, tuple) else (block, 1, 1)
+    stream = cp.cuda.get_current_stream().ptr
+    (err,) = driver.cuLaunchKernel(function, gx, gy, gz, bx, by, bz, shared, stream, ctypes.addressof(pointers), 0)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuLaunchKernel failed: {err}")
 
 
 def resources(kernel: Any, threads: int, shared: int, *args: Any) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from nvmath.device.cublasdx_numba import pipeline_extensions
 
 from ..multipass import PassConfig, validate_problem
 from . import launch
+from .aligned_copy import gmem_layout
 from .operands import require
 
 SMEM_ALIGN = 1024  # every shared buffer starts on 1 KiB: enough for any swizzled layout cuBLASDx suggests
@@ -78,6 +79,8 @@ def make_multipass_kernel(MM: Matmul):
     (A0, B0, A1, B1), _ = smem_offsets(MM)
     A_SIZE, B_SIZE = MM.suggest_layout_smem_a().cosize, MM.suggest_layout_smem_b().cosize
     C_SIZE = MM.suggest_layout_rmem_c().cosize
+    # global-memory layouts that promise 16-byte alignment, so that ``copy`` moves 16 bytes per instruction
+    gmem_a, gmem_b, gmem_c = gmem_layout(MM, "a"), gmem_layout(MM, "b"), gmem_layout(MM, "c")
 
     @cuda.jit(launch_bounds=(MM.block_size, 1))
     def multipass_kernel(a, bt, c):
@@ -93,10 +96,9 @@ def make_multipass_kernel(MM: Matmul):
         next_b = make_tensor(smem[B1 : B1 + B_SIZE], MM.suggest_layout_smem_b())
         acc = make_tensor(cuda.local.array(shape=(C_SIZE,), dtype=MM.c_value_type), MM.suggest_layout_rmem_c())
         clear(acc)
-        # phase 0 in flight before the loop. (nvmath-python 1.0.0 copies from global memory one element per thread
-        # and instruction: a global tensor's leading dimension is a run-time value. The notebook measures the cost.)
-        copy(make_tensor(a_rows[:, 0:TK], MM.get_layout_gmem_a(k)), smem_a)
-        copy(make_tensor(b_cols[:, 0:TK], MM.get_layout_gmem_b(k)), smem_b)
+        # phase 0 in flight before the loop
+        copy(make_tensor(a_rows[:, 0:TK], gmem_a(k)), smem_a)
+        copy(make_tensor(b_cols[:, 0:TK], gmem_b(k)), smem_b)
         for g in range(phases):
             # TODO (about 8 lines): phase g. Wait for its copies (copy_wait, which ends with a block barrier);
             # unless g is the last phase, copy phase g + 1 (K from (g + 1) * TK) into next_a / next_b; run
@@ -106,14 +108,14 @@ def make_multipass_kernel(MM: Matmul):
             copy_wait()  # this thread's copies landed, then a barrier: every thread's did, and phase g - 1 is done
             if g + 1 < phases:
                 k1 = (g + 1) * TK
-                copy(make_tensor(a_rows[:, k1 : k1 + TK], MM.get_layout_gmem_a(k)), next_a)
-                copy(make_tensor(b_cols[:, k1 : k1 + TK], MM.get_layout_gmem_b(k)), next_b)
+                copy(make_tensor(a_rows[:, k1 : k1 + TK], gmem_a(k)), next_a)
+                copy(make_tensor(b_cols[:, k1 : k1 + TK], gmem_b(k)), next_b)
             MM.execute(smem_a, smem_b, acc)
             smem_a, next_a = next_a, smem_a
             smem_b, next_b = next_b, smem_b
             # END SOLUTION
         copy_wait()
-        out = make_tensor(c[bm * TM : (bm + 1) * TM, bn * TN : (bn + 1) * TN], MM.get_layout_gmem_c(c.shape[1]))
+        out = make_tensor(c[bm * TM : (bm + 1) * TM, bn * TN : (bn + 1) * TN], gmem_c(c.shape[1]))
         copy_fragment(acc, out)
 
     return multipass_kernel

@@ -7,9 +7,14 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
+ALIGNMENT = 16  # bytes: every operand's first element (CuPy allocations start on 256)
+
 
 def require(name: str, x: Any, dtype: Any, shape: tuple[int, ...], hint: str = "") -> None:
-    """Raise unless ``x`` is a C-contiguous CuPy array of this dtype and shape (``hint`` follows a shape error)."""
+    """Raise unless ``x`` is a C-contiguous, 16-byte aligned CuPy array of this dtype and shape.
+
+    ``hint`` follows a shape error.
+    """
     dtype = np.dtype(dtype)
     if not isinstance(x, cp.ndarray):
         raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {type(x).__name__}: use cupy.asarray")
@@ -19,3 +24,8 @@ def require(name: str, x: Any, dtype: Any, shape: tuple[int, ...], hint: str = "
         raise ValueError(f"{name} has shape {tuple(x.shape)}, this plan was built for {shape}{hint}: build a new plan")
     if not x.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (row-major): use cupy.ascontiguousarray({name})")
+    if x.data.ptr % ALIGNMENT:
+        raise ValueError(
+            f"{name} must start on a {ALIGNMENT}-byte boundary (the kernels copy {ALIGNMENT} bytes at a time); this "
+            f"view of a larger array does not: pass a fresh copy, {name}.copy()"
+        )

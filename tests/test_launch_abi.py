@@ -1,0 +1,85 @@
+"""CPU checks of two GPU helpers that reach into library internals: the fast launch path's argument packing
+(numba's kernel ABI) and the aligned global-memory layouts' version guard. No GPU needed."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+numba = pytest.importorskip("numba")
+
+
+def fake_array(shape: tuple[int, ...], itemsize: int, ptr: int) -> SimpleNamespace:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    size = 1
+    for n in shape:
+        size *= n
+    return SimpleNamespace(
+        size=size, itemsize=itemsize, data=SimpleNamespace(ptr=ptr), shape=shape, strides=tuple(strides)
+    )
+
+
+def values(fields: list[object]) -> list[float | int | None]:
+    return [f.value for f in fields]  # type: ignore[attr-defined]
+
+
+def test_packers_follow_numbas_array_abi() -> None:
+    from numba.core import types
+
+    from utilities.gpu import launch
+
+    packers = launch._packers((types.float16[:, :, ::1], types.float32, types.int64, types.float64))
+    assert packers is not None
+    x = fake_array((3, 5, 96), 2, 0x7F00_0000_0100)
+    fields = packers[0](x)
+    # meminfo, parent, nitems, itemsize, data, shape..., strides... (bytes)
+    assert values(fields) == [None, None, 3 * 5 * 96, 2, 0x7F00_0000_0100, 3, 5, 96, 5 * 96 * 2, 96 * 2, 2]
+    assert [type(f) for f in fields[:5]] == [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_ssize_t,
+        ctypes.c_ssize_t,
+        ctypes.c_void_p,
+    ]
+    (alpha,), (plane,), (beta,) = packers[1](0.5), packers[2](2), packers[3](-1.5)
+    assert (type(alpha), alpha.value) == (ctypes.c_float, 0.5)
+    assert (type(plane), plane.value) == (ctypes.c_int64, 2)
+    assert (type(beta), beta.value) == (ctypes.c_double, -1.5)
+
+
+def test_unknown_argument_types_fall_back_to_numba() -> None:
+    from numba.core import types
+
+    from utilities.gpu import launch
+
+    assert launch._packers((types.float16[:, ::1], types.complex64)) is None
+    assert launch._signature((0.5,)) is None  # a Python float: numba decides its type
+
+
+def test_aligned_layouts_are_guarded_by_the_nvmath_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    from utilities.gpu import aligned_copy
+
+    try:
+        installed = importlib.metadata.version("nvmath-python")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    assert aligned_copy.supported() == (installed == aligned_copy.VERIFIED_NVMATH)
+
+    with pytest.raises(ValueError, match="'a', 'b' or 'c'"):
+        aligned_copy.gmem_layout(object(), "d")
+
+    monkeypatch.setattr(aligned_copy, "supported", lambda: False)
+    aligned_copy.gmem_layout.cache_clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        layout = aligned_copy.gmem_layout(object(), "a")
+    aligned_copy.gmem_layout.cache_clear()
+    assert any("verified with nvmath-python" in str(w.message) for w in caught)
+    assert callable(layout)  # nvmath's own layout, as a device function: correct, only slower
