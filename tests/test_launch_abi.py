@@ -54,13 +54,18 @@ def test_packers_follow_numbas_array_abi() -> None:
     assert (type(beta), beta.value) == (ctypes.c_double, -1.5)
 
 
-def test_unknown_argument_types_fall_back_to_numba() -> None:
+def test_unknown_argument_types_fall_back_to_numba(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    import numpy as np
     from numba.core import types
 
     from utilities.gpu import launch
 
     assert launch._packers((types.float16[:, ::1], types.complex64)) is None
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(ndarray=type("ndarray", (), {})))  # CI has no CuPy
     assert launch._signature((0.5,)) is None  # a Python float: numba decides its type
+    assert launch._signature((np.float32(0.5), np.int64(3))) == (np.dtype(np.float32).char, np.dtype(np.int64).char)
 
 
 def test_aligned_layouts_are_guarded_by_the_nvmath_version(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,3 +88,36 @@ def test_aligned_layouts_are_guarded_by_the_nvmath_version(monkeypatch: pytest.M
     aligned_copy.gmem_layout.cache_clear()
     assert any("verified with nvmath-python" in str(w.message) for w in caught)
     assert callable(layout)  # nvmath's own layout, as a device function: correct, only slower
+
+
+def test_fast_path_compiles_once_per_kernel_and_forgets_freed_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from numba.core import types
+
+    from utilities.gpu import launch
+
+    compiles: list[str] = []  # (never the kernels themselves: a reference would keep them alive)
+
+    class FakeKernel:  # stands in for a numba dispatcher
+        targetoptions: dict[str, object] = {}
+
+    def fake_compiled(kernel: object, *args: object) -> SimpleNamespace:
+        compiles.append(type(kernel).__name__)
+        library = SimpleNamespace(get_cufunc=lambda: f"function of kernel {len(compiles)}")
+        return SimpleNamespace(argument_types=(types.float32,), debug=False, _codelibrary=library)
+
+    monkeypatch.setattr(launch, "_signature", lambda args: ("f",))
+    monkeypatch.setattr(launch, "compiled", fake_compiled)
+    monkeypatch.setattr(launch, "_function_handle", lambda cufunc: cufunc)
+
+    first = FakeKernel()
+    entry = launch._fast_launcher(first, 0, (0.5,))
+    assert launch._fast_launcher(first, 0, (0.25,)) is entry and len(compiles) == 1  # typed and compiled once
+    assert entry[0] == "function of kernel 1"
+
+    del first, entry
+    gc.collect()
+    second = FakeKernel()  # may reuse the freed kernel's address: it must still get its own compiled code
+    assert launch._fast_launcher(second, 0, (0.5,))[0] == "function of kernel 2"
+    assert len(launch._fast) == 1

@@ -13,6 +13,7 @@ strides) and calls ``cuLaunchKernel`` on CuPy's current stream. Arguments it doe
 from __future__ import annotations
 
 import ctypes
+import weakref
 from typing import Any
 
 import numpy as np
@@ -103,7 +104,9 @@ def _packers(argument_types: tuple[Any, ...]) -> list[Any] | None:
     return packers
 
 
-_fast: dict[tuple[int, int, tuple[Any, ...]], Any] = {}
+# kernel -> {(shared, signature): entry}. Weak keys: an entry lives as long as its kernel, and a kernel built
+# later (an edited exercise, say) can never be served the compiled code of one that was freed.
+_fast: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
 
 
 def _fast_launcher(kernel: Any, shared: int, args: tuple[Any, ...]) -> Any:
@@ -111,18 +114,19 @@ def _fast_launcher(kernel: Any, shared: int, args: tuple[Any, ...]) -> Any:
     signature = _signature(args)
     if signature is None:
         return None
-    key = (id(kernel), shared, signature)
-    if key not in _fast:
+    entries = _fast.setdefault(kernel, {})
+    key = (shared, signature)
+    if key not in entries:
         if shared > 48 * 1024:
             allow_shared_memory(kernel, shared, *args)  # once: the limit stays with the compiled function
         overload = compiled(kernel, *args)
         packers = _packers(tuple(overload.argument_types))
         if packers is None or overload.debug or kernel.targetoptions.get("extensions"):
-            _fast[key] = None
+            entries[key] = None
         else:
             cufunc = overload._codelibrary.get_cufunc()
-            _fast[key] = (_function_handle(cufunc), packers)
-    return _fast[key]
+            entries[key] = (_function_handle(cufunc), packers)
+    return entries[key]
 
 
 def launch(kernel: Any, grid: Any, block: Any, shared: int, *args: Any) -> None:
