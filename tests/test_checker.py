@@ -181,21 +181,13 @@ def test_untouched_skeletons_are_not_implemented(capsys):
     assert "not implemented yet" in capsys.readouterr().out
 
 
-def test_a_wrong_result_from_code_with_a_placeholder_is_unfinished(tmp_path):
-    source = f"def skeleton(x, e, slices):\n    return [1] * slices  {PLACEHOLDER}\n"
-    path = tmp_path / "exercise.py"
-    path.write_text(source)
-    namespace: dict = {}
-    exec(compile(source, str(path), "exec"), namespace)
-    result = check.check_slice_number(namespace["skeleton"])
+def test_a_wrong_result_from_code_with_a_placeholder_is_unfinished(define):
+    skeleton = define(f"def skeleton(x, e, slices):\n    return [1] * slices  {PLACEHOLDER}\n", "skeleton")
+    result = check.check_slice_number(skeleton)
     assert result.status == "not implemented"
 
 
-def test_a_wrong_result_without_placeholder_raises(tmp_path):
-    source = "def attempt(x, e, slices):\n    return [1] * slices\n"
-    path = tmp_path / "attempt.py"
-    path.write_text(source)
-    namespace: dict = {}
-    exec(compile(source, str(path), "exec"), namespace)
+def test_a_wrong_result_without_placeholder_raises(define):
+    attempt = define("def attempt(x, e, slices):\n    return [1] * slices\n", "attempt")
     with pytest.raises(CheckFailure):
-        check.check_slice_number(namespace["attempt"])
+        check.check_slice_number(attempt)

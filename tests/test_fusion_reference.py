@@ -260,14 +260,10 @@ def test_an_untouched_skeleton_is_not_implemented(capsys):
     assert "not implemented yet" in capsys.readouterr().out
 
 
-def test_a_wrong_result_from_an_exercise_with_a_placeholder_is_unfinished(tmp_path):
-    source = f"def make_b2b_kernel():\n    pass  {PLACEHOLDER}\n"
-    path = tmp_path / "exercise.py"
-    path.write_text(source)
-    namespace: dict = {}
-    exec(compile(source, str(path), "exec"), namespace)
+def test_a_wrong_result_from_an_exercise_with_a_placeholder_is_unfinished(define):
+    exercise = define(f"def make_b2b_kernel():\n    pass  {PLACEHOLDER}\n", "make_b2b_kernel")
     run, stages = b2b_kernel("no beta")
-    result = fcheck.check_back_to_back(run, stages=stages, shape=SMALL, exercise=namespace["make_b2b_kernel"])
+    result = fcheck.check_back_to_back(run, stages=stages, shape=SMALL, exercise=exercise)
     assert result.status == "not implemented"
     with pytest.raises(CheckFailure):
         fcheck.check_back_to_back(run, stages=stages, shape=SMALL)

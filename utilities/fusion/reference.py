@@ -154,7 +154,7 @@ def b2b_ref(
     d0 = relu(float(alpha0) * p0)
     p1 = float(alpha1) * (d0 @ b164) + float(beta1) * c64
     d1 = relu(p1)
-    bound0, bound1 = b2b_bound(a0, b0, b1, c1, alpha0, alpha1, beta1, d0, d1, p0)
+    bound0, bound1 = b2b_bound(a64, b064, b164, c64, alpha0, alpha1, beta1, d0, d1, p0)  # FP64 already: no copies
     return B2BReference(p0, d0, p1, d1, bound0, bound1)
 
 

@@ -140,12 +140,17 @@ def b2b_records(
             f"b2b.{path}", times, m=m, n=n1, k=k0, params=params, flops=t.flops, bytes_moved=t.bytes,
             error=_b2b_error(d1, first, alphas, rows),
         )  # fmt: skip
-        if peak and rec.bandwidth_tbs is not None:
-            rec.params["hbm_fraction"] = rec.bandwidth_tbs / peak
-        records.append(rec)
+        records.append(_with_hbm_fraction(rec, peak))
     for e in epilogues:
         e.free()
     return records
+
+
+def _with_hbm_fraction(rec: bench.BenchRecord, peak: float | None) -> bench.BenchRecord:
+    """The record, with its achieved bandwidth as a fraction of HBM's (``hbm_fraction``) when both are known."""
+    if peak and rec.bandwidth_tbs is not None:
+        rec.params["hbm_fraction"] = rec.bandwidth_tbs / peak
+    return rec
 
 
 def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0) -> list[bench.BenchRecord]:
@@ -181,9 +186,7 @@ def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0) ->
             f"gemm_bias_relu.{path}", per_call_ms(fns, repeats=repeats), m=m, n=n, k=k,
             params={"bytes": t.bytes, "kernels": t.kernels}, flops=t.flops, bytes_moved=t.bytes, error=error,
         )  # fmt: skip
-        if peak and rec.bandwidth_tbs is not None:
-            rec.params["hbm_fraction"] = rec.bandwidth_tbs / peak
-        records.append(rec)
+        records.append(_with_hbm_fraction(rec, peak))
     for e in epilogues:
         e.free()
     cp.get_default_memory_pool().free_all_blocks()
