@@ -25,7 +25,7 @@ ENV = {"nvmath-python": "1.0.0", "libmathdx": "302"}
 def fake_mathdx() -> types.SimpleNamespace:
     """A libmathdx binding in miniature: state per handle, an NVRTC that is slow only in its counter."""
     m = types.SimpleNamespace()
-    ids = itertools.count(1)
+    ids = itertools.count(10_001)  # far from every number the tests pass, which describe() would take for handles
     state: dict[int, list] = {}
     m.calls = {"compile": 0, "finalize": 0, "trait": 0}
 
@@ -96,10 +96,17 @@ def fake_mathdx() -> types.SimpleNamespace:
     m.commondx_get_code_ltoir = get_ltoir
     m.commondx_get_code_option_int64 = lambda code, option: 90 if option == CODE_ISA else -1
     m.commondx_destroy_code = lambda code: state.pop(code)
+
+    def symbol(h):  # as libmathdx's: the same whether the function's tensors are finalized yet or not
+        what = repr(describe(h)).replace(", 'finalized'", "")
+        return ("fn_" + hashlib.sha256(what.encode()).hexdigest()[:8]).encode()
+
+    m.cublasdx_get_device_function_trait_str_size = lambda h, t: len(symbol(h))
+    m.cublasdx_get_device_function_trait_str = lambda h, t, n, buf: buf.__setitem__(slice(0, n), symbol(h)[:n])
     return m
 
 
-def build_and_generate(m, *, block=128, depth=3, shape=(8192, 8192), sm=90, ftype=1, tensor_type=5):
+def build_and_generate(m, *, block=128, depth=3, shape=(8192, 8192), sm=90, ftype=1, tensor_type=5, symbol=False):
     """What nvmath does for one pipeline kernel's EXECUTE function, through the (wrapped) binding."""
     h = m.cublasdx_create_descriptor()
     m.cublasdx_set_operator_int64s(h, 1, 3, [128, 128, 128])
@@ -116,6 +123,9 @@ def build_and_generate(m, *, block=128, depth=3, shape=(8192, 8192), sm=90, ftyp
     dims = np.zeros(3, np.int64)
     m.cublasdx_get_pipeline_trait_int64s(dp, 4, 3, dims.ctypes.data)
     fn = m.cublasdx_create_device_function_with_pipelines(h, ftype, 1, [acc], 1, [tp])
+    if symbol:  # as nvmath asks, before generating the code
+        buf = bytearray(m.cublasdx_get_device_function_trait_str_size(fn, 1))
+        m.cublasdx_get_device_function_trait_str(fn, 1, len(buf), buf)
     code = m.commondx_create_code()
     m.commondx_set_code_option_int64s(code, 3, 1, [sm])
     m.commondx_set_code_option_str(code, 9, "-gen-opt-lto")
@@ -177,7 +187,7 @@ def test_a_corrupt_or_partial_entry_is_rebuilt_not_served(tmp_path, damage):
     with pytest.warns(UserWarning, match="corrupt entry"):
         result, calls, stats = run(tmp_path)
     assert result == build_and_generate(fake_mathdx()) and calls["compile"] == 1
-    assert stats.corrupt == 3
+    assert stats.corrupt == 4  # two traits, the LTO-IR and the target's ISA version
     assert run(tmp_path)[1]["compile"] == 0  # and the rebuilt entries serve the next run
 
 
@@ -246,3 +256,107 @@ def test_install_stays_off_with_unverified_versions(monkeypatch, tmp_path):
     monkeypatch.setattr(buildcache, "_STATE", {})
     with pytest.warns(UserWarning, match="build cache off"):
         assert buildcache.install(tmp_path) is None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parallel generation: placeholders now, the real LTO-IR from worker processes at link time
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def build_two(m, symbol=False):
+    """Two device functions of one kernel, generated one after the other as numba lowers them."""
+    return [build_and_generate(m, ftype=ftype, symbol=symbol) for ftype in (1, 2)]
+
+
+def pooled(cache_dir, run_job=None, **lazy_args):
+    """A "process" whose misses go to a pool (threads here; processes in the course) replaying the recipes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from utilities.parallel_codegen import Pool, replay
+
+    m = fake_mathdx()
+    holder = {}
+    run_job = run_job or (lambda job: replay(job, lambda name: holder["lazy"].real[name]))
+    pool = Pool(2, run=run_job, executor=ThreadPoolExecutor(2))
+    lazy = LazyMathdx(m, DiskCache(cache_dir), ENV, CODE_ISA, pool, **lazy_args)
+    holder["lazy"] = lazy
+    lazy.install()
+    return m, lazy
+
+
+def test_pool_hands_out_placeholders_that_resolve_to_the_code_a_compile_returns(tmp_path):
+    from utilities.parallel_codegen import PENDING
+
+    plain = build_two(fake_mathdx())
+    m, lazy = pooled(tmp_path)
+    first, second = build_two(m)
+    assert first == plain[0], "the first code for a target is generated in place (it tells the ISA version)"
+    assert second[0].startswith(PENDING), "later code is a placeholder until the link"
+    assert second[1] == plain[1][1] and second[2:] == plain[1][2:]  # the ISA version and traits are real
+    assert lazy.resolve(second[0]) == plain[1][0]
+    assert m.calls["compile"] == 2, "one in place, one in the pool (on replayed descriptors)"
+    lazy.pool.shutdown()
+    result, calls, _ = run(tmp_path, ftype=2)  # the worker's result was stored: a later process hits
+    assert result == plain[1] and calls["compile"] == 0
+
+
+def test_placeholders_in_linked_modules_are_replaced_before_the_link(tmp_path):
+    m, lazy = pooled(tmp_path)
+    _, second = build_two(m)
+    linked = [types.SimpleNamespace(_data=second[0]), types.SimpleNamespace(_data=b"real ltoir")]
+    buildcache.resolve_placeholders(linked, lazy)
+    assert linked[0]._data == build_two(fake_mathdx())[1][0] and linked[1]._data == b"real ltoir"
+
+
+def test_a_failed_worker_falls_back_to_generating_in_place(tmp_path):
+    def broken(job):
+        raise RuntimeError("worker died")
+
+    m, lazy = pooled(tmp_path, run_job=broken)
+    _, second = build_two(m)
+    with pytest.warns(UserWarning, match="generating it here"):
+        assert lazy.resolve(second[0]) == build_two(fake_mathdx())[1][0]
+    assert m.calls["compile"] == 2
+
+
+def test_a_replay_that_names_its_function_differently_is_refused(tmp_path):
+    """The kernel calls the symbol it was given: code from a worker that names the function otherwise never serves."""
+    from utilities.parallel_codegen import replay
+
+    def renaming(job):
+        names = {"cublasdx_get_device_function_trait_str": lambda h, t, n, buf: buf.__setitem__(slice(0, n), b"x" * n)}
+        return replay(job, lambda name: names.get(name) or lazy.real[name])
+
+    m, lazy = pooled(tmp_path, run_job=renaming)
+    _, second = build_two(m, symbol=True)
+    assert lazy.symbols, "the recording process saw the symbols"
+    with pytest.warns(UserWarning, match="named a replayed device function differently"):
+        assert lazy.resolve(second[0]) == build_two(fake_mathdx(), symbol=True)[1][0]
+
+
+def test_a_placeholder_whose_code_is_gone_says_what_to_do(tmp_path):
+    from utilities.parallel_codegen import PENDING
+
+    lazy = LazyMathdx(fake_mathdx(), DiskCache(tmp_path), ENV, CODE_ISA)
+    with pytest.raises(RuntimeError, match="COURSE_BUILD_JOBS=1"):
+        lazy.resolve(PENDING + b"0" * 64)
+
+
+@pytest.mark.parametrize(("text", "want"), [("", None), ("0", 0), ("1", 1), ("12", 12)])
+def test_build_jobs_come_from_the_environment(monkeypatch, text, want):
+    from utilities import parallel_codegen
+
+    monkeypatch.setenv("COURSE_BUILD_JOBS", text)
+    got = parallel_codegen.workers_from_env()
+    if want is None:  # one per core, within the caps
+        assert 1 <= got <= min(parallel_codegen.os.cpu_count() or 1, parallel_codegen.MAX_WORKERS)
+    else:
+        assert got == want
+
+
+def test_build_jobs_must_be_a_number(monkeypatch):
+    from utilities import parallel_codegen
+
+    monkeypatch.setenv("COURSE_BUILD_JOBS", "many")
+    with pytest.raises(ValueError, match="COURSE_BUILD_JOBS must be a whole number"):
+        parallel_codegen.workers_from_env()

@@ -7,6 +7,10 @@ Each figure is the wall time from nothing to a finished first launch (build, lin
 - new_shape: the same process, a problem shape it has not built (a new DevicePipeline type);
 - warm_restart: a fresh process, the cache left by the first one (a notebook restart).
 
+Each build also runs the kernel on fixed random inputs and records the SHA-256 of its output, so that the suite
+can check that a kernel built through the cache (generated in worker processes, or served from disk) computes
+bit for bit what the normal build computes.
+
 Usage (GPU machine): ``python tools/build_times.py --mode after --cache DIR`` prints one JSON line; ``--mode
 before`` runs with the cache off; ``--restart`` measures only the first build (for the warm restart).
 """
@@ -14,28 +18,34 @@ before`` runs with the cache off; ``--restart`` measures only the first build (f
 from __future__ import annotations
 
 import argparse
+import hashlib
 import inspect
 import json
 import os
 import time
 
 
-def _timed(fn) -> float:
+def _timed(fn, digests: dict[str, str], name: str) -> float:
+    """Seconds from nothing to a finished run of ``fn`` (build included); the output's digest goes to ``digests``."""
     import cupy as cp
 
     start = time.perf_counter()
-    fn()
+    out = fn()
     cp.cuda.Device().synchronize()
-    return round(time.perf_counter() - start, 2)
+    seconds = round(time.perf_counter() - start, 2)
+    digests[name] = hashlib.sha256(cp.asnumpy(out).tobytes()).hexdigest()
+    return seconds
 
 
-def run_plan(shape: tuple[int, int, int], slices: int) -> None:
+def run_plan(shape: tuple[int, int, int], slices: int):
     import cupy as cp
 
+    from utilities import inputs
     from utilities.gpu.ozaki import OzakiGemm
 
     m, n, k = shape
-    OzakiGemm(m, n, k, slices, "fused")(cp.ones((m, k)), cp.ones((k, n)))
+    a, b = cp.asarray(inputs.exponent_spread(m, k, 1.0, 11)), cp.asarray(inputs.exponent_spread(k, n, 1.0, 12))
+    return OzakiGemm(m, n, k, slices, "fused")(a, b)
 
 
 def edited_fused_factory():
@@ -66,15 +76,18 @@ def main() -> None:
     shape = tuple(int(x) for x in args.shape.split("x"))
     new_shape = tuple(int(x) for x in args.new_shape.split("x"))
     result = {"mode": args.mode, "restart": args.restart, "shape": args.shape}
-    result["first_s"] = _timed(lambda: run_plan(shape, args.slices))
+    digests: dict[str, str] = {}
+    result["first_s"] = _timed(lambda: run_plan(shape, args.slices), digests, "first")
     if not args.restart:
         from utilities.gpu import ozaki
 
         ozaki.make_fused_kernel = edited_fused_factory()  # the plan picks the edited kernel up
-        result["edit_s"] = _timed(lambda: run_plan(shape, args.slices))
-        result["new_shape_s"] = _timed(lambda: run_plan(new_shape, args.slices))
+        result["edit_s"] = _timed(lambda: run_plan(shape, args.slices), digests, "edit")
+        result["new_shape_s"] = _timed(lambda: run_plan(new_shape, args.slices), digests, "new_shape")
     stats = buildcache.stats()
     result["cache"] = stats.summary() if stats else "off"
+    result["workers"] = buildcache.workers()
+    result["output_sha256"] = digests
     print(json.dumps(result), flush=True)
 
 

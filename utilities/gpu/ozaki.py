@@ -288,13 +288,16 @@ class OzakiGemm:
         """Stage 1: shifts and slices of A (rows) and B (columns)."""
         m, n, k, S = self.m, self.n, self.k, self.slices
         split = self.kernels.split_digits or plain.make_split_digits
-        plain.make_slice_rows_kernel(k, self.kp, S, 256, split)[m, 256](a, self._a_words, self.e)
+        # launch.launch: numba's dispatcher would type the arguments again on every call (about 0.1 ms of host
+        # time before the first kernel starts, which the timings would count)
+        launch.launch(plain.make_slice_rows_kernel(k, self.kp, S, 256, split), m, 256, 0, a, self._a_words, self.e)
         self._mu.fill(0)
         self._bad.fill(0)
-        plain.make_col_max_kernel()[(-(-n // 256), -(-k // 256)), 256](b, self._mu, self._bad)
-        plain.shifts_from_max_kernel[-(-n // 256), 256](self._mu, self._bad, self.f)
-        grid = (-(-n // 32), -(-self.kp // 128))
-        plain.make_slice_cols_kernel(S, 32, 8, split)[grid, (32, 8)](b, self.f, self._b_words)
+        col_max = plain.make_col_max_kernel()
+        launch.launch(col_max, (-(-n // 256), -(-k // 256)), 256, 0, b, self._mu, self._bad)
+        launch.launch(plain.shifts_from_max_kernel, -(-n // 256), 256, 0, self._mu, self._bad, self.f)
+        slice_cols = plain.make_slice_cols_kernel(S, 32, 8, split)
+        launch.launch(slice_cols, (-(-n // 32), -(-self.kp // 128)), (32, 8), 0, b, self.f, self._b_words)
 
     def products(self) -> None:
         """Stage 2 of the unfused and partially fused variants: int32 products or anti-diagonals."""

@@ -115,9 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.perf_counter()
 
+    # each build generates its code in worker processes of its own: share the cores among the builds
+    env = dict(os.environ)
+    env.setdefault("COURSE_BUILD_JOBS", str(max(1, (os.cpu_count() or 1) // min(args.parallel, len(jobs)))))
+
     def worker(job: str) -> bool:
         cmd = [sys.executable, "-m", "utilities.gpu.prebuild", "--one", "--jobs", job, "--slices", str(args.slices)]
-        return subprocess.run(cmd).returncode == 0
+        return subprocess.run(cmd, env=env).returncode == 0
 
     with ThreadPoolExecutor(max_workers=args.parallel) as pool:  # each worker is a process of its own
         ok = list(pool.map(worker, jobs))

@@ -1,0 +1,174 @@
+"""Generate libmathdx LTO-IR in worker processes, so that a kernel's dozen device functions compile at once.
+
+A cuBLASDx kernel asks libmathdx for its device functions one at a time, as numba lowers each call, and each
+takes NVRTC about 9 s; nothing needs their LTO-IR until the final link. So the build cache
+(:mod:`utilities.buildcache`) hands numba a placeholder at once and sends the work to a pool of processes;
+the link waits for the real code. Each worker rebuilds the descriptors from their recorded recipes (a
+:class:`Job`: every creating call and option in order, dependencies first) with its own libmathdx, generates
+the code and returns it, after checking that libmathdx gave each function the symbol numba was given.
+
+Workers: ``$COURSE_BUILD_JOBS`` processes (``0`` or ``1`` generates in the calling process, one at a time),
+by default one per core, at most 16 and one per 3 GiB of memory.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+PENDING = b"TCFC-PENDING-LTOIR:"  # a placeholder's prefix; the rest is the cache key of the code it stands for
+MAX_WORKERS = 16
+WORKER_MEMORY = 3 * 2**30  # bytes a worker may need
+
+# How each kind of descriptor is finalized and destroyed (by its creating call).
+DESTROYERS = {
+    "cublasdx_create_descriptor": "cublasdx_destroy_descriptor",
+    "cublasdx_create_tensor": "cublasdx_destroy_tensor",
+    "cublasdx_create_tensor_strided": "cublasdx_destroy_tensor",
+    "cublasdx_make_tensor_like": "cublasdx_destroy_tensor",
+    "cublasdx_create_device_pipeline": "cublasdx_destroy_pipeline",
+    "cublasdx_create_tile_pipeline": "cublasdx_destroy_pipeline",
+    "cublasdx_create_device_function": "cublasdx_destroy_device_function",
+    "cublasdx_create_device_function_with_pipelines": "cublasdx_destroy_device_function",
+    "commondx_create_code": "commondx_destroy_code",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One descriptor: its calls (the creating call first, then its options) and the finalization it needs.
+
+    Arguments that are descriptors read ``{"$": handle}`` or ``{"$s": [handles]}``, handles of the recording
+    process, which the replay maps to its own.
+    """
+
+    handle: int
+    calls: tuple[tuple[str, tuple[Any, ...]], ...]
+    finalizer: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a worker needs to generate one code descriptor's LTO-IR."""
+
+    steps: tuple[Step, ...]  # the descriptors the targets depend on, dependencies first
+    code: Step  # the code descriptor (target SM, NVRTC options)
+    generate: str  # cublasdx_finalize_device_functions or cublasdx_finalize_code
+    targets: tuple[int, ...]
+    isa_option: int
+    symbols: tuple[bytes | None, ...] = ()  # the symbol each target was given in the recording process
+    symbol_trait: int = 1  # CublasdxDeviceFunctionTrait.SYMBOL
+
+
+@dataclass(frozen=True)
+class Result:
+    isa: int
+    ltoir: bytes
+    seconds: float
+
+
+def replay(job: Job, fn: Callable[[str], Callable[..., Any]]) -> Result:
+    """Rebuild the job's descriptors through the binding functions ``fn(name)`` and generate its code."""
+    made: dict[int, int] = {}
+    created: list[tuple[str, int]] = []
+
+    def value(arg: Any) -> Any:
+        if isinstance(arg, dict) and "$" in arg:
+            return made[arg["$"]]
+        if isinstance(arg, dict) and "$s" in arg:
+            return [made[h] for h in arg["$s"]]
+        return list(arg) if isinstance(arg, tuple | list) else arg
+
+    def build(step: Step) -> int:
+        (create, args), *options = step.calls
+        handle = int(fn(create)(*(value(a) for a in args)))
+        made[step.handle] = handle
+        created.append((create, handle))
+        for name, rest in options:
+            fn(name)(handle, *(value(a) for a in rest))
+        if step.finalizer:
+            fn(step.finalizer)(1, [handle])
+        return handle
+
+    try:
+        for step in job.steps:
+            build(step)
+        code = build(job.code)
+        targets = [made[t] for t in job.targets]
+        for target, want in zip(targets, job.symbols, strict=False):
+            if want is not None and _symbol(fn, target, job.symbol_trait) != want:
+                raise RuntimeError("libmathdx named a replayed device function differently; generating in place")
+        start = time.perf_counter()
+        if job.generate == "cublasdx_finalize_code":
+            fn(job.generate)(code, targets[0])
+        else:
+            fn(job.generate)(code, len(targets), targets)
+        seconds = time.perf_counter() - start
+        size = int(fn("commondx_get_code_ltoir_size")(code))
+        ltoir = bytearray(size)
+        fn("commondx_get_code_ltoir")(code, size, ltoir)
+        isa = int(fn("commondx_get_code_option_int64")(code, job.isa_option))
+        return Result(isa, bytes(ltoir), seconds)
+    finally:
+        for create, handle in reversed(created):
+            try:
+                fn(DESTROYERS[create])(handle)
+            except Exception:  # a worker that cannot free a descriptor leaks it; the result stands
+                pass
+
+
+def _symbol(fn: Callable[[str], Callable[..., Any]], handle: int, trait: int) -> bytes:
+    size = int(fn("cublasdx_get_device_function_trait_str_size")(handle, trait))
+    buf = bytearray(size)
+    fn("cublasdx_get_device_function_trait_str")(handle, trait, size, buf)
+    return bytes(buf)
+
+
+def _in_worker(job: Job) -> Result:
+    """A worker process's entry: the real binding, unwrapped (workers never install the build cache)."""
+    from nvmath.bindings import mathdx
+
+    return replay(job, lambda name: getattr(mathdx, name))
+
+
+def workers_from_env() -> int:
+    """``$COURSE_BUILD_JOBS``, else one worker per core, at most 16 and one per 3 GiB of memory.
+
+    (A process generating cuBLASDx code peaked at 2.8 GB resident on a CPU machine.)
+    """
+    text = os.environ.get("COURSE_BUILD_JOBS", "").strip()
+    if text:
+        try:
+            return max(0, int(text))
+        except ValueError:
+            raise ValueError(f"COURSE_BUILD_JOBS must be a whole number of processes, got {text!r}") from None
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = MAX_WORKERS * WORKER_MEMORY
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS, memory // WORKER_MEMORY))
+
+
+class Pool:
+    """A lazily started pool of spawned worker processes (spawned: a forked child would inherit CUDA state)."""
+
+    def __init__(self, workers: int, run: Callable[[Job], Result] = _in_worker, executor: Any = None):
+        self.workers = workers
+        self._run = run
+        self._executor = executor
+
+    def submit(self, job: Job) -> Future[Result]:
+        if self._executor is None:
+            context = multiprocessing.get_context("spawn")
+            self._executor = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
+        return self._executor.submit(self._run, job)
+
+    def shutdown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
