@@ -308,6 +308,18 @@ def test_placeholders_in_linked_modules_are_replaced_before_the_link(tmp_path):
     assert linked[0]._data == build_two(fake_mathdx())[1][0] and linked[1]._data == b"real ltoir"
 
 
+def test_nvmaths_own_links_get_the_real_code(tmp_path):
+    """nvmath links the pipeline init/destroy kernels itself, through cuda.core's ObjectCode.from_ltoir."""
+    m, lazy = pooled(tmp_path)
+    _, second = build_two(m)
+    seen = []
+    original = types.SimpleNamespace(from_ltoir=lambda data, name=None: seen.append((data, name)), kind="ltoir")
+    shim = buildcache.ResolvingObjectCode(original, lazy)
+    shim.from_ltoir(second[0], name="init")
+    shim.from_ltoir(b"real ltoir")
+    assert seen == [(build_two(fake_mathdx())[1][0], "init"), (b"real ltoir", None)] and shim.kind == "ltoir"
+
+
 def test_a_failed_worker_falls_back_to_generating_in_place(tmp_path):
     def broken(job):
         raise RuntimeError("worker died")

@@ -696,6 +696,7 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
     from numba.cuda import codegen, dispatcher
     from numba.cuda.core import sigutils
     from nvmath.bindings import mathdx
+    from nvmath.device import cublasdx_backend
 
     cache = DiskCache(root)
     env = generator_environment()
@@ -705,6 +706,7 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
     lazy = LazyMathdx(mathdx, cache, env, int(mathdx.CommondxOption.CODE_ISA), pool, symbol)
     lazy.install()
     _patch_cubin(codegen.CUDACodeLibrary, cache, env, lazy)
+    cublasdx_backend.ObjectCode = ResolvingObjectCode(cublasdx_backend.ObjectCode, lazy)
     _patch_compile(dispatcher.CUDADispatcher, lazy, sigutils)
     _STATE.update(cache=cache, lazy=lazy, env=env)
     return cache
@@ -741,6 +743,23 @@ def resolve_placeholders(linked: Iterable[Any], lazy: LazyMathdx) -> None:
         data = getattr(item, "_data", None)
         if isinstance(data, bytes | bytearray) and bytes(data[: len(PENDING)]) == PENDING:
             item._data = lazy.resolve(data)
+
+
+class ResolvingObjectCode:
+    """cuda.core's ``ObjectCode`` as nvmath's backend sees it: LTO-IR placeholders resolved before use.
+
+    nvmath links the device-pipeline init and destroy kernels itself (``ObjectCode.from_ltoir`` and cuda.core's
+    ``Linker``), outside numba, as soon as a pipeline is made; those links must get the real code too.
+    """
+
+    def __init__(self, original: Any, lazy: LazyMathdx):
+        self._original, self._lazy = original, lazy
+
+    def from_ltoir(self, data: bytes, *args: Any, **kwargs: Any) -> Any:
+        return self._original.from_ltoir(self._lazy.resolve(data), *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
 
 
 def _patch_compile(dispatcher_class: Any, lazy: LazyMathdx, sigutils: Any) -> None:

@@ -168,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                "--accuracy", args.accuracy, "--tracks", args.tracks]  # fmt: skip
         code = _run(cmd, logs / "bench.log")
         failures += ["bench"] if code else []
-    for proc in background:
-        proc.wait()
+    if any([proc.wait() for proc in background]):  # wait for every run; a failed one fails the suite
+        failures.append("builds")
     from utilities import report
 
     records, builds = report.merge_jsonl(records_dir)
