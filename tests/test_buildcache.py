@@ -320,6 +320,13 @@ def test_nvmaths_own_links_get_the_real_code(tmp_path):
     assert seen == [(build_two(fake_mathdx())[1][0], "init"), (b"real ltoir", None)] and shim.kind == "ltoir"
 
 
+def test_code_needed_at_exit_is_generated_in_place(tmp_path):
+    """nvmath frees pipelines at interpreter exit, which can need code never generated: the pool is gone by then."""
+    m, lazy = pooled(tmp_path)
+    lazy.pool._executor.shutdown()
+    assert build_two(m) == build_two(fake_mathdx())  # no placeholders, no error
+
+
 def test_a_failed_worker_falls_back_to_generating_in_place(tmp_path):
     def broken(job):
         raise RuntimeError("worker died")

@@ -443,12 +443,13 @@ class LazyMathdx:
         isa_key = make_key("isa", self._snapshot(code), self.environment)
         isa = self.cache.get(isa_key, count=False)
         job = self._job(name, code, targets) if self.pool is not None and isa is not None else None
-        if job is None:  # no pool, or the first code for this target (generated here, to learn its ISA version)
+        future = self.pool.submit(job) if job is not None else None
+        if future is None:  # no pool, the first code for this target (which tells its ISA version), or at exit
             result = self._generate_here(name, args, code, targets)
             self._store(key, result)
             self.cache.put(isa_key, str(result.isa).encode())
             return None
-        self.futures[key] = future = self.pool.submit(job)
+        self.futures[key] = future
         self.fallbacks[key] = lambda: self._fallback(job, name, args, code, targets)
         future.add_done_callback(lambda done: done.exception() or self._store(key, done.result()))
         self.served[code] = _Code(PENDING + key.encode(), int(isa), regenerate)

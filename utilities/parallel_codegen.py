@@ -162,11 +162,15 @@ class Pool:
         self._run = run
         self._executor = executor
 
-    def submit(self, job: Job) -> Future[Result]:
+    def submit(self, job: Job) -> Future[Result] | None:
+        """The job's future, or None when no new work can start (the interpreter is exiting)."""
         if self._executor is None:
             context = multiprocessing.get_context("spawn")
             self._executor = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
-        return self._executor.submit(self._run, job)
+        try:
+            return self._executor.submit(self._run, job)
+        except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown": nvmath frees pipelines
+            return None  # at exit, and freeing one can need code that was never generated
 
     def shutdown(self) -> None:
         if self._executor is not None:
