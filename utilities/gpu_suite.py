@@ -100,6 +100,7 @@ def collect_builds(logs: Path) -> list[dict]:
                 "warm_restart_s": restart["first_s"] if restart else (main["first_s"] if mode == "before" else None),
                 "cache": main.get("cache"),
                 "output_sha256": digests,
+                "checks": main.get("checks"),
             }
         )
     return same_outputs(entries)

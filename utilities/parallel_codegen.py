@@ -13,12 +13,15 @@ by default one per core, at most 16 and one per 3 GiB of memory.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
+import pickle
+import subprocess
+import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 PENDING = b"TCFC-PENDING-LTOIR:"  # a placeholder's prefix; the rest is the cache key of the code it stands for
@@ -130,10 +133,25 @@ def _symbol(fn: Callable[[str], Callable[..., Any]], handle: int, trait: int) ->
 
 
 def _in_worker(job: Job) -> Result:
-    """A worker process's entry: the real binding, unwrapped (workers never install the build cache)."""
+    """A worker process's work: the real binding, unwrapped (workers never install the build cache)."""
     from nvmath.bindings import mathdx
 
     return replay(job, lambda name: getattr(mathdx, name))
+
+
+def _in_subprocess(job: Job) -> Result:
+    """Run one job in a fresh ``python -m utilities.parallel_codegen``: the job in on stdin, the result out on stdout.
+
+    A plain subprocess, not multiprocessing: a spawned multiprocessing worker imports the caller's main script
+    again, and a script without an ``if __name__ == "__main__"`` guard would then build its kernels in every worker.
+    """
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "utilities.parallel_codegen"]
+    proc = subprocess.run(cmd, input=pickle.dumps(job), capture_output=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"code generation worker exited with {proc.returncode}: {proc.stderr.decode()[-2000:]}")
+    return pickle.loads(proc.stdout)
 
 
 def workers_from_env() -> int:
@@ -155,9 +173,9 @@ def workers_from_env() -> int:
 
 
 class Pool:
-    """A lazily started pool of spawned worker processes (spawned: a forked child would inherit CUDA state)."""
+    """Up to ``workers`` jobs at a time, each in a worker process of its own (threads here wait for them)."""
 
-    def __init__(self, workers: int, run: Callable[[Job], Result] = _in_worker, executor: Any = None):
+    def __init__(self, workers: int, run: Callable[[Job], Result] = _in_subprocess, executor: Any = None):
         self.workers = workers
         self._run = run
         self._executor = executor
@@ -165,8 +183,7 @@ class Pool:
     def submit(self, job: Job) -> Future[Result] | None:
         """The job's future, or None when no new work can start (the interpreter is exiting)."""
         if self._executor is None:
-            context = multiprocessing.get_context("spawn")
-            self._executor = ProcessPoolExecutor(max_workers=self.workers, mp_context=context)
+            self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="libmathdx")
         try:
             return self._executor.submit(self._run, job)
         except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown": nvmath frees pipelines
@@ -176,3 +193,9 @@ class Pool:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+
+
+if __name__ == "__main__":  # a worker: one pickled Job on stdin, its pickled Result on stdout
+    from utilities import parallel_codegen as worker  # the importable module: the pickle must not name __main__
+
+    sys.stdout.buffer.write(pickle.dumps(worker._in_worker(pickle.load(sys.stdin.buffer))))
