@@ -327,6 +327,34 @@ def test_code_needed_at_exit_is_generated_in_place(tmp_path):
     assert build_two(m) == build_two(fake_mathdx())  # no placeholders, no error
 
 
+def test_nvmaths_pipeline_kernels_are_linked_once_then_served(tmp_path):
+    links = []
+
+    class Linker:  # cuda.core's, in miniature: the "cubin" is the inputs' bytes joined
+        def __init__(self, *codes, options=None):
+            self.codes, self.options = codes, options
+
+        def link(self, target):
+            links.append(target)
+            return types.SimpleNamespace(code=b"|".join(c.code for c in self.codes) + repr(self.options).encode())
+
+    def from_cubin(data):
+        return types.SimpleNamespace(code=data, served=True)
+
+    def linker(*codes, options="sm_90a"):
+        return buildcache.CachingLinker(
+            *codes, options=options, _link=(Linker, from_cubin), _cache=(DiskCache(tmp_path), ENV)
+        )
+
+    init, kernel = types.SimpleNamespace(code=b"init ltoir"), types.SimpleNamespace(code=b"kernel ltoir")
+    first = linker(kernel, init).link("cubin")
+    again = linker(kernel, init).link("cubin")
+    assert again.served and again.code == first.code and links == ["cubin"]
+    assert not hasattr(linker(kernel, init, options="sm_80").link("cubin"), "served")  # options are in the key
+    assert not hasattr(linker(kernel, types.SimpleNamespace(code=b"other")).link("cubin"), "served")  # so are inputs
+    assert len(links) == 3
+
+
 def test_a_failed_worker_falls_back_to_generating_in_place(tmp_path):
     def broken(job):
         raise RuntimeError("worker died")

@@ -27,6 +27,7 @@ Location: ``$COURSE_BUILD_CACHE`` if set (``off`` disables the cache), else ``$X
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -707,7 +708,11 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
     lazy = LazyMathdx(mathdx, cache, env, int(mathdx.CommondxOption.CODE_ISA), pool, symbol)
     lazy.install()
     _patch_cubin(codegen.CUDACodeLibrary, cache, env, lazy)
-    cublasdx_backend.ObjectCode = ResolvingObjectCode(cublasdx_backend.ObjectCode, lazy)
+    object_code, linker = cublasdx_backend.ObjectCode, cublasdx_backend.Linker
+    cublasdx_backend.ObjectCode = ResolvingObjectCode(object_code, lazy)
+    cublasdx_backend.Linker = functools.partial(
+        CachingLinker, _link=(linker, object_code.from_cubin), _cache=(cache, env)
+    )
     _patch_compile(dispatcher.CUDADispatcher, lazy, sigutils)
     _STATE.update(cache=cache, lazy=lazy, env=env)
     return cache
@@ -761,6 +766,33 @@ class ResolvingObjectCode:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._original, name)
+
+
+class CachingLinker:
+    """cuda.core's ``Linker`` as nvmath's backend sees it: a cubin it linked before comes from the disk cache.
+
+    nvmath compiles and links a small init kernel for every device pipeline it makes, and a destroy kernel when
+    the pipeline is freed (nvJitLink with LTO, every process); keyed by every input's bytes and the options.
+    """
+
+    def __init__(self, *codes: Any, options: Any = None, _link: Any = None, _cache: Any = None, **kw: Any):
+        self._codes, self._options, self._kw = codes, options, kw
+        (self._linker, self._from_cubin), (self._cache, self._env) = _link, _cache
+
+    def link(self, target_type: str) -> Any:
+        def real() -> Any:
+            return self._linker(*self._codes, options=self._options, **self._kw).link(target_type)
+
+        if self._cache is None or target_type != "cubin" or self._kw:
+            return real()
+        inputs = [hashlib.sha256(bytes(code.code)).hexdigest() for code in self._codes]
+        key = make_key("linked", [target_type, repr(self._options), inputs], self._env)
+        data = self._cache.get(key)
+        if data is not None:
+            return self._from_cubin(data)
+        linked = real()
+        self._cache.put(key, bytes(linked.code))
+        return linked
 
 
 def _patch_compile(dispatcher_class: Any, lazy: LazyMathdx, sigutils: Any) -> None:
