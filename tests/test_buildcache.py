@@ -355,6 +355,34 @@ def test_nvmaths_pipeline_kernels_are_linked_once_then_served(tmp_path):
     assert len(links) == 3
 
 
+def test_nvmaths_trait_helpers_go_through_the_cache(tmp_path):
+    """nvmath binds its trait helpers to the binding functions at import: they must be rebuilt on the wrapped ones."""
+    m = fake_mathdx()
+    calls = []
+    m.cublasdx_get_trait_int64s = lambda h, t, n, address: calls.append(("int64s", h, t))
+    m.cublasdx_get_trait_str_size = lambda h, t: 3
+    m.cublasdx_get_trait_str = lambda h, t, n, buf: buf.__setitem__(slice(0, n), b"ab\0")
+
+    def build_get_int_traits(fn):  # nvmath's, in miniature: the function is captured when the helper is built
+        return lambda h, t, n: (fn(h, t, n, np.zeros(n, np.int64).ctypes.data), "done")[1]
+
+    def build_get_str_trait(size, get):
+        return lambda h, t: (get(h, t, size(h, t), bytearray(size(h, t))), "done")[1]
+
+    common = types.SimpleNamespace(build_get_int_traits=build_get_int_traits, build_get_str_trait=build_get_str_trait)
+    backend = types.SimpleNamespace(get_int_traits=build_get_int_traits(m.cublasdx_get_trait_int64s))
+    front = types.SimpleNamespace(get_int_traits=backend.get_int_traits, get_str_trait=None)
+    lazy = LazyMathdx(m, DiskCache(tmp_path), ENV, CODE_ISA)
+    lazy.install()
+    buildcache.rebind_trait_helpers(backend, [front], m, common)
+    h = m.cublasdx_create_descriptor()
+    for _ in range(2):
+        front.get_int_traits(h, 4, 3)
+        backend.get_int_traits(h, 4, 3)
+    assert len(calls) == 1, "one real query; the other three served by the cache"
+    assert front.get_str_trait(h, 1) == "done" and lazy.cache.stats.hits >= 3
+
+
 def test_a_failed_worker_falls_back_to_generating_in_place(tmp_path):
     def broken(job):
         raise RuntimeError("worker died")

@@ -698,7 +698,7 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
     from numba.cuda import codegen, dispatcher
     from numba.cuda.core import sigutils
     from nvmath.bindings import mathdx
-    from nvmath.device import cublasdx_backend
+    from nvmath.device import common_backend, cublasdx, cublasdx_backend
 
     cache = DiskCache(root)
     env = generator_environment()
@@ -708,6 +708,7 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
     lazy = LazyMathdx(mathdx, cache, env, int(mathdx.CommondxOption.CODE_ISA), pool, symbol)
     lazy.install()
     _patch_cubin(codegen.CUDACodeLibrary, cache, env, lazy)
+    rebind_trait_helpers(cublasdx_backend, [cublasdx], mathdx, common_backend)
     object_code, linker = cublasdx_backend.ObjectCode, cublasdx_backend.Linker
     cublasdx_backend.ObjectCode = ResolvingObjectCode(object_code, lazy)
     cublasdx_backend.Linker = functools.partial(
@@ -793,6 +794,26 @@ class CachingLinker:
         linked = real()
         self._cache.put(key, bytes(linked.code))
         return linked
+
+
+def rebind_trait_helpers(backend: Any, modules: Iterable[Any], mathdx: Any, common: Any) -> None:
+    """Point nvmath's trait helpers at the (wrapped) binding functions.
+
+    nvmath builds ``get_int_traits``, ``get_str_trait`` and ``get_str_device_trait`` at import, around the binding
+    functions of that moment, so their queries would bypass the cache: on an H100 the four ``get_int_traits``
+    calls of a pipeline kernel cost 6.9 s of a 12 s warm restart, in libmathdx, every process.
+    """
+    helpers = {
+        "get_int_traits": common.build_get_int_traits(mathdx.cublasdx_get_trait_int64s),
+        "get_str_trait": common.build_get_str_trait(mathdx.cublasdx_get_trait_str_size, mathdx.cublasdx_get_trait_str),
+        "get_str_device_trait": common.build_get_str_trait(
+            mathdx.cublasdx_get_device_function_trait_str_size, mathdx.cublasdx_get_device_function_trait_str
+        ),
+    }
+    for module in (backend, *modules):
+        for name, helper in helpers.items():
+            if hasattr(module, name):
+                setattr(module, name, helper)
 
 
 def _patch_compile(dispatcher_class: Any, lazy: LazyMathdx, sigutils: Any) -> None:
