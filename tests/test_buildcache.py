@@ -75,13 +75,10 @@ def fake_mathdx() -> types.SimpleNamespace:
 
     m.cublasdx_get_pipeline_trait_int64s = trait_int64s
 
-    def compile_functions(code, n, fns):
+    def compile_functions(code, n, fns):  # as libmathdx's: the same code whether the dependencies were finalized
         m.calls["compile"] += 1
-        for f in fns[:n]:
-            for dep in state[f][1:]:
-                if isinstance(dep, int) and dep in state and state[dep][0] in ("tensor", "dpipe", "tpipe"):
-                    assert "finalized" in state[dep], "dependencies must be finalized before code generation"
-        state[code].append(("lto", hashlib.sha256(repr([describe(code), [describe(f) for f in fns[:n]]]).encode())))
+        what = repr([describe(code), [describe(f) for f in fns[:n]]]).replace(", 'finalized'", "")
+        state[code].append(("lto", hashlib.sha256(what.encode())))
 
     m.cublasdx_finalize_device_functions = compile_functions
 
