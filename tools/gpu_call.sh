@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Developer harness for a lent GPU machine (see DEVELOPERS.md): installs the carried wheelhouse, runs the
+# Developer harness for a lent GPU machine (see the README's "For developers"): installs the carried wheelhouse, runs the
 # GPU suite with the given arguments, and leaves a few files in $OUT (at most 8 come back).
 set -uo pipefail
 if [ -f /tmp/site/.course-installed ]; then  # a warm machine from the previous call: the stack is there
