@@ -37,7 +37,7 @@ codes = [
     cublasdx.compile_blas_clear(MM.suggest_layout_rmem_c(), ct),
     cublasdx.compile_blas_copy(MM.get_layout_gmem_a(), MM.suggest_layout_smem_a(), ct),
 ]
-pending = sum(bytes(c.data[: len(parallel_codegen.PENDING)]) == parallel_codegen.PENDING for c, _ in codes)
+pending = sum(parallel_codegen.is_placeholder(c.data) for c, _ in codes)
 import warnings
 with warnings.catch_warnings(record=True) as caught:  # a failed worker falls back, with a warning: count them
     warnings.simplefilter("always")

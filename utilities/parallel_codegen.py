@@ -28,7 +28,7 @@ PENDING = b"TCFC-PENDING-LTOIR:"  # a placeholder's prefix; the rest is the cach
 MAX_WORKERS = 16
 WORKER_MEMORY = 3 * 2**30  # bytes a worker may need
 
-# How each kind of descriptor is finalized and destroyed (by its creating call).
+# How each kind of descriptor is destroyed (by its creating call).
 DESTROYERS = {
     "cublasdx_create_descriptor": "cublasdx_destroy_descriptor",
     "cublasdx_create_tensor": "cublasdx_destroy_tensor",
@@ -44,7 +44,7 @@ DESTROYERS = {
 
 @dataclass(frozen=True)
 class Step:
-    """One descriptor: its calls (the creating call first, then its options) and the finalization it needs.
+    """One descriptor: its calls, the creating call first, then its options.
 
     Arguments that are descriptors read ``{"$": handle}`` or ``{"$s": [handles]}``, handles of the recording
     process, which the replay maps to its own.
@@ -52,7 +52,6 @@ class Step:
 
     handle: int
     calls: tuple[tuple[str, tuple[Any, ...]], ...]
-    finalizer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,10 +74,14 @@ class Result:
     seconds: float
 
 
-def replay(job: Job, fn: Callable[[str], Callable[..., Any]], finalize: bool = False) -> Result:
+def is_placeholder(data: bytes | bytearray) -> bool:
+    return bytes(data[: len(PENDING)]) == PENDING
+
+
+def replay(job: Job, fn: Callable[[str], Callable[..., Any]]) -> Result:
     """Rebuild the job's descriptors through the binding functions ``fn(name)`` and generate its code.
 
-    The descriptors are not finalized first unless ``finalize``: libmathdx 0.3.2 generates the same LTO-IR
+    The descriptors are not finalized first: libmathdx 0.3.2 generates the same LTO-IR
     without (byte for byte, on a CPU machine, for an execute function on three tensors and for destroy functions
     on a device and a tile pipeline), and their finalizations cost more than the generation (13.7 s for three
     tensors, 13.2 + 7.6 s for the two pipelines, against 8-22 s of generation there).
@@ -100,8 +103,6 @@ def replay(job: Job, fn: Callable[[str], Callable[..., Any]], finalize: bool = F
         created.append((create, handle))
         for name, rest in options:
             fn(name)(handle, *(value(a) for a in rest))
-        if finalize and step.finalizer:
-            fn(step.finalizer)(1, [handle])
         return handle
 
     try:
