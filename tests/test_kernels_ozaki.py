@@ -39,21 +39,25 @@ def _slice_rows(a: np.ndarray, slices: int, threads: int = 32) -> tuple[np.ndarr
     return out[:, :, :k], d_e.copy_to_host()
 
 
-def _slice_cols(b: np.ndarray, slices: int) -> tuple[np.ndarray, np.ndarray]:
+def _slice_cols(
+    b: np.ndarray, slices: int, block: tuple[int, int] = kernels.COLS_BLOCK
+) -> tuple[np.ndarray, np.ndarray]:
     k, n = b.shape
     mu, bad, f = (cuda.to_device(np.zeros(n, t)) for t in (np.float64, np.int32, np.int32))
     d_b = cuda.to_device(b)
     kernels.make_col_max_kernel(16, 32)[(-(-n // 32), -(-k // 16)), 32](d_b, mu, bad)
     kernels.shifts_from_max_kernel[-(-n // 32), 32](mu, bad, f)
+    assert not mu.copy_to_host().any() and not bad.copy_to_host().any(), "shifts_from_max must zero the maxima"
     kp = _padded(k)
+    tile, rows = block
     out = cuda.to_device(np.full((slices, n, kp), 99, np.int8).view(np.int32))
-    kernels.make_slice_cols_kernel(slices, 32, 8)[(-(-n // 32), kp // 128), (32, 8)](d_b, f, out)
+    kernels.make_slice_cols_kernel(slices, tile, rows)[(-(-n // tile), kp // (4 * tile)), block](d_b, f, out)
     out = out.copy_to_host().view(np.int8)
     assert not out[:, :, k:].any(), "the padding must hold zero digits"
     return out[:, :, :k], f.copy_to_host()
 
 
-@pytest.mark.parametrize("slices", [1, 7, 9])
+@pytest.mark.parametrize("slices", [1, 7, 8, 9, 12])
 @pytest.mark.parametrize(("name", "a", "b"), PAIRS, ids=IDS)
 def test_slicing_kernels_match_reference(name, a, b, slices):
     got, e = _slice_rows(a, slices)
@@ -74,8 +78,27 @@ def test_slicing_kernel_marks_nonfinite_rows():
     assert not got[:, 1:3].any()
 
 
+@pytest.mark.parametrize("slices", [7, 9])
+def test_ties_at_the_last_digit_round_half_to_even(slices):
+    """N = rint(x 2^(8S - 1 - e)) with exact halves: the kernels must round them to even, in both directions."""
+    rng = np.random.default_rng(slices)
+    halves = (rng.integers(-(2**40), 2**40, (3, 33)) + 0.5) * 2.0 ** -(8 * slices - 1)
+    a = np.concatenate([np.full((3, 1), 0.5), halves], axis=1)  # the 0.5 makes e = 0
+    want = ozaki.slice_rows(a, slices)[0]
+    np.testing.assert_array_equal(_slice_rows(a, slices)[0], want)
+    np.testing.assert_array_equal(_slice_cols(np.ascontiguousarray(a.T), slices)[0], want)
+    np.testing.assert_array_equal(_slice_cols(np.ascontiguousarray(a.T), slices, block=(32, 8))[0], want)
+
+
+def test_slicing_kernel_blocks_are_checked():
+    with pytest.raises(ValueError, match="must divide"):
+        kernels.make_slice_cols_kernel(7, 32, 12)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        kernels.make_slice_rows_kernel(10, 130, 7)
+
+
 def test_negative_entry_needing_more_than_53_bits():
-    """floor(t) digit extraction rounds t - floor(t) for small negative t; the kernel must not."""
+    """An entry whose digits need more than 53 bits (floor-based FP64 extraction would round it): exact."""
     a = np.array([[1.0, -(2.0**-55 + 2.0**-66)]])
     got, _ = _slice_rows(a, 7, threads=2)
     np.testing.assert_array_equal(got, ozaki.slice_rows(a, 7)[0])

@@ -29,6 +29,7 @@ KERNELS = {
     "col_max_kernel": (kernels.make_col_max_kernel(), (f64_2d, f64_1d, i32_1d)),
     "shifts_from_max_kernel": (kernels.shifts_from_max_kernel, (f64_1d, i32_1d, i32_1d)),
     "slice_cols_kernel": (kernels.make_slice_cols_kernel(7), (f64_2d, i32_1d, i32_3d)),
+    "slice_cols_kernel, 12 slices": (kernels.make_slice_cols_kernel(12), (f64_2d, i32_1d, i32_3d)),
     "ozaki_epilogue_kernel": (
         kernels.make_epilogue_kernel(),
         (types.int32[:, :, ::1], i32_1d, i32_1d, i32_1d, types.float64, types.float64, f64_2d, f64_2d),

@@ -31,23 +31,18 @@ def main() -> None:
     a_words, b_words = cp.zeros((S, m, kp // 4), cp.int32), cp.zeros((S, n, kp // 4), cp.int32)
     e, f = cp.zeros(m, cp.int32), cp.zeros(n, cp.int32)
     mu, bad = cp.zeros(n, cp.float64), cp.zeros(n, cp.int32)
-    rows = plain.make_slice_rows_kernel(k, kp, S, 256)
-    col_max, cols = plain.make_col_max_kernel(), plain.make_slice_cols_kernel(S, 32, 8)
-
-    def zero() -> None:
-        mu.fill(0)
-        bad.fill(0)
-
+    threads, (tile, depth) = plain.ROWS_THREADS, plain.COLS_BLOCK
+    rows = plain.make_slice_rows_kernel(k, kp, S, threads)
+    col_max, cols = plain.make_col_max_kernel(), plain.make_slice_cols_kernel(S, tile, depth)
     stages = {
-        "slice_rows (A)": (lambda: launch.launch(rows, m, 256, 0, a, a_words, e), 8 * m * k + S * m * kp),
-        "zero the maxima": (zero, 12 * n),
+        "slice_rows (A)": (lambda: launch.launch(rows, m, threads, 0, a, a_words, e), 8 * m * k + S * m * kp),
         "col_max (B)": (lambda: launch.launch(col_max, (-(-n // 256), -(-k // 256)), 256, 0, b, mu, bad), 8 * k * n),
-        "shifts_from_max": (
+        "shifts_from_max": (  # also zeroes the maxima for the next col_max
             lambda: launch.launch(plain.shifts_from_max_kernel, -(-n // 256), 256, 0, mu, bad, f),
-            16 * n,
+            24 * n,
         ),
         "slice_cols (B)": (
-            lambda: launch.launch(cols, (-(-n // 32), kp // 128), (32, 8), 0, b, f, b_words),
+            lambda: launch.launch(cols, (-(-n // tile), kp // (4 * tile)), (tile, depth), 0, b, f, b_words),
             8 * k * n + S * n * kp,
         ),
     }

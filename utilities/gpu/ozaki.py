@@ -290,14 +290,15 @@ class OzakiGemm:
         split = self.kernels.split_digits or plain.make_split_digits
         # launch.launch: numba's dispatcher would type the arguments again on every call (about 0.1 ms of host
         # time before the first kernel starts, which the timings would count)
-        launch.launch(plain.make_slice_rows_kernel(k, self.kp, S, 256, split), m, 256, 0, a, self._a_words, self.e)
-        self._mu.fill(0)
-        self._bad.fill(0)
-        col_max = plain.make_col_max_kernel()
-        launch.launch(col_max, (-(-n // 256), -(-k // 256)), 256, 0, b, self._mu, self._bad)
+        threads, (tile, rows) = plain.ROWS_THREADS, plain.COLS_BLOCK
+        slice_rows = plain.make_slice_rows_kernel(k, self.kp, S, threads, split)
+        launch.launch(slice_rows, m, threads, 0, a, self._a_words, self.e)
+        # the maxima start at zero, and shifts_from_max_kernel zeroes them again for the next call
+        launch.launch(plain.make_col_max_kernel(), (-(-n // 256), -(-k // 256)), 256, 0, b, self._mu, self._bad)
         launch.launch(plain.shifts_from_max_kernel, -(-n // 256), 256, 0, self._mu, self._bad, self.f)
-        slice_cols = plain.make_slice_cols_kernel(S, 32, 8, split)
-        launch.launch(slice_cols, (-(-n // 32), -(-self.kp // 128)), (32, 8), 0, b, self.f, self._b_words)
+        slice_cols = plain.make_slice_cols_kernel(S, tile, rows, split)
+        grid = (-(-n // tile), -(-self.kp // (4 * tile)))
+        launch.launch(slice_cols, grid, (tile, rows), 0, b, self.f, self._b_words)
 
     def products(self) -> None:
         """Stage 2 of the unfused and partially fused variants: int32 products or anti-diagonals."""
@@ -357,8 +358,9 @@ def slice_rows_on_gpu(
     kp = _ceil_to(k, 128)
     words = cp.zeros((slices, m, kp // 4), dtype=cp.int32)
     e = cp.zeros(m, dtype=cp.int32)
-    kernel = plain.make_slice_rows_kernel(k, kp, slices, 256, split_digits_factory or plain.make_split_digits)
-    kernel[m, 256](cp.asarray(a, dtype=cp.float64), words, e)
+    threads = plain.ROWS_THREADS
+    kernel = plain.make_slice_rows_kernel(k, kp, slices, threads, split_digits_factory or plain.make_split_digits)
+    kernel[m, threads](cp.asarray(a, dtype=cp.float64), words, e)
     return cp.asnumpy(words.view(cp.int8)[:, :, :k]), cp.asnumpy(e)
 
 
