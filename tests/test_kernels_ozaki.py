@@ -95,12 +95,14 @@ def test_slicing_kernel_blocks_are_checked():
         kernels.make_slice_cols_kernel(7, 32, 12)
     with pytest.raises(ValueError, match="multiple of 4"):
         kernels.make_slice_rows_kernel(10, 130, 7)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        kernels.make_slice_rows_kernel(10, 128, 7, threads=48)
 
 
 def test_negative_entry_needing_more_than_53_bits():
     """An entry whose digits need more than 53 bits (floor-based FP64 extraction would round it): exact."""
     a = np.array([[1.0, -(2.0**-55 + 2.0**-66)]])
-    got, _ = _slice_rows(a, 7, threads=2)
+    got, _ = _slice_rows(a, 7)
     np.testing.assert_array_equal(got, ozaki.slice_rows(a, 7)[0])
 
 
