@@ -141,3 +141,22 @@ def test_epilogue_kernel_with_beta_and_nonfinite_lines():
     assert np.isnan(got[2]).all() and np.isnan(want[2]).all()
     ok = np.arange(5) != 2
     np.testing.assert_allclose(got[ok], want[ok], rtol=4e-16, atol=0)
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (3, 5), (8, 8), (13, 4), (17, 9)])
+def test_grouped_tile_gives_every_block_its_own_tile(grid):
+    """The tensor-core kernels take their tile from grouped_tile: every tile of the grid exactly once, in groups."""
+
+    @cuda.jit
+    def record(tiles):
+        bx, by = kernels.grouped_tile()
+        block = cuda.blockIdx.x + cuda.blockIdx.y * cuda.gridDim.x
+        tiles[block, 0] = bx
+        tiles[block, 1] = by
+
+    tiles = cuda.to_device(np.full((grid[0] * grid[1], 2), -1, np.int32))
+    record[grid, 1](tiles)
+    got = tiles.copy_to_host()
+    assert sorted(map(tuple, got)) == [(i, j) for i in range(grid[0]) for j in range(grid[1])]
+    group = min(kernels.GROUP_M, grid[0])
+    assert list(got[:group, 0]) == list(range(group)) and not got[:group, 1].any(), "launch order: down a group first"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from utilities.bench import make_record
-from utilities.ozaki.figures import breakdown, save_plots
+from utilities.ozaki.figures import breakdown, save_plots, timed_alone
 
 
 def synthetic_records():
@@ -39,3 +39,13 @@ def test_save_plots_writes_three_pngs(tmp_path):
     for path in paths:
         data = open(path, "rb").read()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_interleaved_headline_and_sweeps_stay_out_of_the_breakdown():
+    headline = make_record(
+        "ozaki.fused", [99.0] * 3, m=8192, n=8192, k=8192, params={"slices": 7, "timing": "interleaved"}
+    )
+    recs = [*synthetic_records(), headline]
+    alone = timed_alone(recs)
+    assert headline not in alone and not any("phi" in r.params for r in alone)
+    assert breakdown([r for r in alone if r.m == 8192])["fused"]["products + epilogue"] == 36.0

@@ -28,6 +28,7 @@ from nvmath.device.common import make_tensor
 from nvmath.device.cublasdx_numba import pipeline_extensions
 
 from ..ozaki import kernels as plain
+from ..ozaki.kernels import grouped_tile
 from ..ozaki.products import check_int32_budget, product_terms
 from . import launch
 from .multipass import pipeline_matmul
@@ -111,7 +112,7 @@ def make_products_kernel(MM: Matmul):
     @cuda.jit(extensions=pipeline_extensions, launch_bounds=(MM.block_size, 1))
     def ozaki_products_kernel(products, term_s, term_t, device_pipeline):
         smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
-        bx, by, p = int32(cuda.blockIdx.x), int32(cuda.blockIdx.y), cuda.blockIdx.z
+        (bx, by), p = grouped_tile(), cuda.blockIdx.z
         # TODO (about 2 lines): the slices s and t of product p, for get_tile's (tile, slice) indices
         # SKELETON: s, t = 0, 0
         # BEGIN SOLUTION
@@ -141,7 +142,7 @@ def make_diagonals_kernel(MM: Matmul):
     @cuda.jit(extensions=pipeline_extensions, launch_bounds=(MM.block_size, 1))
     def ozaki_diagonals_kernel(diagonals, device_pipeline):
         smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
-        bx, by = int32(cuda.blockIdx.x), int32(cuda.blockIdx.y)
+        bx, by = grouped_tile()
         tile = device_pipeline.get_tile(smem, (bx, int32(0)), (by, int32(0)))
         acc = MM.suggest_accumulator()
         for d in range(diagonals.shape[0]):
@@ -175,7 +176,7 @@ def make_fused_kernel(MM: Matmul):
     @cuda.jit(extensions=pipeline_extensions, launch_bounds=(MM.block_size, 1))
     def ozaki_fused_kernel(alpha, beta, c, out, e, f, slices, device_pipeline):
         smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
-        bx, by = int32(cuda.blockIdx.x), int32(cuda.blockIdx.y)
+        bx, by = grouped_tile()
         tile = device_pipeline.get_tile(smem, (bx, int32(0)), (by, int32(0)))
         acc = MM.suggest_accumulator()
         total = cuda.local.array(FRAGMENT, float64)

@@ -7,6 +7,7 @@ and the stages ``ozaki.<variant>.products`` / ``.epilogue``. TFLOP/s are counted
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,21 +81,36 @@ def ozaki_benchmarks(
     show: bool = True,
     record: bool = True,
 ) -> list[bench.BenchRecord]:
-    """Time and check every variant at m = n = k = ``size`` beside cuBLAS, in one run (used by the GPU suite)."""
+    """Time and check every variant at m = n = k = ``size`` beside cuBLAS, in one run (used by the GPU suite).
+
+    First the headline: every variant end to end and cuBLAS DGEMM, interleaved round by round (params
+    ``timing: interleaved``), so that all see the same clocks and temperature. Timed one after another, the
+    variants ran on a GPU warmed by the int8 work before them, and DGEMM, first, on a cool one. Then cuBLAS
+    (DGEMM and int8) alone, and each variant end to end and stage by stage.
+    """
     m = n = k = size
     a_h, b_h = inputs.normal(m, k, seed), inputs.normal(k, n, seed + 1)
     a, b = cp.asarray(a_h), cp.asarray(b_h)
     rows = sample_rows(m, seed=seed)
-    records = baseline_records(a, b, repeats=repeats, error=sampled_error(cublas.dgemm(a, b), a_h, b_h, rows))
-    for variant in variants:
-        plan = OzakiGemm(m, n, k, slices, variant)
-        error = sampled_error(plan(a, b), a_h, b_h, rows)
-        variant_records = plan_records(plan, a, b, repeats=repeats, error=error)
+    dgemm_error = sampled_error(cublas.dgemm(a, b), a_h, b_h, rows)
+    plans = {variant: OzakiGemm(m, n, k, slices, variant) for variant in variants}
+    errors = {variant: sampled_error(plan(a, b), a_h, b_h, rows) for variant, plan in plans.items()}
+    outs = {variant: cp.empty((m, n)) for variant in variants}
+    providers = {"cublas.dgemm": bench.cublas_dgemm_provider(a, b)}
+    providers |= {f"ozaki.{v}": functools.partial(plan, a, b, out=outs[v]) for v, plan in plans.items()}
+    params = {"slices": slices, "timing": "interleaved"}
+    records = bench.compare(providers, m=m, n=n, k=k, params=params, repeats=repeats, show=False)
+    for r in records:
+        r.error = dgemm_error if r.name == "cublas.dgemm" else errors[r.name.removeprefix("ozaki.")]
+    del outs
+    records += baseline_records(a, b, repeats=repeats, error=dgemm_error)
+    for variant, plan in plans.items():
+        variant_records = plan_records(plan, a, b, repeats=repeats, error=errors[variant])
         if variant != "fused":  # slicing is the same kernel for every variant: report it once
             variant_records = [r for r in variant_records if r.name != "ozaki.slicing"]
         records += variant_records
-        del plan
-        cp.get_default_memory_pool().free_all_blocks()
+    del plans
+    cp.get_default_memory_pool().free_all_blocks()
     if record:
         bench.record(records)
     if show:

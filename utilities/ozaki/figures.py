@@ -27,16 +27,22 @@ def breakdown(records: Sequence[BenchRecord]) -> dict[str, dict[str, float]]:
     return out
 
 
+def timed_alone(records: Sequence[BenchRecord]) -> list[BenchRecord]:
+    """The records of the size benchmarks: not the accuracy sweeps (``phi``), not the interleaved headline."""
+    return [r for r in records if "phi" not in r.params and "timing" not in r.params]
+
+
 def save_plots(records: Sequence[BenchRecord], folder: str) -> list[str]:
     """The track's figures from one run's records: breakdown, throughput against size, accuracy (PNG files)."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     big = max(r.m for r in records)
-    at_big = [r for r in records if r.m == big and "phi" not in r.params]
+    alone = timed_alone(records)
+    at_big = [r for r in alone if r.m == big]
     paths = [out / "ozaki_breakdown.png", out / "ozaki_throughput.png", out / "ozaki_accuracy.png"]
     stages = ["slicing", "products", "epilogue", "products + epilogue", "DGEMM"]
     plots.time_breakdown(breakdown(at_big), stages=stages, path=paths[0])
-    sweep = [r for r in records if r.name in ("ozaki.fused", "cublas.dgemm") and "phi" not in r.params]
+    sweep = [r for r in alone if r.name in ("ozaki.fused", "cublas.dgemm")]
     plots.throughput_vs_size(sweep, title="Fully fused Ozaki-I (7 slices) and cuBLAS DGEMM", path=paths[1])
     acc = [r for r in records if "phi" in r.params and r.error]
     by_slices = sorted((r.params["slices"], r.error["normwise"]) for r in acc if r.name == "ozaki.fused"
