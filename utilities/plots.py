@@ -198,7 +198,8 @@ def time_breakdown(
     ax.set_ylabel(unit)
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend()
+    ax.set_ylim(0, 1.4 * max(bottoms))  # room above the bars for the legend
+    ax.legend(ncols=2, loc="upper right")
     return _finish(fig, path)
 
 
