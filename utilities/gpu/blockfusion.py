@@ -17,8 +17,8 @@ accumulation is FP32.
 Loads: the global-memory layouts come from ``aligned_copy.gmem_layout`` (16-byte alignment), so cuBLASDx's
 ``copy`` issues 16-byte ``cp.async``; with nvmath's own layouts it moved one element per instruction and these
 kernels ran 1.6-4x slower on an H100. Operands must therefore start on a 16-byte boundary (checked). Known
-limits, measured there (see the README): the epilogues pass through local memory and store one FP16 element per
-instruction, and only two K stages are in flight, so the library's fused epilogues still win.
+limits, measured there (see the README): only two K stages are in flight, so the library's fused epilogues
+still win. The output tiles (and C1) go through shared memory, so that global stores are 16-byte copies.
 """
 
 from __future__ import annotations
@@ -94,6 +94,8 @@ def make_gemm_bias_relu_kernel(MM: Matmul):
     SA, SB = _kloop_smem(MM)
     (A0, B0, A1, B1), _ = _segments(SA, SB, SA, SB)
     FRAGMENT = MM.suggest_layout_rmem_c().cosize
+    SC = MM.suggest_layout_smem_c().cosize
+    assert SC <= 2 * (SA + SB), "the output tile is staged in the K loop's buffers"
     gmem_a, gmem_b, gmem_c = gmem_layout(MM, "a"), gmem_layout(MM, "b"), gmem_layout(MM, "c")
 
     @cuda.jit(launch_bounds=(MM.block_size, 1))
@@ -120,7 +122,7 @@ def make_gemm_bias_relu_kernel(MM: Matmul):
         copy_wait()
         MM.execute(sa, sb, acc)
 
-        # the epilogue: bias and ReLU on the FP32 accumulator, then one FP16 store
+        # the epilogue: bias and ReLU on the FP32 accumulator, then one FP16 tile
         result = acc.get_results()
         tile = make_tensor(cuda.local.array(FRAGMENT, np.float16), MM.suggest_layout_rmem_c())  # FP16 twin
         for i in range(FRAGMENT):
@@ -131,8 +133,13 @@ def make_gemm_bias_relu_kernel(MM: Matmul):
             x = result[i] + float32(bias[col0 + col])
             tile[i] = x if x > 0 else float32(0)
             # END SOLUTION
-        gout = make_tensor(out[row0 : row0 + TM, col0 : col0 + TN], gmem_c(out.shape[1]))
-        acc.partition_and_copy(tile, gout)
+        # the store goes through shared memory (the K loop's buffers, free now), for 16-byte global stores
+        cuda.syncthreads()  # every warp is done reading the last stage
+        sc = make_tensor(smem[0:SC], MM.suggest_layout_smem_c())
+        copy_fragment(tile, sc)
+        cuda.syncthreads()
+        copy(sc, make_tensor(out[row0 : row0 + TM, col0 : col0 + TN], gmem_c(out.shape[1])))
+        copy_wait()
 
     return gemm_bias_relu_kernel
 
@@ -184,6 +191,8 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
     (A0, B0, A1, B1), kloop_end = _segments(SA, SB, SA, SB)
     D_AT = 0  # D0 overwrites GEMM 0's buffers once they are consumed
     W_AT = _ceil_to(max(kloop_end, SD), SMEM_ALIGN)  # B1 lives beside them: its load starts with the first stage
+    SC = MM1.suggest_layout_smem_c().cosize
+    C_AT = W_AT + _ceil_to(SW, SMEM_ALIGN)  # C1's tile, loaded with the first stage; then D1's tile, stored from here
     F0 = MM0.suggest_layout_rmem_c().cosize
     F1 = MM1.suggest_layout_rmem_c().cosize
     gmem_a0, gmem_b0, gmem_d0 = gmem_layout(MM0, "a"), gmem_layout(MM0, "b"), gmem_layout(MM0, "c")
@@ -203,6 +212,9 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
         copy(make_tensor(a_rows[:, 0:TK], gmem_a0(k0_total)), sa)
         copy(make_tensor(b0z[0:TK, :], gmem_b0(N0)), sb)
         copy(make_tensor(b1[z], gmem_b1(N1)), sw)
+        sc = make_tensor(smem[C_AT : C_AT + SC], MM1.suggest_layout_smem_c())
+        if beta1 != 0:  # 16-byte copies into shared memory, under GEMM 0; C1 is not read when beta1 == 0
+            copy(make_tensor(c1[z, row0 : row0 + TM, :], gmem_c1(N1)), sc)
 
         # GEMM 0 over K0, double-buffered
         acc0 = MM0.suggest_accumulator()
@@ -248,7 +260,8 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
         r1 = acc1.get_results()
         out = make_tensor(cuda.local.array(F1, np.float16), MM1.suggest_layout_rmem_c())
         if beta1 != 0:
-            c_part = acc1.make_partition_and_copy(make_tensor(c1[z, row0 : row0 + TM, :], gmem_c1(N1)))
+            c_part = cuda.local.array(F1, np.float16)  # this thread's elements of C1, from shared memory
+            copy_fragment(sc, make_tensor(c_part, MM1.suggest_layout_rmem_c()))
             for i in range(F1):
                 # TODO (about 2 lines): out[i] = relu(alpha1 * r1[i] + beta1 * c_part[i])
                 # SKELETON: out[i] = r1[i]
@@ -260,17 +273,23 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
             for i in range(F1):
                 x = alpha1 * r1[i]
                 out[i] = x if x > 0 else float32(0)
-        acc1.partition_and_copy(out, make_tensor(d1[z, row0 : row0 + TM, :], gmem_c1(N1)))
+        # D1 through shared memory, so that the global stores are 16-byte copies, not one FP16 element each
+        cuda.syncthreads()  # every thread has read its part of C1 from sc
+        copy_fragment(out, sc)
+        cuda.syncthreads()
+        copy(sc, make_tensor(d1[z, row0 : row0 + TM, :], gmem_c1(N1)))
+        copy_wait()
 
     return b2b_kernel
 
 
 def b2b_shared_bytes(MM0: Matmul, MM1: Matmul) -> int:
-    """Dynamic shared memory of ``make_b2b_kernel``: GEMM 0's two K stages (D0 reuses them) and B1."""
+    """Dynamic shared memory of ``make_b2b_kernel``: GEMM 0's two K stages (D0 reuses them), B1, and C1 / D1."""
     sa, sb = _kloop_smem(MM0)
     kloop_end = _segments(sa, sb, sa, sb)[1]
     sd, sw = MM1.suggest_layout_smem_a().cosize, MM1.suggest_layout_smem_b().cosize
-    return 2 * (_ceil_to(max(kloop_end, sd), SMEM_ALIGN) + sw)
+    sc = MM1.suggest_layout_smem_c().cosize
+    return 2 * (_ceil_to(max(kloop_end, sd), SMEM_ALIGN) + _ceil_to(sw, SMEM_ALIGN) + sc)
 
 
 def b2b_constraints(m: int, k0: int, n0: int, n1: int, cfg: BlockConfig) -> None:
