@@ -1,8 +1,9 @@
 """The plain numba kernels of Ozaki-I: exponent shifts, slicing and the FP64 epilogue.
 
-They follow the NumPy reference (``utilities.ozaki``) operation for operation, so their outputs are
-bit-identical to it; the tests run them under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) on small
-sizes, and the GPU notebooks use them as they are. Kernels are built by factories because their sizes
+Their outputs are bit-identical to the NumPy reference's (``utilities.ozaki``): the epilogue follows it
+operation for operation, and the slicing computes the same integers by an exact integer route. The tests
+run them under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) on small sizes, and on the device on a GPU
+machine; the GPU notebooks use them as they are. Kernels are built by factories because their sizes
 (slices, items per thread) are compile-time constants; factories cache what they build.
 
 Memory traffic, the number to beat: slicing an m x k FP64 matrix into S int8 slices reads 8mk bytes and
