@@ -92,10 +92,10 @@ def make_gemm_bias_relu_kernel(MM: Matmul):
     """out = relu(a @ b + bias) for one TM x TN tile per block, the K loop double-buffered in shared memory."""
     TM, TN, TK = MM.size
     SA, SB = _kloop_smem(MM)
-    (A0, B0, A1, B1), _ = _segments(SA, SB, SA, SB)
+    (A0, B0, A1, B1), kloop_end = _segments(SA, SB, SA, SB)
     FRAGMENT = MM.suggest_layout_rmem_c().cosize
     SC = MM.suggest_layout_smem_c().cosize
-    assert SC <= 2 * (SA + SB), "the output tile is staged in the K loop's buffers"
+    assert SC <= kloop_end, "the output tile is staged in the K loop's buffers"
     gmem_a, gmem_b, gmem_c = gmem_layout(MM, "a"), gmem_layout(MM, "b"), gmem_layout(MM, "c")
 
     @cuda.jit(launch_bounds=(MM.block_size, 1))
@@ -188,11 +188,10 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
     assert K1 == N0 and MM1.size[0] == TM and MM0.block_size == MM1.block_size
     SA, SB = _kloop_smem(MM0)
     SD, SW = MM1.suggest_layout_smem_a().cosize, MM1.suggest_layout_smem_b().cosize
-    (A0, B0, A1, B1), kloop_end = _segments(SA, SB, SA, SB)
-    D_AT = 0  # D0 overwrites GEMM 0's buffers once they are consumed
-    W_AT = _ceil_to(max(kloop_end, SD), SMEM_ALIGN)  # B1 lives beside them: its load starts with the first stage
     SC = MM1.suggest_layout_smem_c().cosize
-    C_AT = W_AT + _ceil_to(SW, SMEM_ALIGN)  # C1's tile, loaded with the first stage; then D1's tile, stored from here
+    (A0, B0, A1, B1), _ = _segments(SA, SB, SA, SB)
+    D_AT = 0  # D0 overwrites GEMM 0's buffers once they are consumed
+    W_AT, C_AT, _ = b2b_smem_layout(MM0, MM1)
     F0 = MM0.suggest_layout_rmem_c().cosize
     F1 = MM1.suggest_layout_rmem_c().cosize
     gmem_a0, gmem_b0, gmem_d0 = gmem_layout(MM0, "a"), gmem_layout(MM0, "b"), gmem_layout(MM0, "c")
@@ -283,13 +282,23 @@ def make_b2b_kernel(MM0: Matmul, MM1: Matmul, keep_d0: bool = False):
     return b2b_kernel
 
 
-def b2b_shared_bytes(MM0: Matmul, MM1: Matmul) -> int:
-    """Dynamic shared memory of ``make_b2b_kernel``: GEMM 0's two K stages (D0 reuses them), B1, and C1 / D1."""
+def b2b_smem_layout(MM0: Matmul, MM1: Matmul) -> tuple[int, int, int]:
+    """Where ``make_b2b_kernel`` puts B1 and the C1 / D1 tile in shared memory, and where it ends (FP16 elements).
+
+    GEMM 0's two K stages come first (D0 overwrites them once they are consumed); B1 lives beside them, its load
+    starting with the first stage; then C1's tile, loaded with the first stage, which later holds D1's tile.
+    """
     sa, sb = _kloop_smem(MM0)
     kloop_end = _segments(sa, sb, sa, sb)[1]
     sd, sw = MM1.suggest_layout_smem_a().cosize, MM1.suggest_layout_smem_b().cosize
-    sc = MM1.suggest_layout_smem_c().cosize
-    return 2 * (_ceil_to(max(kloop_end, sd), SMEM_ALIGN) + _ceil_to(sw, SMEM_ALIGN) + sc)
+    w_at = _ceil_to(max(kloop_end, sd), SMEM_ALIGN)
+    c_at = w_at + _ceil_to(sw, SMEM_ALIGN)
+    return w_at, c_at, c_at + MM1.suggest_layout_smem_c().cosize
+
+
+def b2b_shared_bytes(MM0: Matmul, MM1: Matmul) -> int:
+    """Dynamic shared memory of ``make_b2b_kernel``, in bytes."""
+    return 2 * b2b_smem_layout(MM0, MM1)[2]
 
 
 def b2b_constraints(m: int, k0: int, n0: int, n1: int, cfg: BlockConfig) -> None:
