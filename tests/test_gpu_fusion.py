@@ -63,6 +63,55 @@ def test_fused_b2b_batched(gpu):
     assert result.status == "passed"
 
 
+# persistent kernels on enough row tiles that each block loops over several, the last ones unevenly
+PERSISTENT = [((64 * 300, 64, 256, 64), (32, 128, 3)), ((128 * 150, 576, 64, 128), (128, 256, 3))]
+
+
+def _persistent(bf, shape, block, batch=None):
+    cfg = bf.BlockConfig(tile_m=block[0], threads=block[1], depth=block[2])
+    return bf.BackToBack(*shape, batch=batch, cfg=cfg, persistent=True)
+
+
+@pytest.mark.parametrize(("shape", "block"), PERSISTENT)
+def test_persistent_b2b_matches_reference_and_the_streaming_kernel_bit_for_bit(gpu, shape, block):
+    cp, bf, _ = gpu
+    plan = _persistent(bf, shape, block)
+    run, _ = runner(cp, plan)
+    assert fcheck.check_back_to_back(run, shape=shape, seed=21).status == "passed"
+    assert plan.grid[0] * block[0] < shape[0], "each block must walk several row tiles for this test to mean much"
+    x = ref.b2b_inputs(*shape, seed=5)
+    ops = [cp.asarray(t) for t in x.args()[:4]]
+    alphas = (x.alpha0, x.alpha1, x.beta1)
+    # same products in the same order: the same FP16 results
+    assert cp.array_equal(plan(*ops, *alphas), bf.BackToBack(*shape)(*ops, *alphas))
+
+
+def test_persistent_b2b_batched(gpu):
+    cp, bf, _ = gpu
+    shape, block = (64 * 40, 64, 256, 64), PERSISTENT[0][1]
+    run, _ = runner(cp, _persistent(bf, shape, block, batch=3))
+    assert fcheck.check_back_to_back(run, batched=True, batch=3, shape=shape, seed=8).status == "passed"
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_b2b_does_not_read_c1_when_beta1_is_zero(gpu, persistent):
+    cp, bf, _ = gpu
+    shape, block = PERSISTENT[0]
+    plan = _persistent(bf, shape, block) if persistent else bf.BackToBack(*shape)
+    x = ref.b2b_inputs(*shape, seed=4)
+    a0, b0, b1, c1 = (cp.asarray(t) for t in x.args()[:4])
+    poisoned = plan(a0, b0, b1, cp.full_like(c1, cp.nan), 0.5, 1.5, 0.0)
+    assert cp.array_equal(poisoned, plan(a0, b0, b1, cp.zeros_like(c1), 0.5, 1.5, 0.0))
+
+
+def test_persistent_b2b_refuses_what_it_cannot_hold(gpu):
+    _, bf, _ = gpu
+    with pytest.raises(ValueError, match="shared memory"):  # B0 is 4096 x 256: 2 MiB cannot stay in the block
+        bf.BackToBack(64 * 4, 4096, 256, 64, persistent=True)
+    with pytest.raises(ValueError, match="keep_d0"):
+        bf.BackToBack(256, 576, 64, 128, keep_d0=True, persistent=True)
+
+
 def test_fused_gemm_bias_relu(gpu):
     cp, bf, _ = gpu
     m, n, k = 256, 128, 256

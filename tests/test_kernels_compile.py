@@ -31,4 +31,15 @@ def test_plain_kernels_compile_for_sm80_and_sm90():
         pytest.skip("NVVM is not installed: pip install 'numba-cuda[cu13]==0.30.4'")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == 12 and all("bytes of PTX" in line for line in lines), done.stdout
+    assert len(lines) == 14 and all("bytes of PTX" in line for line in lines), done.stdout
+    groups = [line for line in lines if line.startswith("cp_async_groups_kernel")]
+    assert len(groups) == 2 and all(line.endswith("2 commit_group, 1 wait_group 1") for line in groups), groups
+
+
+def test_wait_prior_takes_only_what_ptx_encodes():
+    pytest.importorskip("llvmlite")
+    from utilities.gpu import cp_async
+
+    for bad in (-1, 8, 1.5):
+        with pytest.raises(ValueError, match="0 to 7"):
+            cp_async.wait_prior(bad)

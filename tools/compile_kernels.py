@@ -16,12 +16,25 @@ from types import SimpleNamespace  # noqa: E402
 import numba.cuda.dispatcher  # noqa: E402
 from numba import cuda, types  # noqa: E402
 
+from utilities.gpu import cp_async  # noqa: E402
 from utilities.ozaki import kernels  # noqa: E402
 
 # numba-cuda asks the current device for its compute capability when it compiles a device function called
 # from a kernel; without a GPU, answer with the target being compiled for.
 TARGET = SimpleNamespace(compute_capability=(9, 0))
 numba.cuda.dispatcher.get_current_device = lambda: TARGET
+
+WAIT_ONE = cp_async.wait_prior(1)
+
+
+@cuda.jit
+def cp_async_groups_kernel(x):
+    """Two commits and a wait for all but the newest group: the persistent back-to-back kernel's pattern."""
+    cp_async.commit()
+    cp_async.commit()
+    WAIT_ONE()
+    x[0] = 1.0
+
 
 f64_2d, i32_3d, i32_1d, f64_1d = types.float64[:, ::1], types.int32[:, :, ::1], types.int32[::1], types.float64[::1]
 KERNELS = {
@@ -34,6 +47,7 @@ KERNELS = {
         kernels.make_epilogue_kernel(),
         (types.int32[:, :, ::1], i32_1d, i32_1d, i32_1d, types.float64, types.float64, f64_2d, f64_2d),
     ),
+    "cp_async_groups_kernel": (cp_async_groups_kernel, (f64_1d,)),
 }
 
 
@@ -42,7 +56,11 @@ def main() -> int:
         TARGET.compute_capability = cc
         for name, (kernel, sig) in KERNELS.items():
             ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
-            print(f"{name} sm_{cc[0]}{cc[1]}: {len(ptx)} bytes of PTX")
+            extra = ""
+            if name == "cp_async_groups_kernel":  # the two instructions, as written
+                commits, waits = ptx.count("cp.async.commit_group;"), ptx.count("cp.async.wait_group 1;")
+                extra = f", {commits} commit_group, {waits} wait_group 1"
+            print(f"{name} sm_{cc[0]}{cc[1]}: {len(ptx)} bytes of PTX{extra}")
     return 0
 
 

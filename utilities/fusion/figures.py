@@ -11,9 +11,10 @@ from matplotlib.figure import Figure
 
 from utilities.bench import BenchRecord
 
-PATH_ORDER = ("fused", "epilogue", "library", "separate")
+PATH_ORDER = ("fused", "persistent", "epilogue", "library", "separate")
 LABELS = {
     "fused": "fused (one kernel)",
+    "persistent": "fused, persistent",
     "epilogue": "library, fused epilogues",
     "library": "library GEMMs + elementwise",
     "separate": "library GEMM + elementwise",
@@ -47,7 +48,7 @@ def bandwidth_bars(
         if shape_label(r) not in shapes:
             shapes.append(shape_label(r))
     paths = [p for p in PATH_ORDER if any(r.name.endswith("." + p) for r in recs)]
-    fig = Figure(figsize=(max(6.0, 1.6 * len(shapes) + 2), 4.5))
+    fig = Figure(figsize=(max(6.0, 1.6 * len(shapes) + 2) + 2.5, 4.5))
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(paths))
     for j, p in enumerate(paths):
@@ -63,7 +64,7 @@ def bandwidth_bars(
     ax.set_ylabel("GB/s")
     ax.set_title(title)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: no bar hidden
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)

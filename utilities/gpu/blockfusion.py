@@ -8,6 +8,9 @@ Both kernels are plain numba kernels around nvmath.device ``Matmul`` (cuBLASDx) 
 - ``make_b2b_kernel``: one block owns a TM-row tile of ``D0 = relu(alpha0 * A0 @ B0)`` with all N0 columns,
   turns it to FP16 in shared memory, and uses it as the A operand of the second GEMM,
   ``D1 = relu(alpha1 * D0 @ B1 + beta1 * C1)``. D0 never touches global memory (unless asked to, for checking).
+- ``make_b2b_persistent_kernel``: the same arithmetic, but one wave of blocks loads B0 and B1 into shared memory
+  once and walks the row tiles, with the A0 (and C1) loads of later tiles in flight ``depth - 1`` stages ahead
+  (``cp_async`` groups). It pays where B0 and B1 are a large share of each block's loads, as at (64, 256, 64).
 
 Constraints (checked by the plans, with the fix in the message): the block GEMMs' shapes are fixed when the
 kernel is built, so N0 and N1 are whole tiles of the block (at most ``MAX_N``), M is a multiple of the row
@@ -16,9 +19,12 @@ accumulation is FP32.
 
 Loads: the global-memory layouts come from ``aligned_copy.gmem_layout`` (16-byte alignment), so cuBLASDx's
 ``copy`` issues 16-byte ``cp.async``; with nvmath's own layouts it moved one element per instruction and these
-kernels ran 1.6-4x slower on an H100. Operands must therefore start on a 16-byte boundary (checked). Known
-limits, measured there (see the README): only two K stages are in flight, so the library's fused epilogues
-still win. The output tiles (and C1) go through shared memory, so that global stores are 16-byte copies.
+kernels ran 1.6-4x slower on an H100. Operands must therefore start on a 16-byte boundary (checked). The output
+tiles (and C1) go through shared memory, so that global stores are 16-byte copies. Known limits, measured there
+(see the fusion report in ``results/``): the streaming kernel keeps two K stages in flight and its registers
+allow two blocks an SM, so at (576, 64, 128) cuBLASLt's fused epilogues still win; the persistent kernel beats
+them at (64, 256, 64) but keeps its tensor cores busy only a fraction of the time (each tile's two GEMMs and
+epilogues run one after another).
 """
 
 from __future__ import annotations
@@ -33,12 +39,13 @@ from numba import cuda, float32
 from nvmath.device import Matmul
 from nvmath.device.common import copy, copy_fragment, copy_wait, make_tensor
 
+from ..fusion import layout
 from . import launch
 from .aligned_copy import gmem_layout
 from .operands import require
 
 MAX_N = 256  # widest N0 / N1 a block holds: a 128 x 256 FP32 accumulator is 256 registers per thread at 128 threads
-SMEM_ALIGN = 512  # shared-memory segments start on 1 KiB boundaries (counted in FP16 elements)
+SMEM_ALIGN = layout.SMEM_ALIGN  # shared-memory segments start on 1 KiB boundaries (counted in FP16 elements)
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class BlockConfig:
     tile_m: int = 128
     tile_k: int = 64
     threads: int = 128
+    depth: int = 3  # A0 stages in flight in the persistent kernel (the streaming kernel always has two)
 
 
 @functools.cache
@@ -65,17 +73,7 @@ def fp16_matmul(m: int, n: int, k: int, threads: int) -> Matmul:
     )
 
 
-def _ceil_to(x: int, q: int) -> int:
-    return -(-x // q) * q
-
-
-def _segments(*sizes: int) -> tuple[list[int], int]:
-    """Offsets of shared-memory segments of these sizes (FP16 elements), each 1 KiB aligned, and the total."""
-    offsets, end = [], 0
-    for size in sizes:
-        offsets.append(end)
-        end = _ceil_to(end + size, SMEM_ALIGN)
-    return offsets, end
+_ceil_to, _segments = layout.ceil_to, layout.segments  # (FP16 elements, 1 KiB aligned segments)
 
 
 def _kloop_smem(MM: Matmul) -> tuple[int, int]:
@@ -301,6 +299,133 @@ def b2b_shared_bytes(MM0: Matmul, MM1: Matmul) -> int:
     return 2 * b2b_smem_layout(MM0, MM1)[2]
 
 
+# ------------------------------------------------------------------------------------------------------------
+# Back-to-back GEMMs, persistent: B0 and B1 stay in shared memory while the block walks its row tiles
+# ------------------------------------------------------------------------------------------------------------
+
+
+def b2b_persistent_layout(MM0: Matmul, MM1: Matmul, k0: int, depth: int) -> layout.PersistentLayout:
+    """Where the persistent kernel keeps B0, B1, D0, ``depth`` A0 stages and its C1 / D1 tiles."""
+    sa, sb = _kloop_smem(MM0)
+    sd, sw = MM1.suggest_layout_smem_a().cosize, MM1.suggest_layout_smem_b().cosize
+    sc = MM1.suggest_layout_smem_c().cosize
+    return layout.persistent_layout(sa, sb, sd, sw, sc, stages=k0 // MM0.size[2], depth=depth)
+
+
+@functools.cache
+def make_b2b_persistent_kernel(MM0: Matmul, MM1: Matmul, k0: int, depth: int = 3):
+    """The back-to-back kernel as a persistent loop: each block loads B0 and B1 once, then computes row tiles
+    ``blockIdx.x``, ``blockIdx.x + gridDim.x``, ... The A0 stages of all its tiles form one stream, ``depth``
+    buffers deep: while the tensor cores work on stage q, the copies of stages q + 1 ... q + depth - 1 are in
+    flight (``cp_async.wait_prior``), across row tiles, so GEMM 1 and the epilogue of one tile hide the loads of
+    the next. The arithmetic per tile is ``make_b2b_kernel``'s, in the same order, so the results are the same.
+    """
+    from . import cp_async
+
+    TM, N0, TK = MM0.size
+    _, N1, K1 = MM1.size
+    assert K1 == N0 and MM1.size[0] == TM and MM0.block_size == MM1.block_size and k0 % TK == 0 and depth >= 2
+    NS = k0 // TK
+    L = b2b_persistent_layout(MM0, MM1, k0, depth)
+    B0_AT, B0_STEP, W_AT, D_AT = L.b0, L.b0_stage, L.b1, L.d0  # plain ints: numba reads globals, not dataclasses
+    A_AT, A_STEP, C_AT, C_STEP, CBUF = L.a0, L.a0_stage, L.c, L.c_tile, L.c_buffers
+    SA, SB = _kloop_smem(MM0)
+    SD, SW = MM1.suggest_layout_smem_a().cosize, MM1.suggest_layout_smem_b().cosize
+    SC = MM1.suggest_layout_smem_c().cosize
+    F0 = MM0.suggest_layout_rmem_c().cosize
+    F1 = MM1.suggest_layout_rmem_c().cosize
+    gmem_a0, gmem_b0 = gmem_layout(MM0, "a"), gmem_layout(MM0, "b")
+    gmem_b1, gmem_c1 = gmem_layout(MM1, "b"), gmem_layout(MM1, "c")
+    wait_oldest = cp_async.wait_prior(depth - 2)
+    commit = cp_async.commit
+
+    @cuda.jit(device=True, inline=True)
+    def issue(smem, a0z, c1z, q, t0, step, tiles, read_c1):
+        """Start the copies of stream stage q: an A0 stage, and with a tile's first stage its C1 tile."""
+        tile = t0 + (q // NS) * step
+        s = q % NS
+        if tile < tiles:
+            row0 = tile * TM
+            at = A_AT + (q % depth) * A_STEP
+            sa = make_tensor(smem[at : at + SA], MM0.suggest_layout_smem_a())
+            copy(make_tensor(a0z[row0 : row0 + TM, s * TK : s * TK + TK], gmem_a0(NS * TK)), sa)
+            if s == 0 and read_c1:
+                ct = C_AT + ((q // NS) % CBUF) * C_STEP
+                copy(
+                    make_tensor(c1z[row0 : row0 + TM, :], gmem_c1(N1)),
+                    make_tensor(smem[ct : ct + SC], MM1.suggest_layout_smem_c()),
+                )
+        commit()  # an empty group past the end keeps the count of groups per stage at one
+
+    @cuda.jit(launch_bounds=(MM0.block_size, 1))
+    def b2b_persistent_kernel(a0, b0, b1, c1, alpha0, alpha1, beta1, d1):
+        smem = cuda.shared.array(shape=(0,), dtype=np.float16, alignment=1024)
+        z, t0, step = cuda.blockIdx.y, cuda.blockIdx.x, cuda.gridDim.x
+        tiles = a0.shape[1] // TM
+        a0z, c1z, d1z, b0z = a0[z], c1[z], d1[z], b0[z]
+        read_c1 = beta1 != 0  # C1 is not read when beta1 == 0
+        for s in range(NS):  # the resident operands, in the first group
+            at = B0_AT + s * B0_STEP
+            copy(
+                make_tensor(b0z[s * TK : s * TK + TK, :], gmem_b0(N0)),
+                make_tensor(smem[at : at + SB], MM0.suggest_layout_smem_b()),
+            )
+        sw = make_tensor(smem[W_AT : W_AT + SW], MM1.suggest_layout_smem_b())
+        copy(make_tensor(b1[z], gmem_b1(N1)), sw)
+        for q in range(depth - 1):
+            issue(smem, a0z, c1z, q, t0, step, tiles, read_c1)
+        sd = make_tensor(smem[D_AT : D_AT + SD], MM1.suggest_layout_smem_a())
+        acc0 = MM0.suggest_accumulator()
+        acc1 = MM1.suggest_accumulator()
+        q = 0
+        tile = t0
+        while tile < tiles:
+            acc0.clear()
+            for s in range(NS):
+                wait_oldest()  # this thread's copies of stage q have landed ...
+                cuda.syncthreads()  # ... and everyone's; every warp is done with stage q - 1's buffer
+                issue(smem, a0z, c1z, q + depth - 1, t0, step, tiles, read_c1)  # into stage q - 1's buffer
+                at = A_AT + (q % depth) * A_STEP
+                bt = B0_AT + s * B0_STEP
+                MM0.execute(make_tensor(smem[at : at + SA], MM0.suggest_layout_smem_a()),
+                            make_tensor(smem[bt : bt + SB], MM0.suggest_layout_smem_b()), acc0)  # fmt: skip
+                q += 1
+            # D0 = relu(alpha0 * acc0) in FP16, GEMM 1's A operand (GEMM 1 of the last tile is done with sd:
+            # a barrier of the K loop above came after it)
+            r0 = acc0.get_results()
+            d0_tile = make_tensor(cuda.local.array(F0, np.float16), MM0.suggest_layout_rmem_c())
+            for i in range(F0):
+                x = alpha0 * r0[i]
+                d0_tile[i] = x if x > 0 else float32(0)
+            copy_fragment(d0_tile, sd)
+            cuda.syncthreads()
+            acc1.clear()
+            MM1.execute(sd, sw, acc1)
+            r1 = acc1.get_results()
+            ct = C_AT + (((q - 1) // NS) % CBUF) * C_STEP
+            sc = make_tensor(smem[ct : ct + SC], MM1.suggest_layout_smem_c())
+            out = make_tensor(cuda.local.array(F1, np.float16), MM1.suggest_layout_rmem_c())
+            if read_c1:
+                c_part = cuda.local.array(F1, np.float16)
+                copy_fragment(sc, make_tensor(c_part, MM1.suggest_layout_rmem_c()))
+                for i in range(F1):
+                    x = alpha1 * r1[i] + beta1 * float32(c_part[i])
+                    out[i] = x if x > 0 else float32(0)
+            else:
+                for i in range(F1):
+                    x = alpha1 * r1[i]
+                    out[i] = x if x > 0 else float32(0)
+            cuda.syncthreads()  # every thread has read its part of C1
+            copy_fragment(out, sc)
+            cuda.syncthreads()
+            row0 = tile * TM
+            copy(sc, make_tensor(d1z[row0 : row0 + TM, :], gmem_c1(N1)))
+            tile += step
+        copy_wait()  # the empty groups past the end, and every store
+
+    return b2b_persistent_kernel
+
+
 def b2b_constraints(m: int, k0: int, n0: int, n1: int, cfg: BlockConfig) -> None:
     """Raise ValueError, naming the fix, for a problem the fused kernel cannot hold in one block."""
     for name, n in (("N0", n0), ("N1", n1)):
@@ -326,18 +451,28 @@ class BackToBack:
     """
 
     def __init__(self, m: int, k0: int, n0: int, n1: int, batch: int | None = None, keep_d0: bool = False,
-                 cfg: BlockConfig | None = None, kernel_factory: Any = None):  # fmt: skip
+                 cfg: BlockConfig | None = None, kernel_factory: Any = None, persistent: bool = False):  # fmt: skip
         self.cfg = cfg or BlockConfig(tile_m=128 if max(n0, n1) <= 128 else 64)
         b2b_constraints(m, k0, n0, n1, self.cfg)
+        if persistent and (keep_d0 or kernel_factory is not None):
+            raise ValueError("persistent=True runs the course's persistent kernel: it takes no kernel_factory and "
+                             "does not write D0 (keep_d0); check the stages with the streaming kernel")  # fmt: skip
         self.m, self.k0, self.n0, self.n1, self.batch, self.keep_d0 = m, k0, n0, n1, batch, keep_d0
+        self.persistent = persistent
         c = self.cfg
         self.MM0 = fp16_matmul(c.tile_m, n0, c.tile_k, c.threads)
         self.MM1 = fp16_matmul(c.tile_m, n1, n0, c.threads)
-        self.shared_bytes = b2b_shared_bytes(self.MM0, self.MM1)
-        self.kernel = (kernel_factory or make_b2b_kernel)(self.MM0, self.MM1, keep_d0)
         nb = batch or 1
         self.d0 = cp.zeros((nb, m, n0), dtype=cp.float16) if keep_d0 else cp.zeros((1, 1, n0), dtype=cp.float16)
-        self.grid = (m // c.tile_m, nb)
+        if persistent:
+            self.shared_bytes = b2b_persistent_layout(self.MM0, self.MM1, k0, c.depth).nbytes
+            _fits_shared_memory(self.shared_bytes, f"(K0, N0, N1) = ({k0}, {n0}, {n1}) with {c}")
+            self.kernel = make_b2b_persistent_kernel(self.MM0, self.MM1, k0, c.depth)
+            self.grid: tuple[int, int] | None = None  # one wave of blocks: known once the kernel is compiled
+        else:
+            self.shared_bytes = b2b_shared_bytes(self.MM0, self.MM1)
+            self.kernel = (kernel_factory or make_b2b_kernel)(self.MM0, self.MM1, keep_d0)
+            self.grid = (m // c.tile_m, nb)
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         lead = () if self.batch is None else (self.batch,)
@@ -352,5 +487,30 @@ class BackToBack:
             require(name, x, np.float16, shapes["c1" if name == "out" else name])  # D1 has C1's shape
         as3 = (lambda x: x[None]) if self.batch is None else (lambda x: x)
         args = (*(as3(x) for x in (a0, b0, b1, c1)), np.float32(alpha0), np.float32(alpha1), np.float32(beta1))
-        launch.launch(self.kernel, self.grid, self.MM0.block_size, self.shared_bytes, *args, as3(out), self.d0)
+        args = (*args, as3(out)) if self.persistent else (*args, as3(out), self.d0)
+        if self.grid is None:
+            self.grid = self._persistent_grid(args)
+        launch.launch(self.kernel, self.grid, self.MM0.block_size, self.shared_bytes, *args)
         return out
+
+    def _persistent_grid(self, args: tuple[Any, ...]) -> tuple[int, int]:
+        """As many blocks as fit on the GPU at once (at most one per row tile), shared among the batch."""
+        threads = self.MM0.block_size
+        per_sm = launch.resources(self.kernel, threads, self.shared_bytes, *args)["blocks_per_sm"]
+        if per_sm < 1:
+            raise RuntimeError(f"the persistent kernel does not fit an SM ({self.shared_bytes} bytes of shared "
+                               f"memory, {threads} threads): use persistent=False")  # fmt: skip
+        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        nb = self.batch or 1
+        return (max(1, min(self.m // self.cfg.tile_m, sms * per_sm // nb)), nb)
+
+
+def _fits_shared_memory(nbytes: int, what: str) -> None:
+    """Raise ValueError, naming the fix, when a block needs more shared memory than this GPU gives one block."""
+    limit = cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
+    if nbytes > limit:
+        raise ValueError(
+            f"the persistent kernel for {what} needs {nbytes // 1024} KiB of shared memory a block, this GPU gives "
+            f"{limit // 1024} KiB: B0 (K0 x N0) and B1 stay in shared memory, so use persistent=False (the "
+            "streaming kernel) for a K0 x N0 this large, or a smaller depth or row tile"
+        )

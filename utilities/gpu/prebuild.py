@@ -27,15 +27,15 @@ def _ozaki(variant: str, shape: tuple[int, ...], slices: int) -> None:
     OzakiGemm(m, n, k, slices, variant)(cp.zeros((m, k)), cp.zeros((k, n)))
 
 
-def _b2b(keep_d0: bool, shape: tuple[int, ...], block: tuple[int, ...] = ()) -> None:
+def _b2b(keep_d0: bool, shape: tuple[int, ...], block: tuple[int, ...] = (), persistent: bool = False) -> None:
     import cupy as cp
 
     from utilities.gpu.blockfusion import BackToBack, BlockConfig
 
     k0, n0, n1 = shape  # the kernel does not depend on M: one row-tile's worth builds it
     z = cp.zeros
-    cfg = BlockConfig(tile_m=block[0], threads=block[1]) if block else None
-    plan = BackToBack(256, k0, n0, n1, keep_d0=keep_d0, cfg=cfg)
+    cfg = BlockConfig(tile_m=block[0], threads=block[1], depth=block[2] if len(block) > 2 else 3) if block else None
+    plan = BackToBack(256, k0, n0, n1, keep_d0=keep_d0, cfg=cfg, persistent=persistent)
     plan(z((256, k0), cp.float16), z((k0, n0), cp.float16), z((n0, n1), cp.float16), z((256, n1), cp.float16))
 
 
@@ -62,12 +62,12 @@ def build_one(job: str, slices: int) -> None:
         build_job(job)
         print(f"prebuild: {job}: {time.perf_counter() - start:.1f} s", flush=True)
         return
-    spec, _, block = spec.partition("@")  # b2b:576x64x128@64x256: a row tile of 64, 256 threads
+    spec, _, block = spec.partition("@")  # b2b:576x64x128@64x256: a row tile of 64, 256 threads (x3: depth 3)
     shape = parse_shape(spec)
     if kind in ("unfused", "partial", "fused"):
         _ozaki(kind, shape, slices)
-    elif kind in ("b2b", "b2b_keep"):
-        _b2b(kind == "b2b_keep", shape, parse_shape(block) if block else ())
+    elif kind in ("b2b", "b2b_keep", "b2b_persistent"):
+        _b2b(kind == "b2b_keep", shape, parse_shape(block) if block else (), persistent=kind == "b2b_persistent")
     elif kind == "gemm_bias_relu":
         _gemm_bias_relu(shape)
     else:
@@ -82,7 +82,8 @@ OZAKI_JOBS = (
     "fused:8192x8192x8192,fused:2048x2048x2048,fused:4096x4096x4096"
 )
 FUSION_JOBS = (
-    "b2b:576x64x128,b2b:64x256x64,b2b_keep:576x64x128,b2b_keep:64x256x64,b2b:4096x256x64,gemm_bias_relu:512x128x256"
+    "b2b:576x64x128,b2b:64x256x64,b2b_keep:576x64x128,b2b_keep:64x256x64,b2b:4096x256x64,gemm_bias_relu:512x128x256,"
+    "b2b_persistent:64x256x64@32x128x3,b2b_persistent:576x64x128@128x256x3"
 )
 MULTIPASS_JOBS = (
     "multipass:int8:1,multipass:int8:2,multipass:int8:4,multipass:int8:8,multipass:float16:1,multipass:float16:2,"
@@ -101,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs",
         default=COURSE_JOBS,
-        help="comma-separated jobs, one process each: unfused|partial|fused:MxNxK, b2b|b2b_keep:K0xN0xN1[@TMxTHREADS], "
-        "gemm_bias_relu:MxNxK, multipass:int8|float16:F, pipeline:int8|float16:SIZE",
+        help="comma-separated jobs, one process each: unfused|partial|fused:MxNxK, "
+        "b2b|b2b_keep|b2b_persistent:K0xN0xN1[@TMxTHREADS[xDEPTH]], gemm_bias_relu:MxNxK, "
+        "multipass:int8|float16:F, pipeline:int8|float16:SIZE",
     )
     parser.add_argument("--slices", type=int, default=7)
     parser.add_argument("--parallel", type=int, default=os.cpu_count() or 4, help="builds at a time")
