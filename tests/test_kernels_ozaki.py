@@ -57,6 +57,27 @@ def _slice_cols(
     return out[:, :, :k], f.copy_to_host()
 
 
+def test_the_plans_slicing_launches_match_reference():
+    """``slicing_launches`` as the plans run it (their block sizes and grids, padded k), on one adversarial pair."""
+    name, a, b = PAIRS[2]
+    (m, k), n, slices = a.shape, b.shape[1], 7
+    kp = _padded(k)
+    a_words, b_words = (cuda.to_device(np.full((slices, r, kp), 99, np.int8).view(np.int32)) for r in (m, n))
+    e, f, bad = (cuda.to_device(np.zeros(r, np.int32)) for r in (m, n, n))
+    mu, d_a, d_b = cuda.to_device(np.zeros(n)), cuda.to_device(a), cuda.to_device(b)
+    args = ((d_a, a_words, e), (d_b, mu, bad), (mu, bad, f), (d_b, f, b_words))
+    for step, step_args in zip(kernels.slicing_launches(m, n, k, kp, slices), args, strict=True):
+        step.kernel[step.grid, step.block](*step_args)
+    for words, shifts, (want, want_shifts) in (
+        (a_words, e, ozaki.slice_rows(a, slices)),
+        (b_words, f, ozaki.slice_cols(b, slices)),
+    ):
+        got = words.copy_to_host().view(np.int8)
+        assert not got[:, :, k:].any(), f"{name}: the padding must hold zero digits"
+        np.testing.assert_array_equal(shifts.copy_to_host(), want_shifts)
+        np.testing.assert_array_equal(got[:, :, :k], want)
+
+
 @pytest.mark.parametrize("slices", [1, 7, 8, 9, 12])
 @pytest.mark.parametrize(("name", "a", "b"), PAIRS, ids=IDS)
 def test_slicing_kernels_match_reference(name, a, b, slices):

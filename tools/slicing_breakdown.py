@@ -1,14 +1,16 @@
 """Developer tool: where the Ozaki-I slicing time goes, kernel by kernel, against the memory floor.
 
 Run on a GPU: ``python tools/slicing_breakdown.py [--size 8192] [--slices 7]``. Launches the plain numba
-kernels of ``utilities.ozaki.kernels`` the way ``OzakiGemm.slice`` does (no cuBLASDx build needed) and prints,
-for each, the GPU-event median (cupyx.profiler.benchmark), the bytes it must move and the bandwidth achieved.
+kernels of ``utilities.ozaki.kernels.slicing_launches``, as ``OzakiGemm.slice`` does (no cuBLASDx build needed),
+and prints, for each, the GPU-event median (cupyx.profiler.benchmark), the bytes it must move and the bandwidth
+achieved.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import cupy as cp
@@ -31,21 +33,22 @@ def main() -> None:
     a_words, b_words = cp.zeros((S, m, kp // 4), cp.int32), cp.zeros((S, n, kp // 4), cp.int32)
     e, f = cp.zeros(m, cp.int32), cp.zeros(n, cp.int32)
     mu, bad = cp.zeros(n, cp.float64), cp.zeros(n, cp.int32)
-    threads, (tile, depth) = plain.ROWS_THREADS, plain.COLS_BLOCK
-    rows = plain.make_slice_rows_kernel(k, kp, S, threads)
-    col_max, cols = plain.make_col_max_kernel(), plain.make_slice_cols_kernel(S, tile, depth)
-    stages = {
-        "slice_rows (A)": (lambda: launch.launch(rows, m, threads, 0, a, a_words, e), 8 * m * k + S * m * kp),
-        "col_max (B)": (lambda: launch.launch(col_max, (-(-n // 256), -(-k // 256)), 256, 0, b, mu, bad), 8 * k * n),
-        "shifts_from_max": (  # also zeroes the maxima for the next col_max
-            lambda: launch.launch(plain.shifts_from_max_kernel, -(-n // 256), 256, 0, mu, bad, f),
-            24 * n,
-        ),
-        "slice_cols (B)": (
-            lambda: launch.launch(cols, (-(-n // tile), kp // (4 * tile)), (tile, depth), 0, b, f, b_words),
-            8 * k * n + S * n * kp,
-        ),
+    launch_args = ((a, a_words, e), (b, mu, bad), (mu, bad, f), (b, f, b_words))
+    moved = {  # what each must move: FP64 in, int8 slices out (shifts_from_max: mu, bad and f, 24 bytes a column)
+        "slice_rows": 8 * m * k + S * m * kp,
+        "col_max": 8 * k * n,
+        "shifts_from_max": 24 * n,
+        "slice_cols": 8 * k * n + S * n * kp,
     }
+
+    def run(step: plain.Launch, step_args: tuple) -> Callable[[], None]:
+        def one_launch() -> None:  # a named function: cupyx's benchmark reports its __name__
+            launch.launch(step.kernel, step.grid, step.block, 0, *step_args)
+
+        return one_launch
+
+    steps = zip(plain.slicing_launches(m, n, k, kp, S), launch_args, strict=True)
+    stages = {step.name: (run(step, step_args), moved[step.name]) for step, step_args in steps}
 
     def everything() -> None:
         for fn, _ in stages.values():

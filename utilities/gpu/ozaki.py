@@ -291,15 +291,14 @@ class OzakiGemm:
         split = self.kernels.split_digits or plain.make_split_digits
         # launch.launch: numba's dispatcher would type the arguments again on every call (about 0.1 ms of host
         # time before the first kernel starts, which the timings would count)
-        threads, (tile, rows) = plain.ROWS_THREADS, plain.COLS_BLOCK
-        slice_rows = plain.make_slice_rows_kernel(k, self.kp, S, threads, split)
-        launch.launch(slice_rows, m, threads, 0, a, self._a_words, self.e)
-        # the maxima start at zero, and shifts_from_max_kernel zeroes them again for the next call
-        launch.launch(plain.make_col_max_kernel(), (-(-n // 256), -(-k // 256)), 256, 0, b, self._mu, self._bad)
-        launch.launch(plain.shifts_from_max_kernel, -(-n // 256), 256, 0, self._mu, self._bad, self.f)
-        slice_cols = plain.make_slice_cols_kernel(S, tile, rows, split)
-        grid = (-(-n // tile), -(-self.kp // (4 * tile)))
-        launch.launch(slice_cols, grid, (tile, rows), 0, b, self.f, self._b_words)
+        args = (
+            (a, self._a_words, self.e),
+            (b, self._mu, self._bad),  # the maxima start at zero, and shifts_from_max zeroes them again
+            (self._mu, self._bad, self.f),
+            (b, self.f, self._b_words),
+        )
+        for step, step_args in zip(plain.slicing_launches(m, n, k, self.kp, S, split), args, strict=True):
+            launch.launch(step.kernel, step.grid, step.block, 0, *step_args)
 
     def products(self) -> None:
         """Stage 2 of the unfused and partially fused variants: int32 products or anti-diagonals."""

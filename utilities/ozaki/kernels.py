@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import config, cuda, float64, int8, int32, int64
@@ -268,6 +268,35 @@ def make_slice_cols_kernel(
                     b_words[s, col, word0 + tx] = w
 
     return slice_cols_kernel
+
+
+class Launch(NamedTuple):
+    """One kernel launch: what to run, on which grid and block (its arguments are the caller's)."""
+
+    name: str
+    kernel: Any
+    grid: Any
+    block: Any
+
+
+def slicing_launches(
+    m: int, n: int, k: int, kp: int, slices: int, split_digits_factory: Callable[[int], Any] = make_split_digits
+) -> list[Launch]:
+    """The slicing stage of an m x k by k x n product, in order, with the arguments each launch takes:
+
+    ``slice_rows (a, a_words, e)``, ``col_max (b, mu, bad)``, ``shifts_from_max (mu, bad, f)`` and
+    ``slice_cols (b, f, b_words)``. ``mu`` and ``bad`` must start at zero; ``shifts_from_max`` zeroes them again
+    for the next call. Used by the plans (``utilities.gpu.ozaki``) and by ``tools/slicing_breakdown.py``.
+    """
+    tile, rows = COLS_BLOCK
+    return [
+        Launch("slice_rows", make_slice_rows_kernel(k, kp, slices, ROWS_THREADS, split_digits_factory), m,
+               ROWS_THREADS),
+        Launch("col_max", make_col_max_kernel(), (-(-n // 256), -(-k // 256)), 256),
+        Launch("shifts_from_max", shifts_from_max_kernel, -(-n // 256), 256),
+        Launch("slice_cols", make_slice_cols_kernel(slices, tile, rows, split_digits_factory),
+               (-(-n // tile), -(-kp // (4 * tile))), (tile, rows)),
+    ]  # fmt: skip
 
 
 GROUP_M = 8  # row tiles per group in the blocks' launch order (grouped_tile)
