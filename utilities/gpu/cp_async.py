@@ -18,31 +18,27 @@ from numba.core import types
 from numba.cuda.extending import intrinsic
 
 
-@intrinsic
-def commit(typingctx):  # type: ignore[no-untyped-def]
-    """Close this thread's group of ``cp.async`` copies issued since the last commit."""
+def _ptx_statement(text: str):  # type: ignore[no-untyped-def]
+    """An intrinsic taking no arguments that emits the PTX ``text`` (a memory clobber: no reordering across it)."""
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;", "~{memory}", side_effect=True)
-        builder.call(asm, [])
-        return context.get_dummy_value()
-
-    return types.void(), codegen
-
-
-@functools.cache
-def _wait(pending: int):  # type: ignore[no-untyped-def]
     @intrinsic
-    def wait(typingctx):  # type: ignore[no-untyped-def]
+    def statement(typingctx):  # type: ignore[no-untyped-def]
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            text = f"cp.async.wait_group {pending};"
             asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
             builder.call(asm, [])
             return context.get_dummy_value()
 
         return types.void(), codegen
 
-    return wait
+    return statement
+
+
+commit = _ptx_statement("cp.async.commit_group;")  # close this thread's group of copies issued since the last
+
+
+@functools.cache
+def _wait(pending: int):  # type: ignore[no-untyped-def]
+    return _ptx_statement(f"cp.async.wait_group {pending};")
 
 
 def wait_prior(pending: int):  # type: ignore[no-untyped-def]

@@ -66,15 +66,7 @@ def hold_gpu(ms: float) -> None:
             'extern "C" __global__ void spin(long long cycles) {'
             " long long start = clock64(); while (clock64() - start < cycles) { } }"
         )
-        try:
-            _spin = cp.RawKernel(source, "spin")
-            _spin.compile()
-        except Exception:  # no NVRTC for CuPy: keep the GPU busy with memory fills instead (about 1 ms per GiB)
-            _spin = cp.empty(2**28, cp.float32)
-    if isinstance(_spin, cp.ndarray):
-        for _ in range(max(1, round(ms))):
-            _spin.fill(0)
-        return
+        _spin = cp.RawKernel(source, "spin")  # NVRTC, which CuPy needs for its own elementwise kernels anyway
     khz = cp.cuda.Device().attributes["ClockRate"]
     _spin((1,), (1,), (np.int64(ms * khz),))
 

@@ -34,7 +34,7 @@ def _b2b(keep_d0: bool, shape: tuple[int, ...], block: tuple[int, ...] = (), per
 
     k0, n0, n1 = shape  # the kernel does not depend on M: one row-tile's worth builds it
     z = cp.zeros
-    cfg = BlockConfig(tile_m=block[0], threads=block[1], depth=block[2] if len(block) > 2 else 3) if block else None
+    cfg = BlockConfig(**dict(zip(("tile_m", "threads", "depth"), block, strict=False))) if block else None
     plan = BackToBack(256, k0, n0, n1, keep_d0=keep_d0, cfg=cfg, persistent=persistent)
     plan(z((256, k0), cp.float16), z((k0, n0), cp.float16), z((n0, n1), cp.float16), z((256, n1), cp.float16))
 
