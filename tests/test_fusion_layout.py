@@ -72,3 +72,14 @@ def test_the_benchmarked_persistent_shapes_fit_an_h100_block():
     ex13 = layout.persistent_layout(128 * 64, 64 * 64, 128 * 64, 64 * 128, 128 * 128, stages=9, depth=3)
     assert small.nbytes == 144 * 1024 and ex13.nbytes == 216 * 1024
     assert max(small.nbytes, ex13.nbytes) <= h100_optin
+
+
+@pytest.mark.parametrize("pipeline_bytes", [0, 1, 40992, 49184, 65600])
+def test_segments_after_a_pipeline_start_past_it_aligned_and_disjoint(pipeline_bytes):
+    sizes = (64 * 256, 256 * 64, 64 * 64)  # D0, B1, C1 / D1 of the (64, 256, 64) kernel, FP16 elements
+    offsets, end = layout.after_pipeline(pipeline_bytes, *sizes)
+    assert 2 * offsets[0] >= pipeline_bytes  # nothing overlaps the pipeline's stages and barriers
+    assert all(o % layout.SMEM_ALIGN == 0 for o in offsets)
+    for (a, size), b in zip(zip(offsets, sizes, strict=True), [*offsets[1:], end], strict=True):
+        assert a + size <= b
+    assert 2 * end <= 2 * offsets[0] + 2 * sum(layout.ceil_to(x, layout.SMEM_ALIGN) for x in sizes)

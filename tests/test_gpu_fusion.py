@@ -112,6 +112,58 @@ def test_persistent_b2b_refuses_what_it_cannot_hold(gpu):
         bf.BackToBack(256, 576, 64, 128, keep_d0=True, persistent=True)
 
 
+# the pipelined kernel (GEMM 0 on cuBLASDx's device pipeline): 301 row tiles of 64 over one wave of blocks, so
+# blocks walk one or two tiles; its plan is built for its A0 and B0, so each call builds one (same shapes: same
+# kernel)
+PIPELINED_SHAPE = (64 * 301, 64, 256, 64)
+
+
+def _pipelined_runner(cp, batched=False):
+    from utilities.gpu.b2b_pipelined import PipelineConfig, PipelinedBackToBack
+
+    def run(a0, b0, b1, c1, alpha0, alpha1, beta1):
+        as3 = (lambda x: x) if batched else (lambda x: x[None])
+        a0, b0, b1, c1 = (as3(cp.asarray(x)) for x in (a0, b0, b1, c1))
+        plan = PipelinedBackToBack(a0, b0, b1.shape[2], PipelineConfig(tile_m=64, threads=128, tile_k=32, depth=2))
+        out = cp.full(c1.shape, np.nan, cp.float16)
+        d1 = cp.asnumpy(plan(b1, c1, alpha0, alpha1, beta1, out=out))
+        return d1 if batched else d1[0]
+
+    return run
+
+
+def test_pipelined_b2b_matches_reference(gpu):
+    cp, _, _ = gpu
+    run = _pipelined_runner(cp)
+    assert fcheck.check_back_to_back(run, shape=PIPELINED_SHAPE, seed=31).status == "passed"
+    x = ref.b2b_inputs(*PIPELINED_SHAPE, seed=6)  # and C1 unread when beta1 == 0: a NaN C1 changes nothing
+    a0, b0, b1, c1 = x.args()[:4]
+    poisoned = run(a0, b0, b1, np.full_like(c1, np.nan), 0.5, 1.5, 0.0)
+    assert np.array_equal(poisoned, run(a0, b0, b1, np.zeros_like(c1), 0.5, 1.5, 0.0))
+
+
+def test_pipelined_b2b_batched(gpu):
+    cp, _, _ = gpu
+    shape = (64 * 40, 64, 256, 64)
+    result = fcheck.check_back_to_back(_pipelined_runner(cp, batched=True), batched=True, batch=3, shape=shape, seed=9)
+    assert result.status == "passed"
+
+
+def test_pipelined_b2b_refuses_bad_input(gpu):
+    cp, _, _ = gpu
+    from utilities.gpu.b2b_pipelined import PipelineConfig, PipelinedBackToBack
+
+    z = cp.zeros
+    with pytest.raises(ValueError, match="3-D"):
+        PipelinedBackToBack(z((256, 64), cp.float16), z((64, 256), cp.float16), 64)
+    with pytest.raises(ValueError, match="too small for a 2-stage pipeline"):
+        PipelinedBackToBack(z((1, 256, 32), cp.float16), z((1, 32, 256), cp.float16), 64, PipelineConfig())
+    with pytest.raises(ValueError, match="multiple of the row tile"):
+        PipelinedBackToBack(z((1, 100, 64), cp.float16), z((1, 64, 256), cp.float16), 64)
+    with pytest.raises(TypeError, match="float16"):
+        PipelinedBackToBack(z((1, 256, 64), cp.float32), z((1, 64, 256), cp.float16), 64)
+
+
 def test_fused_gemm_bias_relu(gpu):
     cp, bf, _ = gpu
     m, n, k = 256, 128, 256

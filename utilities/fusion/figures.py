@@ -11,10 +11,11 @@ from matplotlib.figure import Figure
 
 from utilities.bench import BenchRecord
 
-PATH_ORDER = ("fused", "persistent", "epilogue", "library", "separate")
+PATH_ORDER = ("fused", "persistent", "pipelined", "epilogue", "library", "separate")
 LABELS = {
     "fused": "fused (one kernel)",
     "persistent": "fused, persistent",
+    "pipelined": "fused, persistent, GEMM 0 pipelined",
     "epilogue": "library, fused epilogues",
     "library": "library GEMMs + elementwise",
     "separate": "library GEMM + elementwise",

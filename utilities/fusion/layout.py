@@ -67,3 +67,12 @@ def persistent_layout(
     cb = c_buffers_needed(stages, depth)
     (at_b0, at_b1, at_d0, at_a0, at_c), end = segments(stages * b0_step, b1, d0, depth * a0_step, cb * c_step)
     return PersistentLayout(at_b0, b0_step, at_b1, at_d0, at_a0, a0_step, at_c, c_step, cb, end)
+
+
+def after_pipeline(pipeline_bytes: int, *sizes: int) -> tuple[list[int], int]:
+    """Offsets (FP16 elements) of segments placed after a cuBLASDx pipeline's ``pipeline_bytes`` at the start of
+    shared memory, each 1 KiB aligned, and where the last one ends: the pipelined back-to-back kernel's D0, B1 and
+    C1 / D1 tile."""
+    start = ceil_to(-(-pipeline_bytes // 2), SMEM_ALIGN)
+    offsets, end = segments(*sizes)
+    return [start + o for o in offsets], start + end

@@ -59,8 +59,9 @@ class BlockConfig:
 
 
 @functools.cache
-def fp16_matmul(m: int, n: int, k: int, threads: int) -> Matmul:
-    """A block GEMM of FP16 row-major operands with an FP32 accumulator."""
+def fp16_matmul(m: int, n: int, k: int, threads: int, pipeline: bool = False) -> Matmul:
+    """A block GEMM of FP16 row-major operands with an FP32 accumulator (``pipeline``: for a device pipeline)."""
+    streaming = {"with_pipeline": True, "enable_input_streaming": True} if pipeline else {}
     return Matmul(
         size=(m, n, k),
         precision=(np.float16, np.float16, np.float32),
@@ -70,6 +71,7 @@ def fp16_matmul(m: int, n: int, k: int, threads: int) -> Matmul:
         block_size=threads,
         alignment=(16, 16, 16),
         static_block_dim=True,
+        **streaming,
     )
 
 
@@ -505,12 +507,13 @@ class BackToBack:
         return (max(1, min(self.m // self.cfg.tile_m, sms * per_sm // nb)), nb)
 
 
-def _fits_shared_memory(nbytes: int, what: str) -> None:
+def _fits_shared_memory(nbytes: int, what: str, fix: str = "") -> None:
     """Raise ValueError, naming the fix, when a block needs more shared memory than this GPU gives one block."""
     limit = cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
     if nbytes > limit:
         raise ValueError(
             f"the persistent kernel for {what} needs {nbytes // 1024} KiB of shared memory a block, this GPU gives "
-            f"{limit // 1024} KiB: B0 (K0 x N0) and B1 stay in shared memory, so use persistent=False (the "
-            "streaming kernel) for a K0 x N0 this large, or a smaller depth or row tile"
-        )
+            f"{limit // 1024} KiB: "
+            + (fix or "B0 (K0 x N0) and B1 stay in shared memory, so use persistent=False (the streaming kernel) "
+               "for a K0 x N0 this large, or a smaller depth or row tile")
+        )  # fmt: skip

@@ -2,6 +2,7 @@
 
 Record names: ``b2b.fused`` (the exercise's kernel, one row tile per block), ``b2b.persistent`` (B0 and B1 kept
 in shared memory by one wave of blocks that walk the row tiles; where ``PERSISTENT`` names the shape),
+``b2b.pipelined`` (persistent too, GEMM 0 on cuBLASDx's device pipeline; where ``PIPELINED`` names the shape),
 ``b2b.epilogue`` (nvmath/cuBLASLt epilogues), ``b2b.library`` (cuBLAS + CuPy elementwise), and
 ``gemm_bias_relu.fused`` / ``.epilogue`` / ``.separate``. A record's m, n, k are M, N1, K0 (GEMM: M, N, K);
 ``params`` hold K0, N0, N1, the bytes the path must move (``utilities.fusion.traffic``) and the fraction of the
@@ -18,6 +19,7 @@ Errors: on 16 sampled rows against the FP64 reference; ``max_elementwise`` is ma
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +29,7 @@ import numpy as np
 from .. import bench, peaks
 from ..fusion import reference, traffic
 from . import fusion_baselines as lib
+from .b2b_pipelined import PipelineConfig, PipelinedBackToBack
 from .blockfusion import BackToBack, BlockConfig, GemmBiasRelu
 
 CALLS = 10
@@ -39,6 +42,9 @@ PERSISTENT = {
     (64, 256, 64): BlockConfig(tile_m=32, threads=128, depth=3),  # 104 KiB: two blocks an SM
     (576, 64, 128): BlockConfig(tile_m=128, threads=256, depth=3),  # 216 KiB: one block an SM
 }
+# (K0, N0, N1) -> the pipelined kernel's block: at (576, 64, 128) it lost to the streaming kernel (206 against
+# 202 us at M = 2^18, the best of five blocks), so it runs where it wins
+PIPELINED = {(64, 256, 64): PipelineConfig(tile_m=64, threads=128, tile_k=32, depth=2)}  # 113 KiB: two blocks an SM
 
 
 def hbm_tbs() -> float | None:
@@ -74,21 +80,28 @@ def hold_gpu(ms: float) -> None:
 def per_call_ms(fns: Sequence[Callable[[], object]], *, repeats: int = 10, calls: int = CALLS) -> list[float]:
     """GPU time per call (ms): ``calls`` calls (cycling through ``fns``) between two events, ``repeats`` times.
 
-    Before each sample the GPU spins for ``HOLD_MS`` while the host queues the calls, so that the time between the
-    events is the GPU's: a path whose host side (Python, nvmath's bookkeeping) takes longer than its kernels
-    would otherwise be timed by the host.
+    Before each sample the GPU spins while the host queues the calls, so that the time between the events is
+    the GPU's: a path whose host side (Python, nvmath's bookkeeping, numba's dispatcher) takes longer than its
+    kernels would otherwise be timed by the host. A sample whose calls took the host more than most of the spin
+    is dropped and the spin lengthened, so no sample is host-bound.
     """
     start, stop = cp.cuda.Event(), cp.cuda.Event()
     for fn in fns:
         fn()
-    times = []
-    for _ in range(repeats):
-        hold_gpu(HOLD_MS)
+    times: list[float] = []
+    hold_ms = HOLD_MS
+    while len(times) < repeats:
+        hold_gpu(hold_ms)
+        queued = time.perf_counter()
         start.record()
         for i in range(calls):
             fns[i % len(fns)]()
         stop.record()
+        queued_ms = (time.perf_counter() - queued) * 1e3
         stop.synchronize()
+        if queued_ms > 0.8 * hold_ms:  # the GPU may have caught up with the host: spin longer and measure again
+            hold_ms = 2 * queued_ms
+            continue
         times.append(cp.cuda.get_elapsed_time(start, stop) / calls)
     return times
 
@@ -156,6 +169,15 @@ def b2b_records(
         persistent = BackToBack(m, k0, n0, n1, batch=batch, cfg=PERSISTENT[k0, n0, n1], persistent=True)
         paths["persistent"] = calls(lambda s, o: persistent(*s.values(), *alphas, out=o))
         results["persistent"] = persistent(*sets[0].values(), *alphas)
+    if (k0, n0, n1) in PIPELINED:  # a plan per operand set: the pipeline is built for its A0 and B0
+        as3 = (lambda x: x[None]) if batch is None else (lambda x: x)
+        views = [{k: as3(v) for k, v in s.items()} | {"out": as3(o)} for s, o in zip(sets, outs, strict=True)]
+        plans = [PipelinedBackToBack(v["a0"], v["b0"], n1, PIPELINED[k0, n0, n1]) for v in views]
+        paths["pipelined"] = [
+            lambda p=p, v=v: p(v["b1"], v["c1"], *alphas, out=v["out"]) for p, v in zip(plans, views, strict=True)
+        ]
+        d1 = plans[0](views[0]["b1"], views[0]["c1"], *alphas)
+        results["pipelined"] = d1[0] if batch is None else d1
     paths |= {
         "epilogue": [e.__call__ for e in epilogues],
         "library": calls(lambda s, o: library(*s.values(), *alphas, out=o)),
@@ -164,7 +186,7 @@ def b2b_records(
     peak = hbm_tbs()
     records = []
     for path, fns in paths.items():
-        t = traffic.b2b_traffic("fused" if path == "persistent" else path, m, k0, n0, n1, b)
+        t = traffic.b2b_traffic("fused" if path in ("persistent", "pipelined") else path, m, k0, n0, n1, b)
         times = per_call_ms(fns, repeats=repeats)
         params = {"k0": k0, "n0": n0, "n1": n1, "batch": batch, "bytes": t.bytes, "kernels": t.kernels}
         first = {k: v if batch is None else v[0] for k, v in sets[0].items()}  # batch 0's operands
@@ -266,7 +288,7 @@ def summary(records: Sequence[bench.BenchRecord]) -> str:
     fused_us: dict[tuple, float] = {}
     for r in records:
         key = (r.name.split(".")[0], r.m, r.n, r.k, r.params.get("n0"), r.params.get("batch"))
-        if r.name.endswith((".fused", ".persistent")):
+        if r.name.endswith((".fused", ".persistent", ".pipelined")):
             fused_us[key] = min(r.time.median, fused_us.get(key, float("inf")))
     for r in records:
         key = (r.name.split(".")[0], r.m, r.n, r.k, r.params.get("n0"), r.params.get("batch"))

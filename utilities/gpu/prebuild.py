@@ -39,6 +39,17 @@ def _b2b(keep_d0: bool, shape: tuple[int, ...], block: tuple[int, ...] = (), per
     plan(z((256, k0), cp.float16), z((k0, n0), cp.float16), z((n0, n1), cp.float16), z((256, n1), cp.float16))
 
 
+def _b2b_pipelined(shape: tuple[int, ...], block: tuple[int, ...]) -> None:
+    import cupy as cp
+
+    from utilities.gpu.b2b_pipelined import PipelineConfig, PipelinedBackToBack
+
+    nb, m, k0, n0, n1 = shape if len(shape) == 5 else (1, *shape)  # the pipeline's type carries the shapes of
+    z = cp.zeros  # A0 and B0: one build per batch and M
+    plan = PipelinedBackToBack(z((nb, m, k0), cp.float16), z((nb, k0, n0), cp.float16), n1, PipelineConfig(*block))
+    plan(z((nb, n0, n1), cp.float16), z((nb, m, n1), cp.float16))
+
+
 def _gemm_bias_relu(shape: tuple[int, ...]) -> None:
     import cupy as cp
 
@@ -68,6 +79,8 @@ def build_one(job: str, slices: int) -> None:
         _ozaki(kind, shape, slices)
     elif kind in ("b2b", "b2b_keep", "b2b_persistent"):
         _b2b(kind == "b2b_keep", shape, parse_shape(block) if block else (), persistent=kind == "b2b_persistent")
+    elif kind == "b2b_pipelined":
+        _b2b_pipelined(shape, parse_shape(block))
     elif kind == "gemm_bias_relu":
         _gemm_bias_relu(shape)
     else:
@@ -83,7 +96,9 @@ OZAKI_JOBS = (
 )
 FUSION_JOBS = (
     "b2b:576x64x128,b2b:64x256x64,b2b_keep:576x64x128,b2b_keep:64x256x64,b2b:4096x256x64,gemm_bias_relu:512x128x256,"
-    "b2b_persistent:64x256x64@32x128x3,b2b_persistent:576x64x128@128x256x3"
+    "b2b_persistent:64x256x64@32x128x3,b2b_persistent:576x64x128@128x256x3,"
+    "b2b_pipelined:131072x64x256x64@64x128x32x2,b2b_pipelined:262144x64x256x64@64x128x32x2,"
+    "b2b_pipelined:19264x64x256x64@64x128x32x2,b2b_pipelined:3x2560x64x256x64@64x128x32x2"
 )
 MULTIPASS_JOBS = (
     "multipass:int8:1,multipass:int8:2,multipass:int8:4,multipass:int8:8,multipass:float16:1,multipass:float16:2,"
@@ -103,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs",
         default=COURSE_JOBS,
         help="comma-separated jobs, one process each: unfused|partial|fused:MxNxK, "
-        "b2b|b2b_keep|b2b_persistent:K0xN0xN1[@TMxTHREADS[xDEPTH]], gemm_bias_relu:MxNxK, "
+        "b2b|b2b_keep|b2b_persistent:K0xN0xN1[@TMxTHREADS[xDEPTH]], "
+        "b2b_pipelined:[BATCHx]MxK0xN0xN1@TMxTHREADSxTKxDEPTH, gemm_bias_relu:MxNxK, "
         "multipass:int8|float16:F, pipeline:int8|float16:SIZE",
     )
     parser.add_argument("--slices", type=int, default=7)
