@@ -32,7 +32,7 @@ from nvmath.device.cublasdx_numba import pipeline_extensions
 from ..fusion import layout
 from . import launch
 from .aligned_copy import gmem_layout
-from .blockfusion import BlockConfig, _fits_shared_memory, b2b_constraints, fp16_matmul
+from .blockfusion import BlockConfig, _fits_shared_memory, b2b_constraints, fp16_matmul, one_wave_grid
 from .operands import require
 
 
@@ -164,12 +164,7 @@ class PipelinedBackToBack:
         require("out", out, np.float16, (nb, m, n1))
         args = (b1, c1, np.float32(alpha0), np.float32(alpha1), np.float32(beta1), out, self.pipeline)
         if self.grid is None:
-            per_sm = self.resources(args)["blocks_per_sm"]
-            sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-            self.grid = (max(1, min(m // self.cfg.tile_m, sms * per_sm // nb)), nb)
+            tiles, threads = m // self.cfg.tile_m, self.MM1.block_size
+            self.grid = one_wave_grid(self.kernel, threads, self.shared_bytes, args, tiles, nb, "use BackToBack")
         launch.launch(self.kernel, self.grid, self.pipeline.block_dim, self.shared_bytes, *args)
         return out
-
-    def resources(self, args: tuple[Any, ...]) -> dict[str, Any]:
-        """Registers, spills, shared memory and blocks per SM of the compiled kernel (``launch.resources``)."""
-        return launch.resources(self.kernel, self.MM1.block_size, self.shared_bytes, *args)

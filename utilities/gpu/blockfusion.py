@@ -491,20 +491,22 @@ class BackToBack:
         args = (*(as3(x) for x in (a0, b0, b1, c1)), np.float32(alpha0), np.float32(alpha1), np.float32(beta1))
         args = (*args, as3(out)) if self.persistent else (*args, as3(out), self.d0)
         if self.grid is None:
-            self.grid = self._persistent_grid(args)
+            tiles, nb = self.m // self.cfg.tile_m, self.batch or 1
+            self.grid = one_wave_grid(self.kernel, self.MM0.block_size, self.shared_bytes, args, tiles, nb)
         launch.launch(self.kernel, self.grid, self.MM0.block_size, self.shared_bytes, *args)
         return out
 
-    def _persistent_grid(self, args: tuple[Any, ...]) -> tuple[int, int]:
-        """As many blocks as fit on the GPU at once (at most one per row tile), shared among the batch."""
-        threads = self.MM0.block_size
-        per_sm = launch.resources(self.kernel, threads, self.shared_bytes, *args)["blocks_per_sm"]
-        if per_sm < 1:
-            raise RuntimeError(f"the persistent kernel does not fit an SM ({self.shared_bytes} bytes of shared "
-                               f"memory, {threads} threads): use persistent=False")  # fmt: skip
-        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-        nb = self.batch or 1
-        return (max(1, min(self.m // self.cfg.tile_m, sms * per_sm // nb)), nb)
+
+def one_wave_grid(kernel: Any, threads: int, shared_bytes: int, args: tuple[Any, ...], tiles: int, batch: int,
+                  fix: str = "use persistent=False") -> tuple[int, int]:  # fmt: skip
+    """A persistent kernel's grid: as many blocks as fit on the GPU at once (at most one per row tile), shared
+    among the batch; RuntimeError, naming ``fix``, when not one block fits an SM."""
+    per_sm = launch.resources(kernel, threads, shared_bytes, *args)["blocks_per_sm"]
+    if per_sm < 1:
+        raise RuntimeError(f"the persistent kernel does not fit an SM ({shared_bytes} bytes of shared memory, "
+                           f"{threads} threads): {fix}")  # fmt: skip
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    return (max(1, min(tiles, sms * per_sm // batch)), batch)
 
 
 def _fits_shared_memory(nbytes: int, what: str, fix: str = "") -> None:
