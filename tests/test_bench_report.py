@@ -309,7 +309,7 @@ def test_collect_versions_reads_package_metadata() -> None:
 
 def test_cpu_modules_do_not_import_cupy() -> None:
     code = (
-        "import sys, utilities.bench, utilities.peaks, utilities.plots, utilities.report, utilities.gpu.cublas\n"
+        "import sys, utilities.bench, utilities.peaks, utilities.plots, utilities.report, utilities.cublas\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in ('cupy', 'cupyx', 'cuda')], 'GPU import'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

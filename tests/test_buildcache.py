@@ -15,8 +15,8 @@ import types
 import numpy as np
 import pytest
 
-from utilities import buildcache
-from utilities.buildcache import DiskCache, LazyMathdx, cubin_key, make_key
+from utilities.machinery import buildcache
+from utilities.machinery.buildcache import DiskCache, LazyMathdx, cubin_key, interposer, linking, make_key
 
 CODE_ISA = 7
 ENV = {"nvmath-python": "1.0.0", "libmathdx": "302"}
@@ -249,9 +249,12 @@ def test_cubin_key_covers_ir_links_and_options():
 
 
 def test_install_stays_off_with_unverified_versions(monkeypatch, tmp_path):
-    monkeypatch.setattr(buildcache, "_version", lambda name: "0.0")
+    from utilities.machinery import versions
+
+    monkeypatch.setattr(versions, "installed", lambda name: "0.0")
+    monkeypatch.setattr(versions, "_warned", set())
     monkeypatch.setattr(buildcache, "_STATE", {})
-    with pytest.warns(UserWarning, match="build cache off"):
+    with pytest.warns(UserWarning, match="the build cache is off: verified with nvmath-python 1.0.0"):
         assert buildcache.install(tmp_path) is None
 
 
@@ -269,7 +272,7 @@ def pooled(cache_dir, run_job=None, **lazy_args):
     """A "process" whose misses go to a pool (threads here; processes in the course) replaying the recipes."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from utilities.parallel_codegen import Pool, replay
+    from utilities.machinery.codegen_workers import Pool, replay
 
     m = fake_mathdx()
     holder = {}
@@ -282,7 +285,7 @@ def pooled(cache_dir, run_job=None, **lazy_args):
 
 
 def test_pool_hands_out_placeholders_that_resolve_to_the_code_a_compile_returns(tmp_path):
-    from utilities.parallel_codegen import PENDING
+    from utilities.machinery.codegen_workers import PENDING
 
     plain = build_two(fake_mathdx())
     m, lazy = pooled(tmp_path)
@@ -311,7 +314,7 @@ def test_nvmaths_own_links_get_the_real_code(tmp_path):
     _, second = build_two(m)
     seen = []
     original = types.SimpleNamespace(from_ltoir=lambda data, name=None: seen.append((data, name)), kind="ltoir")
-    shim = buildcache.ResolvingObjectCode(original, lazy)
+    shim = linking.ResolvingObjectCode(original, lazy)
     shim.from_ltoir(second[0], name="init")
     shim.from_ltoir(b"real ltoir")
     assert seen == [(build_two(fake_mathdx())[1][0], "init"), (b"real ltoir", None)] and shim.kind == "ltoir"
@@ -339,7 +342,7 @@ def test_nvmaths_pipeline_kernels_are_linked_once_then_served(tmp_path):
         return types.SimpleNamespace(code=data, served=True)
 
     def linker(*codes, options="sm_90a"):
-        return buildcache.CachingLinker(
+        return linking.CachingLinker(
             *codes, options=options, _link=(Linker, from_cubin), _cache=(DiskCache(tmp_path), ENV)
         )
 
@@ -371,7 +374,7 @@ def test_nvmaths_trait_helpers_go_through_the_cache(tmp_path):
     front = types.SimpleNamespace(get_int_traits=backend.get_int_traits, get_str_trait=None)
     lazy = LazyMathdx(m, DiskCache(tmp_path), ENV, CODE_ISA)
     lazy.install()
-    buildcache.rebind_trait_helpers(backend, [front], m, common)
+    interposer.rebind_trait_helpers(backend, [front], m, common)
     h = m.cublasdx_create_descriptor()
     for _ in range(2):
         front.get_int_traits(h, 4, 3)
@@ -393,7 +396,7 @@ def test_a_failed_worker_falls_back_to_generating_in_place(tmp_path):
 
 def test_a_replay_that_names_its_function_differently_is_refused(tmp_path):
     """The kernel calls the symbol it was given: code from a worker that names the function otherwise never serves."""
-    from utilities.parallel_codegen import replay
+    from utilities.machinery.codegen_workers import replay
 
     def renaming(job):
         names = {"cublasdx_get_device_function_trait_str": lambda h, t, n, buf: buf.__setitem__(slice(0, n), b"x" * n)}
@@ -407,7 +410,7 @@ def test_a_replay_that_names_its_function_differently_is_refused(tmp_path):
 
 
 def test_a_placeholder_whose_code_is_gone_says_what_to_do(tmp_path):
-    from utilities.parallel_codegen import PENDING
+    from utilities.machinery.codegen_workers import PENDING
 
     lazy = LazyMathdx(fake_mathdx(), DiskCache(tmp_path), ENV, CODE_ISA)
     with pytest.raises(RuntimeError, match="COURSE_BUILD_JOBS=1"):
@@ -416,7 +419,7 @@ def test_a_placeholder_whose_code_is_gone_says_what_to_do(tmp_path):
 
 @pytest.mark.parametrize(("text", "want"), [("", None), ("0", 0), ("1", 1), ("12", 12)])
 def test_build_jobs_come_from_the_environment(monkeypatch, text, want):
-    from utilities import parallel_codegen
+    from utilities.machinery import codegen_workers as parallel_codegen
 
     monkeypatch.setenv("COURSE_BUILD_JOBS", text)
     got = parallel_codegen.workers_from_env()
@@ -427,7 +430,7 @@ def test_build_jobs_come_from_the_environment(monkeypatch, text, want):
 
 
 def test_build_jobs_must_be_a_number(monkeypatch):
-    from utilities import parallel_codegen
+    from utilities.machinery import codegen_workers as parallel_codegen
 
     monkeypatch.setenv("COURSE_BUILD_JOBS", "many")
     with pytest.raises(ValueError, match="COURSE_BUILD_JOBS must be a whole number"):

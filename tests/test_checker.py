@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from utilities import check, ozaki
-from utilities.check import CheckFailure
-from utilities.notebooks import PLACEHOLDER
+from utilities import ozaki
+from utilities.checker import PLACEHOLDER, CheckFailure
+from utilities.ozaki import check
 
 # --- correct implementations pass --------------------------------------------------------------------------
 

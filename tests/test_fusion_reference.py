@@ -7,11 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from utilities.check import CheckFailure
+from utilities.checker import PLACEHOLDER, CheckFailure
 from utilities.fusion import check as fcheck
+from utilities.fusion import model as traffic
 from utilities.fusion import reference as ref
-from utilities.fusion import traffic
-from utilities.notebooks import PLACEHOLDER
 
 SHAPES = [(128, 576, 64, 128), (128, 64, 256, 64)]  # the two targets, on few rows
 SMALL = (64, 96, 32, 48)

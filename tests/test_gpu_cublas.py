@@ -18,7 +18,7 @@ def _int8(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
 def test_igemm_matches_numpy_int64(m: int, n: int, k: int) -> None:
     import cupy
 
-    from utilities.gpu import cublas
+    from utilities import cublas
 
     rng = np.random.default_rng(m * n + k)
     a = _int8(rng, (m, k))
@@ -32,7 +32,7 @@ def test_igemm_matches_numpy_int64(m: int, n: int, k: int) -> None:
 def test_igemm_all_minus_128_is_exact_and_reuses_out() -> None:
     import cupy
 
-    from utilities.gpu import cublas
+    from utilities import cublas
 
     m, n, k = 32, 48, 4096
     a = cupy.full((m, k), -128, dtype=cupy.int8)
@@ -46,7 +46,7 @@ def test_igemm_all_minus_128_is_exact_and_reuses_out() -> None:
 def test_igemm_rejects_bad_inputs() -> None:
     import cupy
 
-    from utilities.gpu import cublas
+    from utilities import cublas
 
     a = cupy.zeros((8, 12), dtype=cupy.int8)
     bt = cupy.zeros((16, 12), dtype=cupy.int8)
@@ -65,7 +65,7 @@ def test_igemm_rejects_bad_inputs() -> None:
 def test_dgemm_matches_numpy() -> None:
     import cupy
 
-    from utilities.gpu import cublas
+    from utilities import cublas
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((1823, 781))
@@ -81,7 +81,7 @@ def test_dgemm_matches_numpy() -> None:
 def test_providers_run_and_rate() -> None:
     import cupy
 
-    from utilities import bench
+    from utilities import bench, cublas
 
     m = n = k = 1024
     a = cupy.random.standard_normal((m, k))
@@ -89,8 +89,8 @@ def test_providers_run_and_rate() -> None:
     a8 = cupy.random.randint(-128, 128, size=(m, k), dtype=cupy.int8)
     bt8 = cupy.random.randint(-128, 128, size=(n, k), dtype=cupy.int8)
     providers = {
-        "cublas.dgemm": bench.cublas_dgemm_provider(a, b),
-        "cublas.igemm": bench.cublas_igemm_provider(a8, bt8),
+        "cublas.dgemm": cublas.dgemm_provider(a, b),
+        "cublas.igemm": cublas.igemm_provider(a8, bt8),
     }
     records = bench.compare(providers, m=m, n=n, k=k, repeats=5, show=False)
     assert [r.name for r in records] == ["cublas.dgemm", "cublas.igemm"]

@@ -1,7 +1,8 @@
 """Block-resident fusion on the GPU against the FP64 reference within the derived bound (skipped without a GPU).
 
-The fused kernels (``utilities.gpu.blockfusion``), stage by stage through the checkers, batched, with their
-constraint errors; and the library baselines, whose epilogue path must meet the same bound.
+The fused kernels (``utilities.fusion.tensorcore`` and ``tensorcore_persistent``), stage by stage through the
+checkers, batched, with their constraint errors; and the library baselines, whose epilogue path must meet the
+same bound.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ SHAPES = [(256, 576, 64, 128), (256, 64, 256, 64)]  # the issue's (K0, N0, N1) o
 def gpu():
     import cupy as cp
 
-    from utilities import buildcache
+    from utilities.machinery import buildcache
 
     buildcache.install(quiet=True)
-    from utilities.gpu import blockfusion, fusion_baselines
+    from types import SimpleNamespace
 
-    return cp, blockfusion, fusion_baselines
+    from utilities.fusion import baselines, tensorcore, tensorcore_persistent
+
+    return cp, SimpleNamespace(**vars(tensorcore), **vars(tensorcore_persistent)), baselines
 
 
 def runner(cp, plan):
@@ -69,7 +72,7 @@ PERSISTENT = [((64 * 300, 64, 256, 64), (32, 128, 3)), ((128 * 150, 576, 64, 128
 
 def _persistent(bf, shape, block, batch=None):
     cfg = bf.BlockConfig(tile_m=block[0], threads=block[1], depth=block[2])
-    return bf.BackToBack(*shape, batch=batch, cfg=cfg, persistent=True)
+    return bf.PersistentBackToBack(*shape, batch=batch, cfg=cfg)
 
 
 @pytest.mark.parametrize(("shape", "block"), PERSISTENT)
@@ -107,9 +110,7 @@ def test_b2b_does_not_read_c1_when_beta1_is_zero(gpu, persistent):
 def test_persistent_b2b_refuses_what_it_cannot_hold(gpu):
     _, bf, _ = gpu
     with pytest.raises(ValueError, match="shared memory"):  # B0 is 4096 x 256: 2 MiB cannot stay in the block
-        bf.BackToBack(64 * 4, 4096, 256, 64, persistent=True)
-    with pytest.raises(ValueError, match="keep_d0"):
-        bf.BackToBack(256, 576, 64, 128, keep_d0=True, persistent=True)
+        bf.PersistentBackToBack(64 * 4, 4096, 256, 64)
 
 
 # the pipelined kernel (GEMM 0 on cuBLASDx's device pipeline): 301 row tiles of 64 over one wave of blocks, so
@@ -119,7 +120,7 @@ PIPELINED_SHAPE = (64 * 301, 64, 256, 64)
 
 
 def _pipelined_runner(cp, batched=False):
-    from utilities.gpu.b2b_pipelined import PipelineConfig, PipelinedBackToBack
+    from utilities.fusion.tensorcore_persistent import PipelineConfig, PipelinedBackToBack
 
     def run(a0, b0, b1, c1, alpha0, alpha1, beta1):
         as3 = (lambda x: x) if batched else (lambda x: x[None])
@@ -151,7 +152,7 @@ def test_pipelined_b2b_batched(gpu):
 
 def test_pipelined_b2b_refuses_bad_input(gpu):
     cp, _, _ = gpu
-    from utilities.gpu.b2b_pipelined import PipelineConfig, PipelinedBackToBack
+    from utilities.fusion.tensorcore_persistent import PipelineConfig, PipelinedBackToBack
 
     z = cp.zeros
     with pytest.raises(ValueError, match="3-D"):
@@ -166,7 +167,7 @@ def test_pipelined_b2b_refuses_bad_input(gpu):
 
 def test_fused_gemm_bias_relu(gpu):
     cp, bf, _ = gpu
-    m, n, k = 256, 128, 256
+    m, n, k = 256, 256, 256  # two block columns: a bias read without the block's column offset fails
     plan = bf.GemmBiasRelu(m, n, k)
 
     def run(a, b, bias):

@@ -1,4 +1,4 @@
-"""The fast launch path (``utilities.gpu.launch``) against numba's own launch (skipped without a GPU).
+"""The fast launch path (``utilities.machinery.launch``) against numba's own launch (skipped without a GPU).
 
 The fast path packs numba's kernel arguments itself; a mistake there would pass wrong shapes, strides or
 scalars, so the kernel below reads a 3-D array through its strides, a 2-D one, a float32 and an int64, and uses
@@ -21,7 +21,7 @@ def env():
     import cupy as cp
     from numba import cuda, float32
 
-    from utilities.gpu import launch
+    from utilities.machinery import launch
 
     @cuda.jit
     def scaled_plus(x, y, alpha, plane, out):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from utilities import multipass as mp
+from utilities.multipass import check
 
 pytestmark = pytest.mark.gpu
 
@@ -20,10 +21,10 @@ FS = (1, 2, 4, 8)
 def gpu():
     import cupy as cp
 
-    from utilities import buildcache
+    from utilities.machinery import buildcache
 
     buildcache.install(quiet=True)
-    from utilities.gpu import multipass as gpu_multipass
+    from utilities.multipass import tensorcore as gpu_multipass
 
     return cp, gpu_multipass
 
@@ -42,7 +43,7 @@ def test_every_f_matches_the_reference_on_random_and_extreme_inputs(gpu, dtype, 
     cp, G = gpu
     cfg = mp.PassConfig(dtype, fused=fused)
     plan = G.PassGemm(*SHAPE, cfg)
-    result = mp.check_pass_gemm(_runner(cp, plan), dtype, phase_k=cfg.phase_k, shapes=[SHAPE], seed=1234)
+    result = check.check_pass_gemm(_runner(cp, plan), dtype, phase_k=cfg.phase_k, shapes=[SHAPE], seed=1234)
     assert result.status == "passed" and result.cases == len(mp.CASES)
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from utilities import check, inputs, ozaki
+from utilities import inputs, ozaki
+from utilities.ozaki import check
 
 pytestmark = pytest.mark.gpu
 
@@ -20,10 +21,10 @@ SLICES = 7
 def gpu():
     import cupy as cp
 
-    from utilities import buildcache
+    from utilities.machinery import buildcache
 
     buildcache.install(quiet=True)
-    from utilities.gpu import ozaki as gpu_ozaki
+    from utilities.ozaki import tensorcore as gpu_ozaki
 
     return cp, gpu_ozaki
 

@@ -19,9 +19,9 @@ SCRIPT = """
 import hashlib, json, sys
 import numpy as np
 from nvmath.bindings import mathdx
-from utilities import buildcache, parallel_codegen
+from utilities.machinery import buildcache, codegen_workers
 cache_dir, workers = sys.argv[1], int(sys.argv[2])
-pool = parallel_codegen.Pool(workers) if workers > 1 else None
+pool = codegen_workers.Pool(workers) if workers > 1 else None
 lazy = buildcache.LazyMathdx(mathdx, buildcache.DiskCache(cache_dir), {"test": "1"},
                              int(mathdx.CommondxOption.CODE_ISA), pool, int(mathdx.CublasdxDeviceFunctionTrait.SYMBOL))
 lazy.install()
@@ -37,7 +37,7 @@ codes = [
     cublasdx.compile_blas_clear(MM.suggest_layout_rmem_c(), ct),
     cublasdx.compile_blas_copy(MM.get_layout_gmem_a(), MM.suggest_layout_smem_a(), ct),
 ]
-pending = sum(parallel_codegen.is_placeholder(c.data) for c, _ in codes)
+pending = sum(codegen_workers.is_placeholder(c.data) for c, _ in codes)
 import warnings
 with warnings.catch_warnings(record=True) as caught:  # a failed worker falls back, with a warning: count them
     warnings.simplefilter("always")

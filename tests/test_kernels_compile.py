@@ -38,7 +38,7 @@ def test_plain_kernels_compile_for_sm80_and_sm90():
 
 def test_wait_prior_takes_only_what_ptx_encodes():
     pytest.importorskip("llvmlite")
-    from utilities.gpu import cp_async
+    from utilities.machinery import cp_async
 
     for bad in (-1, 8, 1.5):
         with pytest.raises(ValueError, match="0 to 7"):

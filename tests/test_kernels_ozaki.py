@@ -11,7 +11,7 @@ import pytest
 from numba import cuda
 
 from utilities import inputs, ozaki
-from utilities.ozaki import kernels
+from utilities.ozaki import simt as kernels
 
 
 def _pairs():

@@ -33,7 +33,7 @@ def values(fields: list[object]) -> list[float | int | None]:
 def test_packers_follow_numbas_array_abi() -> None:
     from numba.core import types
 
-    from utilities.gpu import launch
+    from utilities.machinery import launch
 
     packers = launch._packers((types.float16[:, :, ::1], types.float32, types.int64, types.float64))
     assert packers is not None
@@ -60,7 +60,7 @@ def test_unknown_argument_types_fall_back_to_numba(monkeypatch: pytest.MonkeyPat
     import numpy as np
     from numba.core import types
 
-    from utilities.gpu import launch
+    from utilities.machinery import launch
 
     assert launch._packers((types.float16[:, ::1], types.complex64)) is None
     monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(ndarray=type("ndarray", (), {})))  # CI has no CuPy
@@ -69,24 +69,26 @@ def test_unknown_argument_types_fall_back_to_numba(monkeypatch: pytest.MonkeyPat
 
 
 def test_aligned_layouts_are_guarded_by_the_nvmath_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    from utilities.gpu import aligned_copy
+    from utilities.machinery import aligned_copy, versions
 
     try:
         installed = importlib.metadata.version("nvmath-python")
     except importlib.metadata.PackageNotFoundError:
         installed = None
-    assert aligned_copy.supported() == (installed == aligned_copy.VERIFIED_NVMATH)
+    assert aligned_copy.supported() == (installed == versions.PINS["nvmath-python"])
 
     with pytest.raises(ValueError, match="'a', 'b' or 'c'"):
         aligned_copy.gmem_layout(object(), "d")
 
     monkeypatch.setattr(aligned_copy, "supported", lambda: False)
+    monkeypatch.setattr(versions, "_warned", set())
     aligned_copy.gmem_layout.cache_clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         layout = aligned_copy.gmem_layout(object(), "a")
     aligned_copy.gmem_layout.cache_clear()
-    assert any("verified with nvmath-python" in str(w.message) for w in caught)
+    assert any("verified with nvmath-python" in str(w.message) and "one element at a time" in str(w.message)
+               for w in caught)  # fmt: skip
     assert callable(layout)  # nvmath's own layout, as a device function: correct, only slower
 
 
@@ -95,7 +97,7 @@ def test_fast_path_compiles_once_per_kernel_and_forgets_freed_kernels(monkeypatc
 
     from numba.core import types
 
-    from utilities.gpu import launch
+    from utilities.machinery import launch
 
     compiles: list[str] = []  # (never the kernels themselves: a reference would keep them alive)
 
@@ -107,6 +109,7 @@ def test_fast_path_compiles_once_per_kernel_and_forgets_freed_kernels(monkeypatc
         library = SimpleNamespace(get_cufunc=lambda: f"function of kernel {len(compiles)}")
         return SimpleNamespace(argument_types=(types.float32,), debug=False, _codelibrary=library)
 
+    monkeypatch.setattr(launch.versions, "verified", lambda distributions: True)
     monkeypatch.setattr(launch, "_signature", lambda args: ("f",))
     monkeypatch.setattr(launch, "compiled", fake_compiled)
     monkeypatch.setattr(launch, "_function_handle", lambda cufunc: cufunc)
@@ -121,3 +124,19 @@ def test_fast_path_compiles_once_per_kernel_and_forgets_freed_kernels(monkeypatc
     second = FakeKernel()  # may reuse the freed kernel's address: it must still get its own compiled code
     assert launch._fast_launcher(second, 0, (0.5,))[0] == "function of kernel 2"
     assert len(launch._fast) == 1
+
+
+def test_fast_path_is_off_with_another_numba_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    from utilities.machinery import launch, versions
+
+    monkeypatch.setattr(versions, "installed", lambda name: "9.9.9")
+    monkeypatch.setattr(versions, "_warned", set())
+    compiles: list[object] = []
+    monkeypatch.setattr(launch, "compiled", lambda *a: compiles.append(a))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert launch._fast_launcher(object(), 0, (0.5,)) is None  # numba's dispatcher launches instead
+        assert launch._fast_launcher(object(), 0, (0.5,)) is None
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "numba-cuda 0.30.4" in messages[0] and "numba-cuda 9.9.9" in messages[0]
+    assert compiles == []  # nothing of numba's internals was touched

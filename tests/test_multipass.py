@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from utilities import check
+from utilities import checker
 from utilities import multipass as mp
+from utilities.multipass import check
 
 
 def emulate(
@@ -125,18 +126,18 @@ SHAPES = ((64, 32, 512),)
 @pytest.mark.parametrize("dtype", mp.DTYPES)
 def test_checker_passes_a_correct_phase_loop(dtype, capsys):
     phase_k = 4 * mp.PASS_K[dtype]
-    result = mp.check_pass_gemm(lambda a, bt: emulate(a, bt, phase_k), dtype, phase_k=phase_k, shapes=SHAPES, seed=7)
+    result = check.check_pass_gemm(lambda a, bt: emulate(a, bt, phase_k), dtype, phase_k=phase_k, shapes=SHAPES, seed=7)
     assert result.status == "passed" and result.cases == 4
     assert "seed 7" in capsys.readouterr().out
 
 
 def test_checker_prints_a_fresh_seed(capsys):
-    mp.check_pass_gemm(lambda a, bt: emulate(a, bt, 64), "int8", shapes=((32, 32, 128),), cases=["random"])
+    check.check_pass_gemm(lambda a, bt: emulate(a, bt, 64), "int8", shapes=((32, 32, 128),), cases=["random"])
     assert "seed" in capsys.readouterr().out
 
 
 def test_untouched_skeleton_is_not_implemented(capsys):
-    result = mp.check_pass_gemm(lambda a, bt: np.zeros((a.shape[0], bt.shape[0]), np.int32), "int8", shapes=SHAPES)
+    result = check.check_pass_gemm(lambda a, bt: np.zeros((a.shape[0], bt.shape[0]), np.int32), "int8", shapes=SHAPES)
     assert result.status == "not implemented" and not result
     assert "not implemented yet" in capsys.readouterr().out
 
@@ -155,8 +156,8 @@ BROKEN = {
 def test_checker_names_the_stage_and_the_phase_of_a_broken_loop(dtype, mistake):
     kwargs, hint = BROKEN[mistake]
     phase_k = 64 if dtype == "int8" else 64  # 8 phases of k = 512 for both dtypes
-    with pytest.raises(check.CheckFailure) as info:
-        mp.check_pass_gemm(
+    with pytest.raises(checker.CheckFailure) as info:
+        check.check_pass_gemm(
             lambda a, bt: emulate(a, bt, phase_k, **kwargs), dtype, phase_k=phase_k, shapes=SHAPES, seed=1
         )
     assert info.value.stage == "C"
@@ -168,15 +169,15 @@ def test_checker_reports_an_unfinished_exercise():
     def make_kernel():
         return None  # placeholder: your code replaces this line
 
-    result = mp.check_pass_gemm(
+    result = check.check_pass_gemm(
         lambda a, bt: emulate(a, bt, 64, skip=0), "int8", shapes=SHAPES, exercise=make_kernel, seed=0
     )
     assert result.status == "not implemented"
 
 
 def test_checker_rejects_a_wrong_dtype():
-    with pytest.raises(check.CheckFailure, match="dtype"):
-        mp.check_pass_gemm(lambda a, bt: emulate(a, bt, 64).astype(np.int64), "int8", shapes=SHAPES, seed=0)
+    with pytest.raises(checker.CheckFailure, match="dtype"):
+        check.check_pass_gemm(lambda a, bt: emulate(a, bt, 64).astype(np.int64), "int8", shapes=SHAPES, seed=0)
 
 
 # --- configuration and validation -----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utilities.notebooks import PLACEHOLDER
+from utilities.checker import PLACEHOLDER
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb")) + sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -53,7 +53,7 @@ def run_plan(shape: tuple[int, int, int], slices: int) -> tuple[Any, Callable[[]
     import numpy as np
 
     from utilities import inputs, ozaki
-    from utilities.gpu.ozaki import OzakiGemm
+    from utilities.ozaki.tensorcore import OzakiGemm
 
     m, n, k = shape
     a_h, b_h = inputs.exponent_spread(m, k, 1.0, 11), inputs.exponent_spread(k, n, 1.0, 12)
@@ -79,7 +79,7 @@ def run_plan(shape: tuple[int, int, int], slices: int) -> tuple[Any, Callable[[]
 
 def edited_fused_factory():
     """``make_fused_kernel`` with one line of its body changed, as an attendee's edit would."""
-    from utilities.gpu import ozaki
+    from utilities.ozaki import tensorcore as ozaki
 
     source = inspect.getsource(ozaki.make_fused_kernel.__wrapped__)
     edited = source.replace("weight = math.ldexp(1.0, -8 * d)", "weight = math.ldexp(2.0, -8 * d - 1)")
@@ -90,7 +90,7 @@ def edited_fused_factory():
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=["before", "after"], required=True)
     parser.add_argument("--cache", default=None)
     parser.add_argument("--restart", action="store_true")
@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--slices", type=int, default=7)
     args = parser.parse_args()
     os.environ["COURSE_BUILD_CACHE"] = "off" if args.mode == "before" else args.cache
-    from utilities import buildcache
+    from utilities.machinery import buildcache
 
     buildcache.install()
     shape = tuple(int(x) for x in args.shape.split("x"))
@@ -109,7 +109,7 @@ def main() -> None:
     result["first_s"], check = _timed(lambda: run_plan(shape, args.slices), digests, "first")
     result["checks"] = check()
     if not args.restart:
-        from utilities.gpu import ozaki
+        from utilities.ozaki import tensorcore as ozaki
 
         ozaki.make_fused_kernel = edited_fused_factory()  # the plan picks the edited kernel up
         result["edit_s"], _ = _timed(lambda: run_plan(shape, args.slices), digests, "edit")

@@ -6,6 +6,7 @@ only ever run on a device. Used by tests/test_kernels_compile.py; prints one lin
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -16,8 +17,8 @@ from types import SimpleNamespace  # noqa: E402
 import numba.cuda.dispatcher  # noqa: E402
 from numba import cuda, types  # noqa: E402
 
-from utilities.gpu import cp_async  # noqa: E402
-from utilities.ozaki import kernels  # noqa: E402
+from utilities.machinery import cp_async  # noqa: E402
+from utilities.ozaki import simt as kernels  # noqa: E402
 
 # numba-cuda asks the current device for its compute capability when it compiles a device function called
 # from a kernel; without a GPU, answer with the target being compiled for.
@@ -52,6 +53,7 @@ KERNELS = {
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     for cc in ((8, 0), (9, 0)):
         TARGET.compute_capability = cc
         for name, (kernel, sig) in KERNELS.items():

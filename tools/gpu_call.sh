@@ -16,7 +16,7 @@ collect() {
     cp results-gpu/*.json results-gpu/*.md results-gpu/*.png "$OUT/" 2>/dev/null
 }
 trap collect EXIT
-python3 -c "from utilities import buildcache; print(buildcache.generator_environment())"
+python3 -c "from utilities.machinery import buildcache; print(buildcache.generator_environment())"
 # BACKGROUND: shell commands to run beside the suite (experiments); their output goes to $LOGS/background.log
 [ -n "${BACKGROUND:-}" ] && { bash -c "$BACKGROUND" > "$LOGS/background.log" 2>&1 & }
 timeout "${SUITE_TIMEOUT:-560}" python3 -m utilities.gpu_suite --logs "$LOGS" --out results-gpu "$@"

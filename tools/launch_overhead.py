@@ -7,28 +7,30 @@ shared memory.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
-import cupy as cp
-import numpy as np
-from cupyx.profiler import benchmark
-from numba import cuda
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from utilities.gpu import launch  # noqa: E402
 
 SHARED = 64 * 1024
 
 
-@cuda.jit
-def six_arrays(a, b, c, d, e, out, alpha):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = alpha * (a[i] + b[i] + c[i] + d[i] + e[i])
-
-
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    import cupy as cp  # after the arguments: --help needs no GPU
+    import numpy as np
+    from cupyx.profiler import benchmark
+    from numba import cuda
+
+    from utilities.machinery import launch
+
+    @cuda.jit
+    def six_arrays(a, b, c, d, e, out, alpha):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = alpha * (a[i] + b[i] + c[i] + d[i] + e[i])
+
     n = 1 << 16
     arrays = [cp.ones(n, cp.float32) for _ in range(6)]
     args = (*arrays, np.float32(2.0))
@@ -41,7 +43,7 @@ def main() -> None:
     def fast_launch() -> None:
         launch.launch(six_arrays, grid, block, SHARED, *args)
 
-    for name, fn in (("numba dispatcher", numba_launch), ("utilities.gpu.launch", fast_launch)):
+    for name, fn in (("numba dispatcher", numba_launch), ("utilities.machinery.launch", fast_launch)):
         fn()
         cp.cuda.Device().synchronize()
         result = benchmark(fn, n_repeat=200, n_warmup=20)

@@ -1,7 +1,7 @@
 """Developer tool: where the Ozaki-I slicing time goes, kernel by kernel, against the memory floor.
 
 Run on a GPU: ``python tools/slicing_breakdown.py [--size 8192] [--slices 7]``. Launches the plain numba
-kernels of ``utilities.ozaki.kernels.slicing_launches``, as ``OzakiGemm.slice`` does (no cuBLASDx build needed),
+kernels of ``utilities.ozaki.simt.slicing_launches``, as ``OzakiGemm.slice`` does (no cuBLASDx build needed),
 and prints, for each, the GPU-event median (cupyx.profiler.benchmark), the bytes it must move and the bandwidth
 achieved.
 """
@@ -12,14 +12,9 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-
-import cupy as cp
-from cupyx.profiler import benchmark
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from utilities import inputs  # noqa: E402
-from utilities.gpu import launch  # noqa: E402
-from utilities.ozaki import kernels as plain  # noqa: E402
 
 
 def main() -> None:
@@ -27,6 +22,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=8192)
     parser.add_argument("--slices", type=int, default=7)
     args = parser.parse_args()
+    import cupy as cp  # after the arguments: --help needs no GPU
+    from cupyx.profiler import benchmark
+
+    from utilities import inputs
+    from utilities.machinery import launch
+    from utilities.ozaki import simt as plain
     n = m = k = args.size
     S, kp = args.slices, -(-args.size // 128) * 128
     a, b = cp.asarray(inputs.exponent_spread(m, k, 1.0, 1)), cp.asarray(inputs.exponent_spread(k, n, 1.0, 2))
@@ -41,7 +42,7 @@ def main() -> None:
         "slice_cols": 8 * k * n + S * n * kp,
     }
 
-    def run(step: plain.Launch, step_args: tuple) -> Callable[[], None]:
+    def run(step: Any, step_args: tuple) -> Callable[[], None]:
         def one_launch() -> None:  # a named function: cupyx's benchmark reports its __name__
             launch.launch(step.kernel, step.grid, step.block, 0, *step_args)
 

@@ -3,6 +3,15 @@
 The timing functions need CuPy and a GPU and import it when called; everything else (``Timing``,
 ``BenchRecord``, ``make_record``, ``print_table``, the recorder) is plain Python and runs anywhere.
 
+Two ways to time, both GPU time between CUDA events:
+
+- per call (the default): one call between a pair of events, ``repeats`` times (``cupyx.profiler.benchmark``);
+  optionally with the L2 cache flushed before each call;
+- held (``hold=True``): before each sample the GPU spins while the host queues ``calls`` calls, cycling through
+  the callables given (several copies of the operands, say, so that they come from HBM), and the sample is the
+  time between the events divided by ``calls``. For calls shorter than their host side (Python, launches, a
+  library's bookkeeping), per-call events would time the host; held samples do not.
+
 Notebooks time a kernel with ``bench()`` or several with ``compare()``, then ``record()`` the result: when
 the environment variable ``COURSE_RESULTS`` names a directory, every record is appended to
 ``$COURSE_RESULTS/records.jsonl`` (and every build time to ``builds.jsonl``), which is how the GPU suite
@@ -15,6 +24,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,8 +223,67 @@ def gpu_times_ms(
     return [float(t) * 1e3 for t in result.gpu_times[0]]
 
 
+def hold_gpu(ms: float) -> None:
+    """Keep the current stream busy for about ``ms`` (one thread spinning on the SM clock), so that the host can
+    queue the calls that follow before the GPU reaches them."""
+    import cupy
+
+    global _spin
+    if _spin is None:
+        source = (
+            'extern "C" __global__ void spin(long long cycles) {'
+            " long long start = clock64(); while (clock64() - start < cycles) { } }"
+        )
+        _spin = cupy.RawKernel(source, "spin")  # NVRTC, which CuPy needs for its own elementwise kernels anyway
+    khz = cupy.cuda.Device().attributes["ClockRate"]
+    _spin((1,), (1,), (np.int64(ms * khz),))
+
+
+_spin: Any = None
+HOLD_MS = 4.0  # the GPU spins this long before each held sample: time for the host to queue its calls
+CALLS = 10  # calls per held sample
+
+
+def held_times_ms(fns: Sequence[Callable[[], object]], *, repeats: int = 10, calls: int = CALLS) -> list[float]:
+    """GPU time per call (ms): ``calls`` calls (cycling through ``fns``) between two events, ``repeats`` times.
+
+    Before each sample the GPU spins while the host queues the calls, so that the time between the events is
+    the GPU's. A sample whose calls took the host more than most of the spin is dropped and the spin
+    lengthened, so that no sample is host-bound.
+    """
+    import cupy
+
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    for fn in fns:
+        fn()
+    times: list[float] = []
+    hold_ms = HOLD_MS
+    while len(times) < repeats:
+        hold_gpu(hold_ms)
+        queued = time.perf_counter()
+        start.record()
+        for i in range(calls):
+            fns[i % len(fns)]()
+        stop.record()
+        queued_ms = (time.perf_counter() - queued) * 1e3
+        stop.synchronize()
+        if queued_ms > 0.8 * hold_ms:  # the GPU may have caught up with the host: spin longer and measure again
+            hold_ms = 2 * queued_ms
+            continue
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / calls)
+    return times
+
+
+def copies_for(nbytes: int) -> int:
+    """How many operand sets of ``nbytes`` to cycle through so that together they span three L2 caches."""
+    import cupy
+
+    l2 = int(cupy.cuda.Device().attributes["L2CacheSize"])
+    return max(1, math.ceil(3 * l2 / nbytes))
+
+
 def bench(
-    fn: Callable[[], object],
+    fn: Callable[[], object] | Sequence[Callable[[], object]],
     *,
     m: int,
     n: int,
@@ -224,13 +293,25 @@ def bench(
     warmup: int = 3,
     repeats: int = 20,
     flush_l2: bool = False,
+    hold: bool = False,
+    calls: int = CALLS,
     flops: float | None = None,
     bytes_moved: float | None = None,
     error: Mapping[str, Any] | None = None,
 ) -> BenchRecord:
-    """Time the zero-argument GPU callable ``fn`` and rate it as an ``m x n x k`` product (see ``make_record``)."""
-    label = name or getattr(fn, "__name__", "fn")
-    times = gpu_times_ms(fn, warmup=warmup, repeats=repeats, flush_l2=flush_l2, name=label)
+    """Time the zero-argument GPU callable ``fn`` and rate it as an ``m x n x k`` product (see ``make_record``).
+
+    ``hold=True`` times held samples (:func:`held_times_ms`); ``fn`` may then be a list of callables doing the
+    same work on different operands, called in turn.
+    """
+    fns = list(fn) if isinstance(fn, Sequence) else [fn]
+    label = name or getattr(fns[0], "__name__", "fn")
+    if hold:
+        times = held_times_ms(fns, repeats=repeats, calls=calls)
+    elif len(fns) == 1:
+        times = gpu_times_ms(fns[0], warmup=warmup, repeats=repeats, flush_l2=flush_l2, name=label)
+    else:
+        raise ValueError("several callables are timed held only: pass hold=True")
     return make_record(label, times, m=m, n=n, k=k, params=params, flops=flops, bytes_moved=bytes_moved, error=error)
 
 
@@ -266,22 +347,6 @@ def compare(
     if show:
         print_table(records)
     return records
-
-
-def cublas_dgemm_provider(a: Any, b: Any) -> Callable[[], object]:
-    """``cublas.dgemm`` on CuPy float64 ``a`` (m, k) and ``b`` (k, n), writing into a buffer allocated once."""
-    from utilities.gpu import cublas
-
-    out = cublas.dgemm(a, b)
-    return lambda: cublas.dgemm(a, b, out=out)
-
-
-def cublas_igemm_provider(a8: Any, b8_colmajor: Any) -> Callable[[], object]:
-    """``cublas.igemm`` on CuPy int8 ``a8`` (m, k) and ``b8_colmajor`` (n, k) = B^T, into one int32 buffer."""
-    from utilities.gpu import cublas
-
-    out = cublas.igemm(a8, b8_colmajor)
-    return lambda: cublas.igemm(a8, b8_colmajor, out=out)
 
 
 # ---------------------------------------------------------------------------------------------- table

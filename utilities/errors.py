@@ -90,3 +90,18 @@ def compare_with_native(
         "ratio_normwise": _ratio(emulated["normwise"], native["normwise"]),
         "ratio_max_elementwise": _ratio(emulated["max_elementwise"], native["max_elementwise"]),
     }
+
+
+def bounded_error(got: np.ndarray, want: np.ndarray, bound: np.ndarray, against: str) -> dict:
+    """The report's ``error`` entry against a reference with a derived elementwise bound: the normwise relative
+    error, and ``max_elementwise`` = max |error| / bound (at most 1 when every entry is within its bound)."""
+    diff = np.abs(got.astype(np.float64) - want)
+    diff[~np.isfinite(diff)] = np.finfo(np.float64).max  # NaN or Inf in the output: as wrong as can be recorded
+    norm = float(np.linalg.norm(want))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(diff == 0, 0.0, diff / np.maximum(bound, np.finfo(np.float64).tiny))
+    return {
+        "normwise": min(float(np.linalg.norm(diff) / norm) if norm else float(np.linalg.norm(diff)), 1e300),
+        "max_elementwise": min(float(np.max(ratio)), 1e300),
+        "against": against + "; max_elementwise = max |error| / derived bound",
+    }

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     background = build_times(logs, records_dir) if "builds" in parts else []
     if "prebuild" in parts:
         jobs = ["--jobs", args.jobs] if args.jobs else []
-        code = _run([sys.executable, "-m", "utilities.gpu.prebuild", *jobs], logs / "prebuild.log")
+        code = _run([sys.executable, "-m", "utilities.machinery.prebuild", *jobs], logs / "prebuild.log")
         failures += ["prebuild"] if code else []
     if "tests" in parts:
         select = ["-k", " or ".join(args.select.split(","))] if args.select else []
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             paths = [p for p in paths if any(s in p.name for s in args.select.split(","))]
             failures += [part] if run_notebooks(paths, logs, part) else []
     if "bench" in parts:
-        cmd = [sys.executable, "-m", "utilities.gpu.bench_all", "--sizes", args.sizes, "--plots", str(Path(args.out)),
+        cmd = [sys.executable, "-m", "utilities.bench_all", "--sizes", args.sizes, "--plots", str(Path(args.out)),
                "--accuracy", args.accuracy, "--tracks", args.tracks]  # fmt: skip
         code = _run(cmd, logs / "bench.log")
         failures += ["bench"] if code else []

@@ -106,9 +106,35 @@ def _cancellation(m: int, k: int, n: int, rng: np.random.Generator) -> tuple[np.
     return a, b
 
 
+def large_digits(m: int, n: int, seed: int) -> np.ndarray:
+    """An m x n matrix whose rows slice into six large positive digits each (100..127, the first below 127).
+
+    Entries are ``2**E_i * sum_{s<6} d_s 2**(-7-8s)``: 47 significant bits, so exact in FP64, and the row shift
+    is E_i. Products of two such operands have anti-diagonal sums above 2**24 for k in the hundreds, so a
+    diagonal that passes through FP32 on its way to FP64 loses bits.
+    """
+    rng = np.random.default_rng(seed)
+    digits = rng.integers(100, 128, (m, n, 6))
+    digits[:, :, 0] = rng.integers(100, 127, (m, n))
+    weights = np.ldexp(1.0, -7 - 8 * np.arange(6))
+    return np.ldexp(digits @ weights, rng.integers(-20, 21, (m, 1)))
+
+
+def nonfinite_lines(m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Normal A (m x k) and B (k x n) with an Inf in one row of A and a NaN in one column of B.
+
+    Ozaki-I propagates them: that row and that column of C are NaN, every other entry as if they were absent.
+    """
+    rng = np.random.default_rng(seed)
+    a, b = normal(m, k, int(rng.integers(2**31))), normal(k, n, int(rng.integers(2**31)))
+    a[rng.integers(m), rng.integers(k)] = -np.inf
+    b[rng.integers(k), rng.integers(n)] = np.nan
+    return a, b
+
+
 def adversarial_pairs(m: int, k: int, n: int, seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """Named (A, B) pairs, A (m x k) and B (k x n), all finite, that stress the slicing and the epilogue."""
-    seeds = [int(s) for s in np.random.SeedSequence(seed).generate_state(16)]
+    seeds = [int(s) for s in np.random.SeedSequence(seed).generate_state(17)]
     rng = np.random.default_rng(seeds[0])
     pairs = [
         ("all zero", np.zeros((m, k)), np.zeros((k, n))),
@@ -132,5 +158,12 @@ def adversarial_pairs(m: int, k: int, n: int, seed: int) -> list[tuple[str, np.n
         ("heavy cancellation", *_cancellation(m, k, n, rng)),
         ("exponent spread phi=4", exponent_spread(m, k, 4.0, seeds[13]), exponent_spread(k, n, 4.0, seeds[14])),
         ("constant", np.full((m, k), 0.1), np.full((k, n), -3.7)),
+        ("large digits: diagonal sums above 2^24", large_digits(m, k, seeds[15]), large_digits(n, k, seeds[16]).T),
     ]
     return [(name, _out(a), _out(b)) for name, a, b in pairs]
+
+
+def sample_rows(m: int, count: int = 16, seed: int = 0) -> np.ndarray:
+    """``count`` distinct row indices of an m-row result, sorted (all rows when m <= count): where large
+    benchmarks measure their error."""
+    return np.sort(np.random.default_rng(seed).choice(m, min(m, count), replace=False))

@@ -10,7 +10,7 @@ generated from them. Markers in code cells (valid in Python modules too, as they
     # END SOLUTION                                            <- ... to here: removed
 
 Markdown cells may hold ``<!-- BEGIN SOLUTION -->...<!-- END SOLUTION -->`` regions, removed likewise.
-A code cell starting with ``# SOURCE: utilities/ozaki/kernels.py::slice_rows_kernel`` lines gets its body
+A code cell starting with ``# SOURCE: utilities/ozaki/simt.py::make_slice_rows_kernel`` lines gets its body
 rewritten from those top-level definitions of the module (read with ``ast``, never imported).
 A code cell tagged ``exercise-raises`` is tagged ``raises-exception`` in the exercise (for nbval): use it on
 the check cell that raises "not implemented" while the skeleton is untouched.
@@ -32,12 +32,13 @@ from pathlib import Path
 
 import nbformat
 
+from .checker import PLACEHOLDER
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = "solutions"
 EXERCISES = "notebooks"
 REVEAL_TAG = "reveal"
 RAISES_TAG = "exercise-raises"
-PLACEHOLDER = "# placeholder: your code replaces this line"
 
 _BEGIN = re.compile(r"^\s*# BEGIN SOLUTION\s*$")
 _END = re.compile(r"^\s*# END SOLUTION\s*$")

@@ -82,6 +82,15 @@ def detect(name: str) -> Peaks | None:
     return None
 
 
+def current_hbm_tbs() -> float | None:
+    """The data-sheet HBM bandwidth (TB/s) of the current CUDA device, None if it is not in the table (CuPy)."""
+    import cupy
+
+    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    found = detect(name.decode() if isinstance(name, bytes) else str(name))
+    return None if found is None else found.bandwidth_tbs
+
+
 def gpu_slug(name: str) -> str:
     """A file-name form of a device name: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"."""
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")

@@ -17,15 +17,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The stack verified together on an H100 (README, "GPU"): distribution name -> version.
-PINS = {
-    "numpy": "2.3.5",
-    "numba": "0.68.0",
-    "numba-cuda": "0.30.4",
-    "cupy-cuda13x": "14.2.0",
-    "nvmath-python": "1.0.0",
-    "nvidia-libmathdx-cu13": "0.3.2.6",
-}
+from .machinery.versions import PINS  # the stack verified together on an H100 (README, "GPU")
+
 LIBMATHDX_DISTS = ("nvidia-libmathdx-cu13", "nvidia-libmathdx-cu12")
 CUPY_DISTS = ("cupy-cuda13x", "cupy-cuda12x", "cupy")
 COURSE_MIN_CC = (8, 0)
@@ -34,7 +27,7 @@ NVMATH_CC_FALLBACK = ((7, 0), (12, 1))  # MIN/MAX_SUPPORTED_CC of nvmath-python 
 NUMPY_LIMIT = (2, 5)
 CPU_PARTS = "the CPU notebook 3a_ozaki_numerics and all NumPy references and tests (./course test)"
 GPU_TRACKS = ("1 (multi-pass)", "2 (block fusion)", "3 (Ozaki-I)")
-INSTALL_MATHDX = 'pip install "nvidia-libmathdx-cu13==0.3.2.6"'
+INSTALL_MATHDX = f'pip install "nvidia-libmathdx-cu13=={PINS["nvidia-libmathdx-cu13"]}"'
 
 
 class PreflightError(RuntimeError):
@@ -100,11 +93,12 @@ def version_problems(versions: dict[str, str | None], require_gpu: bool) -> list
     numpy = versions.get("numpy")
     if numpy and _release(numpy)[:2] >= NUMPY_LIMIT:
         problems.append(
-            f"numpy {numpy} is installed, but numba-cuda 0.30.4 cannot be imported with numpy >= 2.5. "
-            'Fix: pip install "numpy<2.5" (2.3.5 verified).'
+            f"numpy {numpy} is installed, but numba-cuda {PINS['numba-cuda']} cannot be imported with numpy >= 2.5. "
+            f'Fix: pip install "numpy<2.5" ({PINS["numpy"]} verified).'
         )
     if require_gpu and not versions.get("numba-cuda"):
-        problems.append('numba-cuda is not installed. Fix: pip install "numba-cuda==0.30.4" (or ./course lab).')
+        fix = f'pip install "numba-cuda=={PINS["numba-cuda"]}" (or ./course lab)'
+        problems.append(f"numba-cuda is not installed. Fix: {fix}.")
     return problems
 
 
@@ -126,7 +120,7 @@ def gpu_problems(facts: Facts) -> list[str]:
         ]
     if gpu.cc > high:
         return [
-            f"{gpu.name} has compute capability {cc}, above what nvmath-python 1.0.0 supports (up to "
+            f"{gpu.name} has compute capability {cc}, above what nvmath-python {PINS['nvmath-python']} supports (up to "
             f"{high[0]}.{high[1]}). Fix: use a GPU of {supported}, or a newer nvmath-python that supports it."
         ]
     return []

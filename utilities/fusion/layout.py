@@ -1,28 +1,23 @@
-"""Shared-memory arithmetic of the block-fusion kernels (plain Python: testable without a GPU).
+"""Shared-memory plans of the block-fusion kernels (plain Python: testable without a GPU).
 
-Sizes and offsets are in FP16 elements; every segment starts on a 1 KiB boundary, enough for any swizzled
-layout cuBLASDx suggests. ``utilities.gpu.blockfusion`` feeds these the sizes of its cuBLASDx layouts.
+Sizes and offsets are in FP16 elements, segments 1 KiB aligned (``utilities.smem``). The kernels of
+``utilities.fusion.tensorcore`` and ``tensorcore_persistent`` feed these the sizes of their cuBLASDx layouts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SMEM_ALIGN = 512  # FP16 elements: 1 KiB
+from .. import smem
+from ..smem import ceil_to
 
-
-def ceil_to(x: int, q: int) -> int:
-    """The smallest multiple of ``q`` that is at least ``x``."""
-    return -(-x // q) * q
+SMEM_ALIGN = smem.ALIGN_BYTES // 2  # FP16 elements: 1 KiB
 
 
 def segments(*sizes: int) -> tuple[list[int], int]:
-    """Offsets of shared-memory segments of these sizes, each 1 KiB aligned, and where the last one ends."""
-    offsets, end = [], 0
-    for size in sizes:
-        offsets.append(end)
-        end = ceil_to(end + size, SMEM_ALIGN)
-    return offsets, end
+    """Offsets (FP16 elements) of shared-memory segments of these sizes, each 1 KiB aligned, and where the last
+    one ends (``utilities.smem.segments`` in FP16 elements)."""
+    return smem.segments(*sizes, align=SMEM_ALIGN)
 
 
 def c_buffers_needed(stages: int, depth: int) -> int:

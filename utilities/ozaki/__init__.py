@@ -1,10 +1,20 @@
-"""Ozaki-I DGEMM emulation with int8 slices: the NumPy reference, stage by stage (NumPy only, no GPU imports).
+"""Track 3, Ozaki-I: FP64 matrix products emulated with int8 slices on tensor cores.
 
-1. ``row_shifts`` / ``col_shifts``: one power-of-two exponent per row of A and column of B.
-2. ``slice_rows`` / ``slice_cols``: S balanced base-256 int8 digits per entry; a_slices (S, m, k), b_slices (S, n, k).
-3. ``slice_products`` / ``diagonal_sums``: exact int32 products A_s @ B_t, summed per anti-diagonal s + t.
-4. ``reconstruct``: FP64 accumulation of the diagonals, scaling by 2**(e_i + f_j - 14), alpha/beta.
-5. ``ozaki_gemm_ref`` end to end, ``ozaki_stages`` for stage-by-stage checks, ``error_bound``.
+Modules (the same names hold the same roles in every track):
+
+- the NumPy reference, stage by stage: ``slicing`` (shifts, balanced base-256 digits), ``products`` (exact int32
+  slice products, anti-diagonal sums, the int32 budget), ``epilogue`` (the FP64 reconstruction), and
+  ``reference`` (end to end, every stage at once for the checkers, the error bound);
+- ``check``: the checkers of notebooks 3a-3d;
+- ``model``: bytes, operations and the time each design must take;
+- ``figures``: the track's plots;
+- ``simt``: the plain numba kernels (slicing, the FP64 epilogue) and their launches;
+- ``tensorcore`` (GPU): the int8 tensor-core kernels (unfused, partially and fully fused) and the plan ``OzakiGemm``;
+- ``benchmarks`` (GPU): every variant beside cuBLAS DGEMM and cuBLAS's int8 GEMM.
+
+Importing this package imports the NumPy reference only: 1. ``row_shifts`` / ``col_shifts``; 2. ``slice_rows`` /
+``slice_cols``; 3. ``slice_products`` / ``diagonal_sums``; 4. ``reconstruct``; 5. ``ozaki_gemm_ref`` end to end,
+``ozaki_stages`` for stage-by-stage checks, ``error_bound``.
 """
 
 from .epilogue import NONFINITE_POLICIES, reconstruct, reconstruct_from_products

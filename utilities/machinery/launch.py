@@ -8,6 +8,10 @@ kernel with six array arguments measured 245 us through the dispatcher and 35 us
 then packs the arguments itself (numba's kernel ABI: an array is meminfo, parent, size, itemsize, data, shape,
 strides) and calls ``cuLaunchKernel`` on CuPy's current stream. Arguments it does not know how to pack (a
 ``DevicePipeline``, say) go through numba's dispatcher as before.
+
+The argument layout and the compiled kernel's code library are numba-cuda internals: the fast path runs only
+with the numba-cuda pinned in ``utilities.machinery.versions``; with another version every launch goes through
+numba's dispatcher (correct, slower to launch) and a warning says so once.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from typing import Any
 
 import numpy as np
 from numba.cuda.typing import typeof as cuda_typeof
+
+from . import versions
 
 _raised: set[tuple[int, int]] = set()
 
@@ -41,6 +47,18 @@ def compiled(kernel: Any, *args: Any) -> Any:
     return kernel.compile(tuple(cuda_typeof.typeof(a) for a in args))
 
 
+def _cufunc(overload: Any) -> Any:
+    """The driver function of a compiled overload (its code library's: numba-cuda 0.30 keeps it private)."""
+    library = getattr(overload, "library", None) or getattr(overload, "_codelibrary", None)
+    if library is None:
+        found = versions.installed("numba-cuda")
+        raise RuntimeError(
+            f"numba-cuda {found}: a compiled kernel exposes no code library, so its shared-memory limit and "
+            f"occupancy cannot be read; install the pinned numba-cuda {versions.PINS['numba-cuda']}"
+        )
+    return library.get_cufunc()
+
+
 def allow_shared_memory(kernel: Any, nbytes: int, *args: Any) -> None:
     """Raise the kernel's dynamic shared-memory limit to ``nbytes`` (needed above 48 KiB, once per kernel).
 
@@ -48,8 +66,7 @@ def allow_shared_memory(kernel: Any, nbytes: int, *args: Any) -> None:
     """
     from cuda.bindings import driver
 
-    overload = compiled(kernel, *args)
-    cufunc = overload.library.get_cufunc() if hasattr(overload, "library") else overload._codelibrary.get_cufunc()
+    cufunc = _cufunc(compiled(kernel, *args))
     key = (id(cufunc), nbytes)
     if key in _raised:
         return
@@ -111,6 +128,10 @@ _fast: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = weakref.Weak
 
 def _fast_launcher(kernel: Any, shared: int, args: tuple[Any, ...]) -> Any:
     """(CUfunction, packers) for this kernel and argument signature, or None to use numba's dispatcher."""
+    if not versions.verified(versions.FAST_LAUNCH):
+        versions.fall_back("the fast launch path (utilities.machinery.launch)", versions.FAST_LAUNCH,
+                           "kernels launch through numba's dispatcher")  # fmt: skip
+        return None
     signature = _signature(args)
     if signature is None:
         return None
@@ -124,8 +145,7 @@ def _fast_launcher(kernel: Any, shared: int, args: tuple[Any, ...]) -> Any:
         if packers is None or overload.debug or kernel.targetoptions.get("extensions"):
             entries[key] = None
         else:
-            cufunc = overload._codelibrary.get_cufunc()
-            entries[key] = (_function_handle(cufunc), packers)
+            entries[key] = (_function_handle(_cufunc(overload)), packers)
     return entries[key]
 
 
@@ -163,8 +183,8 @@ def resources(kernel: Any, threads: int, shared: int, *args: Any) -> dict[str, A
     overload = compiled(kernel, *args)
     if shared > 48 * 1024:
         allow_shared_memory(kernel, shared, *args)
-    cufunc = overload.library.get_cufunc() if hasattr(overload, "library") else overload._codelibrary.get_cufunc()
-    err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(_function_handle(cufunc), threads, shared)
+    function = _function_handle(_cufunc(overload))
+    err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, threads, shared)
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed: {err}")
     from numba import cuda

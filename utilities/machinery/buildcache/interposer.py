@@ -1,154 +1,30 @@
-"""A persistent build cache for nvmath.device kernels: from minutes to seconds.
+"""The libmathdx interposer: nvmath's calls into libmathdx recorded as recipes, finalizations deferred, and
+generated code and trait values served from the store.
 
-Where the time goes (profiled on an H100 host and on a laptop CPU): a numba kernel that uses cuBLASDx through
-nvmath.device asks libmathdx for a dozen device functions, and libmathdx compiles each with NVRTC
-(``cublasdx_finalize_device_functions``, about 9 s each); finalizing the tensor and pipeline descriptors and
-querying their traits costs another half minute; nvJitLink then links the kernel with those LTO-IR modules
-(about 18 s). None of it depends on anything but its inputs, so all of it can be cached on disk.
-
-How: :class:`LazyMathdx` sits between nvmath and its libmathdx binding. It records how every descriptor was
-built (its *recipe*: the creating call and every option set on it, with the recipes of the descriptors it
-refers to), defers the expensive finalizations, and serves generated LTO-IR and trait values from a
-:class:`DiskCache` keyed by the recipe plus the versions of everything that generates code. Only on a miss
-does it finalize for real (dependencies first) and store the result. Code that misses is generated in worker
-processes, several functions at once, while numba goes on lowering the kernel (``utilities.parallel_codegen``);
-the link waits for it. A second hook caches nvJitLink's cubin, keyed by the kernel's own IR and the digests of
-every module linked into it.
-
-The cache never serves a wrong kernel: a key covers every call that shaped a descriptor, entries carry a
-checksum (a corrupt or partial entry is deleted and rebuilt), and any version change gives new keys.
-These hooks reach into nvmath-python and numba-cuda internals, so they switch themselves on only for the
-exact versions verified here; with other versions the normal (slow) path runs and a warning says why.
-
-Location: ``$COURSE_BUILD_CACHE`` if set (``off`` disables the cache), else ``$XDG_CACHE_HOME/tcfusion-course``
-(``~/.cache/tcfusion-course``). Clear it with ``python -m utilities.buildcache clear``.
+:class:`LazyMathdx` sits between nvmath and its libmathdx binding. It records how every descriptor was built (its
+*recipe*: the creating call and every option set on it, with the recipes of the descriptors it refers to),
+defers the expensive finalizations, and serves LTO-IR and trait values keyed by the recipe plus the versions of
+everything that generates code. Only on a miss does it finalize for real (dependencies first) and store the
+result. Code that misses is generated in worker processes (``utilities.machinery.codegen_workers``) while numba
+goes on lowering the kernel: numba gets a placeholder, which :meth:`LazyMathdx.resolve` turns into the real
+LTO-IR at link time.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
-import hashlib
-import importlib.metadata
 import json
-import os
-import shutil
-import sys
 import threading
 import time
 import warnings
-import zlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from . import parallel_codegen
-from .parallel_codegen import PENDING, Job, Pool, Result, Step, is_placeholder
-
-FORMAT = 1
-VERIFIED = {"nvmath-python": "1.0.0", "nvidia-libmathdx-cu13": "0.3.2.6", "numba-cuda": "0.30.4"}
-_MAGIC = b"TCFC"
-
-
-# --------------------------------------------------------------------------------------------------------------
-# On-disk store: checksummed, atomic, self-healing
-# --------------------------------------------------------------------------------------------------------------
-
-
-def default_cache_dir() -> Path | None:
-    """The cache folder, or None when ``COURSE_BUILD_CACHE=off``."""
-    env = os.environ.get("COURSE_BUILD_CACHE")
-    if env:
-        return None if env.lower() in {"off", "0", "false", "no"} else Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "tcfusion-course"
-
-
-@dataclass
-class CacheStats:
-    hits: int = 0
-    misses: int = 0
-    corrupt: int = 0
-    stored: int = 0
-    seconds_generating: float = 0.0
-
-    def summary(self) -> str:
-        text = f"{self.hits} from cache, {self.misses} generated ({self.seconds_generating:.1f} s)"
-        return text + (f", {self.corrupt} corrupt entries rebuilt" if self.corrupt else "")
-
-
-class DiskCache:
-    """Blobs under ``root/v<FORMAT>/<key[:2]>/<key>``: a header (magic, length, SHA-256), then zlib data."""
-
-    def __init__(self, root: Path | str):
-        self.root = Path(root) / f"v{FORMAT}"
-        self.stats = CacheStats()
-
-    def _path(self, key: str) -> Path:
-        return self.root / key[:2] / key
-
-    def get(self, key: str, *, count: bool = True) -> bytes | None:
-        """The entry's payload, or None; ``count=False`` leaves the hit and miss counts alone."""
-        path = self._path(key)
-        try:
-            blob = path.read_bytes()
-        except FileNotFoundError:
-            self.stats.misses += count
-            return None
-        payload = _unpack(blob)
-        if payload is None:
-            self.stats.corrupt += 1
-            self.stats.misses += count
-            warnings.warn(f"build cache: corrupt entry {path} removed; it is being rebuilt", stacklevel=2)
-            path.unlink(missing_ok=True)
-            return None
-        self.stats.hits += count
-        return payload
-
-    def put(self, key: str, payload: bytes) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(_pack(payload))
-        os.replace(tmp, path)  # atomic: readers see the old entry or the whole new one
-        self.stats.stored += 1
-
-    def clear(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def size_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file()) if self.root.exists() else 0
-
-
-def _pack(payload: bytes) -> bytes:
-    data = zlib.compress(payload, 1)
-    return _MAGIC + len(data).to_bytes(8, "little") + hashlib.sha256(data).digest() + data
-
-
-def _unpack(blob: bytes) -> bytes | None:
-    if len(blob) < 44 or blob[:4] != _MAGIC:
-        return None
-    size = int.from_bytes(blob[4:12], "little")
-    data = blob[44:]
-    if len(data) != size or hashlib.sha256(data).digest() != blob[12:44]:
-        return None
-    try:
-        return zlib.decompress(data)
-    except zlib.error:
-        return None
-
-
-def make_key(kind: str, recipe: Any, environment: dict[str, str]) -> str:
-    """SHA-256 of everything that determines an entry: its kind, its recipe and the code generators' versions."""
-    text = json.dumps([FORMAT, kind, recipe, sorted(environment.items())], separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The libmathdx interposer
-# --------------------------------------------------------------------------------------------------------------
+from .. import codegen_workers
+from ..codegen_workers import PENDING, Job, Pool, Result, Step, is_placeholder
+from .store import DiskCache, make_key
 
 # Calls that create a descriptor: name -> (argument positions holding one handle, positions holding handle lists).
 _CREATORS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
@@ -230,7 +106,7 @@ class LazyMathdx:
 
     ``module`` is ``nvmath.bindings.mathdx`` in the course, or a fake in the tests. With a ``pool``, code that
     the cache does not hold is generated in its worker processes while numba goes on: numba is handed a
-    placeholder, which :meth:`resolve` turns into the real LTO-IR at link time (see ``parallel_codegen``).
+    placeholder, which :meth:`resolve` turns into the real LTO-IR at link time (see ``codegen_workers``).
     """
 
     def __init__(
@@ -470,7 +346,7 @@ class LazyMathdx:
     def _fallback(self, job: Job, name: str, args: tuple[Any, ...], code: int, targets: list[int]) -> Result:
         """A pool job's code generated here: replayed on fresh descriptors, else on the recorded ones if alive."""
         try:
-            return parallel_codegen.replay(job, lambda fn: self.real[fn])
+            return codegen_workers.replay(job, lambda fn: self.real[fn])
         except Exception:
             if code not in self.recipes or any(h not in self.recipes for h in targets):
                 raise RuntimeError(
@@ -557,244 +433,6 @@ class LazyMathdx:
         return self.real[name](*args)
 
 
-# --------------------------------------------------------------------------------------------------------------
-# The nvJitLink cubin cache (numba-cuda's CUDACodeLibrary.get_cubin)
-# --------------------------------------------------------------------------------------------------------------
-
-
-def _digest_linked(item: Any) -> str:
-    data = getattr(item, "data", None)
-    if isinstance(data, bytes | bytearray):
-        return type(item).__name__ + ":" + hashlib.sha256(data).hexdigest()
-    path = Path(str(item))
-    if path.is_file():
-        return path.name + ":" + hashlib.sha256(path.read_bytes()).hexdigest()
-    raise TypeError(f"build cache: cannot digest linked item {item!r}")
-
-
-def cubin_key(library: Any, cc: tuple[int, int], environment: dict[str, str]) -> str:
-    """Key of a linked kernel: its own LLVM IR, NVVM options, every linked module's digest, target and versions."""
-    recipe = {
-        # numba emits the same modules in a different order from one process to the next: sort them
-        "ir": hashlib.sha256("\n".join(sorted(m.strip() for m in library.llvm_strs)).encode()).hexdigest(),
-        "nvvm": sorted((str(k), str(v)) for k, v in library._nvvm_options.items()),
-        "linked": sorted(_digest_linked(f) for f in library._linking_files),
-        "cudadevrt": bool(library.needs_cudadevrt),
-        "max_registers": library._max_registers,
-        "lto": bool(library._lto),
-        "cc": list(cc),
-    }
-    return make_key("cubin", recipe, environment)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Progress of long builds
-# --------------------------------------------------------------------------------------------------------------
-
-
-class BuildProgress:
-    """Shows what is being built once a build passes ``after`` seconds, then how long it took.
-
-    In a notebook it updates one line in place; elsewhere it prints a line every ``every`` seconds.
-    """
-
-    def __init__(self, what: str, stage: Callable[[], str] = lambda: "", after: float = 3.0, every: float = 5.0):
-        self.what, self.stage, self.after, self.every = what, stage, after, every
-        self._done = threading.Event()
-        self._shown = False
-        self._handle: Any = None
-        self.start = 0.0
-
-    def _line(self) -> str:
-        stage = self.stage()
-        return f"[build] {self.what}: {time.perf_counter() - self.start:.0f} s" + (f" ({stage})" if stage else "")
-
-    def _show(self, text: str) -> None:
-        if self._handle is None and _in_notebook():
-            from IPython.display import display
-
-            self._handle = display({"text/plain": text}, raw=True, display_id=True)
-        elif self._handle is not None:
-            self._handle.update({"text/plain": text}, raw=True)
-        else:
-            print(text, file=sys.stderr, flush=True)
-        self._shown = True
-
-    def _run(self) -> None:
-        if self._done.wait(self.after):
-            return
-        while True:
-            self._show(self._line())
-            if self._done.wait(1.0 if self._handle is not None else self.every):
-                return
-
-    def __enter__(self) -> BuildProgress:
-        self.start = time.perf_counter()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._done.set()
-        self._thread.join()
-        self.seconds = time.perf_counter() - self.start
-        if self._shown:
-            self._show(f"[build] {self.what}: built in {self.seconds:.1f} s" + _cache_note())
-
-
-def _in_notebook() -> bool:
-    shell = sys.modules.get("IPython") and getattr(sys.modules["IPython"], "get_ipython", lambda: None)()
-    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Installing the hooks
-# --------------------------------------------------------------------------------------------------------------
-
-_STATE: dict[str, Any] = {}
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def generator_environment() -> dict[str, str]:
-    """Versions of everything that generates or links code: part of every key."""
-    env = {name: str(_version(name)) for name in (*VERIFIED, "nvidia-cuda-cccl", "nvidia-cuda-nvrtc", "numba")}
-    env["nvidia-nvjitlink"] = str(_version("nvidia-nvjitlink"))
-    try:
-        from nvmath.bindings import mathdx
-
-        env["libmathdx"] = str(mathdx.get_version())
-    except Exception as exc:  # no driver, no library: recorded, so such keys never mix with real ones
-        env["libmathdx"] = f"unavailable: {type(exc).__name__}"
-    return env
-
-
-def _cache_note() -> str:
-    cache = _STATE.get("cache")
-    return f" (libmathdx: {cache.stats.summary()})" if cache else ""
-
-
-def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> DiskCache | None:
-    """Switch the build cache on for this process (idempotent). Returns the cache, or None when it stays off."""
-    if "cache" in _STATE:
-        return _STATE["cache"]
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    if root is None:
-        return None
-    found = {name: _version(name) for name in VERIFIED}
-    if found != VERIFIED:
-        if not quiet:
-            warnings.warn(
-                f"build cache off: it was verified with {VERIFIED}, found {found}; kernels build the normal (slow) way",
-                stacklevel=2,
-            )
-        return None
-    from numba.cuda import codegen, dispatcher
-    from numba.cuda.core import sigutils
-    from nvmath.bindings import mathdx
-    from nvmath.device import common_backend, cublasdx, cublasdx_backend
-
-    cache = DiskCache(root)
-    env = generator_environment()
-    workers = parallel_codegen.workers_from_env()
-    pool = Pool(workers) if workers > 1 else None
-    symbol = int(mathdx.CublasdxDeviceFunctionTrait.SYMBOL)
-    lazy = LazyMathdx(mathdx, cache, env, int(mathdx.CommondxOption.CODE_ISA), pool, symbol)
-    lazy.install()
-    _patch_cubin(codegen.CUDACodeLibrary, cache, env, lazy)
-    rebind_trait_helpers(cublasdx_backend, [cublasdx], mathdx, common_backend)
-    object_code, linker = cublasdx_backend.ObjectCode, cublasdx_backend.Linker
-    cublasdx_backend.ObjectCode = ResolvingObjectCode(object_code, lazy)
-    cublasdx_backend.Linker = functools.partial(
-        CachingLinker, _link=(linker, object_code.from_cubin), _cache=(cache, env)
-    )
-    _patch_compile(dispatcher.CUDADispatcher, lazy, sigutils)
-    _STATE.update(cache=cache, lazy=lazy, env=env)
-    return cache
-
-
-def _patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy: LazyMathdx) -> None:
-    original = library_class.get_cubin
-
-    def get_cubin(self: Any, cc: tuple[int, int] | None = None) -> Any:
-        cc = self._ensure_cc(cc)
-        if self._cubin_cache.get(cc):
-            return self._cubin_cache[cc]
-        resolve_placeholders(self._linking_files, lazy)
-        key = cubin_key(self, cc, env)
-        data = cache.get(key)
-        if data is None:
-            lazy.stage = "linking with nvJitLink"
-            cubin = original(self, cc)
-            cache.put(key, bytes(getattr(cubin, "code", cubin)))  # numba-cuda 0.30 returns a cuda.core ObjectCode
-        else:
-            from cuda.core import ObjectCode
-
-            cubin = ObjectCode.from_cubin(data)
-        self._cubin_cache[cc] = cubin
-        self._linkerinfo_cache.setdefault(cc, "")
-        return cubin
-
-    library_class.get_cubin = get_cubin
-
-
-def resolve_placeholders(linked: Iterable[Any], lazy: LazyMathdx) -> None:
-    """Put the real LTO-IR into every linked module that still holds a placeholder (see ``parallel_codegen``)."""
-    for item in linked:
-        data = getattr(item, "_data", None)
-        if isinstance(data, bytes | bytearray) and is_placeholder(data):
-            item._data = lazy.resolve(data)
-
-
-class ResolvingObjectCode:
-    """cuda.core's ``ObjectCode`` as nvmath's backend sees it: LTO-IR placeholders resolved before use.
-
-    nvmath links the device-pipeline init and destroy kernels itself (``ObjectCode.from_ltoir`` and cuda.core's
-    ``Linker``), outside numba, as soon as a pipeline is made; those links must get the real code too.
-    """
-
-    def __init__(self, original: Any, lazy: LazyMathdx):
-        self._original, self._lazy = original, lazy
-
-    def from_ltoir(self, data: bytes, *args: Any, **kwargs: Any) -> Any:
-        return self._original.from_ltoir(self._lazy.resolve(data), *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._original, name)
-
-
-class CachingLinker:
-    """cuda.core's ``Linker`` as nvmath's backend sees it: a cubin it linked before comes from the disk cache.
-
-    nvmath compiles and links a small init kernel for every device pipeline it makes, and a destroy kernel when
-    the pipeline is freed (nvJitLink with LTO, every process); keyed by every input's bytes and the options.
-    """
-
-    def __init__(self, *codes: Any, options: Any = None, _link: Any = None, _cache: Any = None, **kw: Any):
-        self._codes, self._options, self._kw = codes, options, kw
-        (self._linker, self._from_cubin), (self._cache, self._env) = _link, _cache
-
-    def link(self, target_type: str) -> Any:
-        def real() -> Any:
-            return self._linker(*self._codes, options=self._options, **self._kw).link(target_type)
-
-        if self._cache is None or target_type != "cubin" or self._kw:
-            return real()
-        inputs = [hashlib.sha256(bytes(code.code)).hexdigest() for code in self._codes]
-        key = make_key("linked", [target_type, repr(self._options), inputs], self._env)
-        data = self._cache.get(key)
-        if data is not None:
-            return self._from_cubin(data)
-        linked = real()
-        self._cache.put(key, bytes(linked.code))
-        return linked
-
-
 def rebind_trait_helpers(backend: Any, modules: Iterable[Any], mathdx: Any, common: Any) -> None:
     """Point nvmath's trait helpers at the (wrapped) binding functions.
 
@@ -813,50 +451,3 @@ def rebind_trait_helpers(backend: Any, modules: Iterable[Any], mathdx: Any, comm
         for name, helper in helpers.items():
             if hasattr(module, name):
                 setattr(module, name, helper)
-
-
-def _patch_compile(dispatcher_class: Any, lazy: LazyMathdx, sigutils: Any) -> None:
-    original = dispatcher_class.compile
-
-    def compile(self: Any, sig: Any) -> Any:
-        argtypes, _ = sigutils.normalize_signature(sig)
-        if self.specialized or argtypes in self.overloads:  # already built in this process
-            return original(self, sig)
-        name = getattr(self.py_func, "__name__", "kernel")
-        with BuildProgress(name, stage=lambda: lazy.stage):
-            kernel = original(self, sig)
-            lazy.stage = "linking"
-            kernel._codelibrary.get_cubin()  # link inside the progress display, not at the first launch
-            return kernel
-
-    dispatcher_class.compile = compile
-
-
-def workers() -> int:
-    """Worker processes generating code for this process's cache (0: in place, or no cache)."""
-    lazy = _STATE.get("lazy")
-    return lazy.pool.workers if lazy is not None and lazy.pool is not None else 0
-
-
-def stats() -> CacheStats | None:
-    cache = _STATE.get("cache")
-    return cache.stats if cache else None
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    root = default_cache_dir()
-    if root is None:
-        print("build cache is off (COURSE_BUILD_CACHE=off)")
-        return 0
-    cache = DiskCache(root)
-    if args[:1] == ["clear"]:
-        cache.clear()
-        print(f"cleared {cache.root}")
-    else:
-        print(f"build cache: {cache.root} ({cache.size_bytes() / 2**20:.1f} MiB)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

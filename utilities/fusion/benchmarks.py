@@ -5,13 +5,13 @@ in shared memory by one wave of blocks that walk the row tiles; where ``PERSISTE
 ``b2b.pipelined`` (persistent too, GEMM 0 on cuBLASDx's device pipeline; where ``PIPELINED`` names the shape),
 ``b2b.epilogue`` (nvmath/cuBLASLt epilogues), ``b2b.library`` (cuBLAS + CuPy elementwise), and
 ``gemm_bias_relu.fused`` / ``.epilogue`` / ``.separate``. A record's m, n, k are M, N1, K0 (GEMM: M, N, K);
-``params`` hold K0, N0, N1, the bytes the path must move (``utilities.fusion.traffic``) and the fraction of the
+``params`` hold K0, N0, N1, the bytes the path must move (``utilities.fusion.model``) and the fraction of the
 GPU's data-sheet HBM bandwidth achieved; ``tflops`` counts the GEMMs' 2 M (K0 N0 + N0 N1).
 
-Timing: each sample is ``CALLS`` calls between one pair of CUDA events, divided by ``CALLS``; the GPU spins
-before the first event while the host (Python, launches, nvmath's bookkeeping) queues the calls, so that the
-samples are GPU time even for calls shorter than their host side. The calls cycle through several copies of the
-operands, at least three L2 caches' worth, so that the inputs come from HBM.
+Timing: held samples (``bench.bench(..., hold=True)``): the GPU spins while the host (Python, launches,
+nvmath's bookkeeping) queues ten calls, so that the samples are GPU time even for calls shorter than their host
+side. The calls cycle through several copies of the operands, at least three L2 caches' worth
+(``bench.copies_for``), so that the inputs come from HBM.
 Errors: on 16 sampled rows against the FP64 reference; ``max_elementwise`` is max |error| / the derived bound
 (``utilities.fusion.reference``), so at most 1 for a result within the bound.
 """
@@ -19,7 +19,6 @@ Errors: on 16 sampled rows against the FP64 reference; ``max_elementwise`` is ma
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,13 +26,13 @@ import cupy as cp
 import numpy as np
 
 from .. import bench, peaks
-from ..fusion import reference, traffic
-from . import fusion_baselines as lib
-from .b2b_pipelined import PipelineConfig, PipelinedBackToBack
-from .blockfusion import BackToBack, BlockConfig, GemmBiasRelu
+from ..errors import bounded_error
+from ..inputs import sample_rows
+from . import baselines as lib
+from . import model, reference
+from .tensorcore import BackToBack, BlockConfig, GemmBiasRelu
+from .tensorcore_persistent import PersistentBackToBack, PipelineConfig, PipelinedBackToBack
 
-CALLS = 10
-HOLD_MS = 4.0  # the GPU spins this long before each sample: time enough for the host to queue CALLS calls
 TARGET_SHAPES = ((576, 64, 128), (64, 256, 64))  # (K0, N0, N1): CUTLASS example 13's, and a wide intermediate
 LOSING = ((2**16, 4096, 256, 64),)  # (M, K0, N0, N1): compute-bound, D0 a tenth of the traffic
 GEMM_SHAPES = ((2**16, 256, 256), (8192, 8192, 8192))  # (M, N, K): memory-bound (fusion pays), compute-bound
@@ -45,83 +44,6 @@ PERSISTENT = {
 # (K0, N0, N1) -> the pipelined kernel's block: at (576, 64, 128) it lost to the streaming kernel (206 against
 # 203 us at M = 2^18, the best of five blocks; the fusion report), so it runs where it wins
 PIPELINED = {(64, 256, 64): PipelineConfig(tile_m=64, threads=128, tile_k=32, depth=2)}  # 113 KiB: two blocks an SM
-
-
-def hbm_tbs() -> float | None:
-    """The data-sheet HBM bandwidth of this GPU (TB/s), None if it is not in ``utilities.peaks``."""
-    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
-    found = peaks.detect(name.decode() if isinstance(name, bytes) else str(name))
-    return None if found is None else found.bandwidth_tbs
-
-
-def copies_for(nbytes: int) -> int:
-    """How many operand sets to cycle through so that they span three L2 caches (at least 1)."""
-    l2 = int(cp.cuda.Device().attributes["L2CacheSize"])
-    return max(1, math.ceil(3 * l2 / nbytes))
-
-
-_spin: Any = None
-
-
-def hold_gpu(ms: float) -> None:
-    """Keep the current stream busy for about ``ms`` (one thread spinning on the SM clock), so that the host can
-    queue the calls that follow before the GPU reaches them."""
-    global _spin
-    if _spin is None:
-        source = (
-            'extern "C" __global__ void spin(long long cycles) {'
-            " long long start = clock64(); while (clock64() - start < cycles) { } }"
-        )
-        _spin = cp.RawKernel(source, "spin")  # NVRTC, which CuPy needs for its own elementwise kernels anyway
-    khz = cp.cuda.Device().attributes["ClockRate"]
-    _spin((1,), (1,), (np.int64(ms * khz),))
-
-
-def per_call_ms(fns: Sequence[Callable[[], object]], *, repeats: int = 10, calls: int = CALLS) -> list[float]:
-    """GPU time per call (ms): ``calls`` calls (cycling through ``fns``) between two events, ``repeats`` times.
-
-    Before each sample the GPU spins while the host queues the calls, so that the time between the events is
-    the GPU's: a path whose host side (Python, nvmath's bookkeeping, numba's dispatcher) takes longer than its
-    kernels would otherwise be timed by the host. A sample whose calls took the host more than most of the spin
-    is dropped and the spin lengthened, so no sample is host-bound.
-    """
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    for fn in fns:
-        fn()
-    times: list[float] = []
-    hold_ms = HOLD_MS
-    while len(times) < repeats:
-        hold_gpu(hold_ms)
-        queued = time.perf_counter()
-        start.record()
-        for i in range(calls):
-            fns[i % len(fns)]()
-        stop.record()
-        queued_ms = (time.perf_counter() - queued) * 1e3
-        stop.synchronize()
-        if queued_ms > 0.8 * hold_ms:  # the GPU may have caught up with the host: spin longer and measure again
-            hold_ms = 2 * queued_ms
-            continue
-        times.append(cp.cuda.get_elapsed_time(start, stop) / calls)
-    return times
-
-
-def _sample_rows(m: int, count: int = 16, seed: int = 0) -> np.ndarray:
-    return np.sort(np.random.default_rng(seed).choice(m, min(m, count), replace=False))
-
-
-def bounded_error(got: np.ndarray, want: np.ndarray, bound: np.ndarray, against: str) -> dict[str, Any]:
-    """``error`` entry: normwise relative error and max |error| / bound (at most 1 when within the bound)."""
-    diff = np.abs(got.astype(np.float64) - want)
-    diff[~np.isfinite(diff)] = np.finfo(np.float64).max  # NaN or Inf in the output: as wrong as can be recorded
-    norm = float(np.linalg.norm(want))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(diff == 0, 0.0, diff / np.maximum(bound, np.finfo(np.float64).tiny))
-    return {
-        "normwise": min(float(np.linalg.norm(diff) / norm) if norm else float(np.linalg.norm(diff)), 1e300),
-        "max_elementwise": min(float(np.max(ratio)), 1e300),
-        "against": against + "; max_elementwise = max |error| / derived bound",
-    }
 
 
 def _b2b_operands(m: int, k0: int, n0: int, n1: int, seed: int, batch: int | None = None) -> dict[str, Any]:
@@ -152,9 +74,9 @@ def b2b_records(
     """Fused, epilogue-fused library and plain library back-to-back GEMM at one shape, errors included."""
     alphas = (0.75, 1.25, -0.5)
     b = 1 if batch is None else batch
-    set_bytes = traffic.b2b_traffic("fused", m, k0, n0, n1, b).bytes
-    sets = [_b2b_operands(m, k0, n0, n1, seed + i, batch) for i in range(copies_for(set_bytes))]
-    rows = _sample_rows(m, seed=seed)
+    set_bytes = model.b2b_traffic("fused", m, k0, n0, n1, b).bytes
+    sets = [_b2b_operands(m, k0, n0, n1, seed + i, batch) for i in range(bench.copies_for(set_bytes))]
+    rows = sample_rows(m, seed=seed)
     fused = BackToBack(m, k0, n0, n1, batch=batch)
     library = lib.LibraryB2B(m, k0, n0, n1, batch=batch)
     outs = [cp.empty_like(s["c1"]) for s in sets]
@@ -166,7 +88,7 @@ def b2b_records(
     paths: dict[str, list[Callable[[], object]]] = {"fused": calls(lambda s, o: fused(*s.values(), *alphas, out=o))}
     results = {"fused": fused(*sets[0].values(), *alphas)}
     if (k0, n0, n1) in PERSISTENT:
-        persistent = BackToBack(m, k0, n0, n1, batch=batch, cfg=PERSISTENT[k0, n0, n1], persistent=True)
+        persistent = PersistentBackToBack(m, k0, n0, n1, batch=batch, cfg=PERSISTENT[k0, n0, n1])
         paths["persistent"] = calls(lambda s, o: persistent(*s.values(), *alphas, out=o))
         results["persistent"] = persistent(*sets[0].values(), *alphas)
     if (k0, n0, n1) in PIPELINED:  # a plan per operand set: the pipeline is built for its A0 and B0
@@ -183,17 +105,16 @@ def b2b_records(
         "library": calls(lambda s, o: library(*s.values(), *alphas, out=o)),
     }
     results |= {"epilogue": epilogues[0](), "library": library(*sets[0].values(), *alphas)}
-    peak = hbm_tbs()
+    peak = peaks.current_hbm_tbs()
     records = []
     for path, fns in paths.items():
-        t = traffic.b2b_traffic("fused" if path in ("persistent", "pipelined") else path, m, k0, n0, n1, b)
-        times = per_call_ms(fns, repeats=repeats)
+        t = model.b2b_traffic("fused" if path in ("persistent", "pipelined") else path, m, k0, n0, n1, b)
         params = {"k0": k0, "n0": n0, "n1": n1, "batch": batch, "bytes": t.bytes, "kernels": t.kernels}
         first = {k: v if batch is None else v[0] for k, v in sets[0].items()}  # batch 0's operands
         d1 = results[path] if batch is None else results[path][0]
-        rec = bench.make_record(
-            f"b2b.{path}", times, m=m, n=n1, k=k0, params=params, flops=t.flops, bytes_moved=t.bytes,
-            error=_b2b_error(d1, first, alphas, rows),
+        rec = bench.bench(
+            fns, hold=True, repeats=repeats, name=f"b2b.{path}", m=m, n=n1, k=k0, params=params, flops=t.flops,
+            bytes_moved=t.bytes, error=_b2b_error(d1, first, alphas, rows),
         )  # fmt: skip
         records.append(_with_hbm_fraction(rec, peak))
     for e in epilogues:
@@ -211,14 +132,14 @@ def _with_hbm_fraction(rec: bench.BenchRecord, peak: float | None) -> bench.Benc
 def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0) -> list[bench.BenchRecord]:
     """Fused GEMM + bias + ReLU beside cuBLASLt's RELU_BIAS epilogue and cuBLAS + an elementwise kernel."""
     rng = cp.random.default_rng(seed)
-    set_bytes = traffic.gemm_bias_relu_traffic("fused", m, n, k).bytes
+    set_bytes = model.gemm_bias_relu_traffic("fused", m, n, k).bytes
     sets = [
         (
             rng.standard_normal((m, k), dtype=cp.float32).astype(cp.float16),
             (rng.standard_normal((k, n), dtype=cp.float32) / math.sqrt(k)).astype(cp.float16),
             (rng.standard_normal(n, dtype=cp.float32) / 2).astype(cp.float16),
         )
-        for _ in range(copies_for(set_bytes))
+        for _ in range(bench.copies_for(set_bytes))
     ]
     outs = [cp.empty((m, n), cp.float16) for _ in sets]
     fused, separate = GemmBiasRelu(m, n, k), lib.SeparateGemmBiasRelu(m, n, k)
@@ -229,16 +150,16 @@ def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0) ->
         "separate": [lambda s=s, o=o: separate(*s, out=o) for s, o in zip(sets, outs, strict=True)],
     }
     results = {"fused": fused(*sets[0]), "epilogue": epilogues[0](), "separate": separate(*sets[0])}
-    rows = _sample_rows(m, seed=seed)
+    rows = sample_rows(m, seed=seed)
     a, b, bias = (cp.asnumpy(x) for x in sets[0])
     want, bound = reference.gemm_bias_relu_ref(a[rows], b, bias)
-    peak = hbm_tbs()
+    peak = peaks.current_hbm_tbs()
     records = []
     for path, fns in paths.items():
-        t = traffic.gemm_bias_relu_traffic(path, m, n, k)
+        t = model.gemm_bias_relu_traffic(path, m, n, k)
         error = bounded_error(cp.asnumpy(results[path])[rows], want, bound, f"FP64 reference, {len(rows)} rows")
-        rec = bench.make_record(
-            f"gemm_bias_relu.{path}", per_call_ms(fns, repeats=repeats), m=m, n=n, k=k,
+        rec = bench.bench(
+            fns, hold=True, repeats=repeats, name=f"gemm_bias_relu.{path}", m=m, n=n, k=k,
             params={"bytes": t.bytes, "kernels": t.kernels}, flops=t.flops, bytes_moved=t.bytes, error=error,
         )  # fmt: skip
         records.append(_with_hbm_fraction(rec, peak))

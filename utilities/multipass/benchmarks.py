@@ -9,18 +9,15 @@ and TFLOP/s for FP16, counted as 2mnk / t.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import cupy as cp
 
-from .. import bench
-from ..multipass import PassConfig
-from . import cublas
-from .multipass import OUT_DTYPE, PassGemm, PipelineGemm
+from .. import bench, cublas
+from .config import DTYPES, PassConfig
+from .tensorcore import OUT_DTYPE, PassGemm, PipelineGemm
 
 COURSE_FS = (1, 2, 4, 8)
-COURSE_DTYPES = ("int8", "float16")
 TEST_SHAPE = (256, 256, 1024)  # tests/test_gpu_multipass.py and the notebook's checks
 
 
@@ -59,7 +56,7 @@ def baseline(a: Any, bt: Any, dtype: str) -> tuple[Any, Any, str]:
 def multipass_records(
     sizes: Sequence[int] = (8192,),
     fs: Sequence[int] = COURSE_FS,
-    dtypes: Sequence[str] = COURSE_DTYPES,
+    dtypes: Sequence[str] = DTYPES,
     *,
     passes: int = 8,
     tile: tuple[int, int] = (128, 128),
@@ -108,58 +105,3 @@ def multipass_records(
     if show:
         bench.print_table(records)
     return records
-
-
-def sweep_table(records: Sequence[bench.BenchRecord], dtype: str = "int8") -> list[dict[str, Any]]:
-    """One row per F of ``multipass.<dtype>``: F, registers, spills, occupancy, blocks_per_sm, smem, tflops."""
-    rows = []
-    for r in records:
-        if r.name == f"multipass.{dtype}":
-            keys = ("registers", "spills", "occupancy", "blocks_per_sm", "smem")
-            rows.append({"F": r.params["F"], **{key: r.params[key] for key in keys}, "tflops": r.tflops})
-    return sorted(rows, key=lambda row: row["F"])
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Prebuild: the kernels the notebook, the tests and the GPU report use
-# ------------------------------------------------------------------------------------------------------------
-
-
-def prebuild_jobs(sizes: Sequence[int] = (8192,)) -> list[str]:
-    """``multipass:<dtype>:<F>`` (one build serves every size) and ``pipeline:<dtype>:<size>`` jobs."""
-    jobs = [f"multipass:{dtype}:{f}" for dtype in COURSE_DTYPES for f in COURSE_FS]
-    sizes = sorted({*sizes, TEST_SHAPE[0]})
-    jobs += [f"pipeline:{dtype}:{size}" for dtype in COURSE_DTYPES for size in sizes]
-    return jobs
-
-
-def build_job(job: str) -> None:
-    """Build one job of :func:`prebuild_jobs` into the build cache (run it in its own process)."""
-    kind, dtype, value = job.split(":")
-    if kind == "multipass":
-        m, n, k = TEST_SHAPE
-        plan = PassGemm(m, n, k, PassConfig(dtype, fused=int(value)))
-        plan(*random_operands(m, n, k, dtype))
-    elif kind == "pipeline":
-        size = int(value)
-        m, n, k = (size, size, size) if size != TEST_SHAPE[0] else TEST_SHAPE
-        PipelineGemm(*random_operands(m, n, k, dtype), dtype)()
-    else:
-        raise ValueError(f"unknown job {job!r}: expected multipass:<dtype>:<F> or pipeline:<dtype>:<size>")
-    cp.cuda.Device().synchronize()
-
-
-def save_plots(records: Sequence[bench.BenchRecord], folder: str | Path) -> list[str]:
-    """The F-sweep figure (registers, spills, occupancy, throughput) of each dtype in ``records``, as PNGs."""
-    from .. import plots
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for dtype in COURSE_DTYPES:
-        sweep = sweep_table(records, dtype)
-        if sweep:
-            path = folder / f"multipass_{dtype}.png"
-            plots.registers_occupancy(sweep, title=f"{dtype}: fused passes F (F = N = 8 is full fusion)", path=path)
-            paths.append(str(path))
-    return paths

@@ -14,9 +14,8 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from .. import bench, errors, exact, inputs
-from . import cublas
-from .ozaki import OzakiGemm
+from .. import bench, cublas, errors, exact, inputs
+from .tensorcore import OzakiGemm
 
 
 def sampled_error(c: Any, a: np.ndarray, b: np.ndarray, rows: np.ndarray | None = None) -> dict[str, Any]:
@@ -30,8 +29,8 @@ def sampled_error(c: Any, a: np.ndarray, b: np.ndarray, rows: np.ndarray | None 
 
 
 def sample_rows(m: int, count: int = 16, seed: int = 0) -> np.ndarray | None:
-    """Rows on which to measure errors: all of them up to 1024, else ``count`` of them."""
-    return None if m <= 1024 else np.sort(np.random.default_rng(seed).choice(m, count, replace=False))
+    """Rows on which to measure errors: all of them (None) up to 1024, else ``count`` of them."""
+    return None if m <= 1024 else inputs.sample_rows(m, count, seed)
 
 
 def baseline_records(a: Any, b: Any, *, repeats: int = 10, error: dict | None = None) -> list[bench.BenchRecord]:
@@ -96,7 +95,7 @@ def ozaki_benchmarks(
     plans = {variant: OzakiGemm(m, n, k, slices, variant) for variant in variants}
     errors = {variant: sampled_error(plan(a, b), a_h, b_h, rows) for variant, plan in plans.items()}
     outs = {variant: cp.empty((m, n)) for variant in variants}
-    providers = {"cublas.dgemm": bench.cublas_dgemm_provider(a, b)}
+    providers = {"cublas.dgemm": cublas.dgemm_provider(a, b)}
     providers |= {f"ozaki.{v}": functools.partial(plan, a, b, out=outs[v]) for v, plan in plans.items()}
     params = {"slices": slices, "timing": "interleaved"}
     records = bench.compare(providers, m=m, n=n, k=k, params=params, repeats=repeats, show=False)

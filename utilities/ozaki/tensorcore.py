@@ -1,11 +1,11 @@
-"""Ozaki-I DGEMM emulation on int8 tensor cores: unfused, partially fused and fully fused.
+"""Ozaki-I DGEMM emulation on int8 tensor cores (GPU only): unfused, partially fused and fully fused.
 
-Stages (each compared bit for bit with ``utilities.ozaki`` by the checkers):
-1. shifts and slices: the plain numba kernels of ``utilities.ozaki.kernels``;
+Stages (each compared bit for bit with ``utilities.ozaki``'s reference by the checkers):
+1. shifts and slices: the plain numba kernels of ``utilities.ozaki.simt``;
 2. slice products on int8 tensor cores through nvmath.device ``Matmul`` + ``DevicePipeline`` (TMA loads,
    WGMMA on Hopper): all S(S+1)/2 products (unfused), or the S anti-diagonals accumulated in the block
    (partially fused), or everything up to C inside the block (fully fused);
-3. the FP64 epilogue: ``utilities.ozaki.kernels.make_epilogue_kernel``, or inside the fused kernel.
+3. the FP64 epilogue: ``utilities.ozaki.simt.make_epilogue_kernel``, or inside the fused kernel.
 
 The slices of A live in one int8 buffer (S, m, k) and those of B in (S, n, k); the pipeline sees them as 3-D
 tensors (m, k, S) and (k, n, S), so ``reset_tile(tile, (i, s), (j, t))`` points one block's pipeline at the
@@ -27,11 +27,13 @@ from nvmath.device import Matmul
 from nvmath.device.common import make_tensor
 from nvmath.device.cublasdx_numba import pipeline_extensions
 
-from ..ozaki import kernels as plain
-from ..ozaki.kernels import grouped_tile
-from ..ozaki.products import check_int32_budget, product_terms
-from . import launch
-from .multipass import pipeline_matmul
+from ..machinery import launch
+from ..multipass.tensorcore import pipeline_matmul
+from ..smem import ceil_to
+from . import simt as plain
+from .products import check_int32_budget, product_terms
+from .simt import grouped_tile
+from .slicing import check_slices
 
 VARIANTS = ("unfused", "partial", "fused")
 SLICE_CAPACITY = 10  # slice buffers hold this many slices (more if asked): one kernel build for S = 1..10
@@ -42,15 +44,20 @@ NONFINITE_SHIFT = plain.NONFINITE_SHIFT
 class Kernels:
     """Kernel factories that a plan uses instead of the course's own (the exercises pass the attendee's).
 
-    None means the course's: ``make_split_digits``, ``make_epilogue_kernel`` (``utilities.ozaki.kernels``),
-    ``make_products_kernel``, ``make_diagonals_kernel``, ``make_fused_kernel`` (this module).
+    None means the course's: ``make_split_digits``, ``make_epilogue_kernel`` (``utilities.ozaki.simt``),
+    ``make_products_kernel``, ``make_diagonals_kernel``, ``make_fused_kernel`` (this module). Fields are in the
+    order the stages run, which is the order a checker reads their TODO regions in.
     """
 
     split_digits: Callable[..., Any] | None = None
-    epilogue: Callable[..., Any] | None = None
     products: Callable[..., Any] | None = None
     diagonals: Callable[..., Any] | None = None
     fused: Callable[..., Any] | None = None
+    epilogue: Callable[..., Any] | None = None
+
+    def given(self) -> list[Callable[..., Any]]:
+        """The factories given, in stage order (for a checker's ``exercise=``)."""
+        return [f for f in vars(self).values() if f is not None]
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,7 @@ def tile_config(variant: str, cc: tuple[int, int] | None = None) -> TileConfig:
 def int8_matmul(cfg: TileConfig, sm: int | None = None) -> Matmul:
     """The block-level int8 x int8 -> int32 GEMM: A row-major, B column-major (both K-contiguous), C row-major.
 
-    The pipelined GEMM of track 1 (``utilities.gpu.multipass.pipeline_matmul``): each slice product is one more
+    The pipelined GEMM of track 1 (``utilities.multipass.tensorcore.pipeline_matmul``): each slice product is one more
     pass over the same tiles.
     """
     return pipeline_matmul("int8", cfg.tile_m, cfg.tile_n, cfg.threads, sm, tile_k=cfg.tile_k)
@@ -221,15 +228,11 @@ def make_fused_kernel(MM: Matmul):
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _ceil_to(x: int, q: int) -> int:
-    return -(-x // q) * q
-
-
 class OzakiGemm:
     """C = alpha A @ B + beta C emulated with ``slices`` int8 slices, for one shape and one variant.
 
     Shapes that do not divide the tile are padded inside (the padding holds zero digits); the output is
-    written only where C is. Building a plan builds its kernels (cached on disk by ``utilities.buildcache``).
+    written only where C is. Building a plan builds its kernels (cached on disk by ``utilities.machinery.buildcache``).
     """
 
     def __init__(
@@ -244,14 +247,13 @@ class OzakiGemm:
     ):
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-        if not 1 <= slices <= 12:
-            raise ValueError(f"slices must be in 1..12, got {slices}")
+        slices = check_slices(slices)
         self.m, self.n, self.k, self.slices, self.variant = m, n, k, slices, variant
         self.kernels = kernels or Kernels()
         self.cfg = cfg or tile_config(variant)
         check_int32_budget(k, slices, terms_per_accumulator=1 if variant == "unfused" else None)
         c = self.cfg
-        self.mp, self.np_, self.kp = _ceil_to(m, c.tile_m), _ceil_to(n, c.tile_n), _ceil_to(k, c.tile_k)
+        self.mp, self.np_, self.kp = ceil_to(m, c.tile_m), ceil_to(n, c.tile_n), ceil_to(k, c.tile_k)
         if self.kp // c.tile_k < c.depth:
             raise ValueError(
                 f"K = {k} is too small for a {c.depth}-stage pipeline of {c.tile_k}-deep tiles: "
@@ -314,9 +316,8 @@ class OzakiGemm:
             raise RuntimeError("the fused variant has no separate products stage")
 
     def epilogue(self, out: Any, c: Any, alpha: float, beta: float) -> None:
-        kernel = (self.kernels.epilogue or plain.make_epilogue_kernel)()
-        grid = (-(-self.n // 32), -(-self.m // 8))
-        kernel[grid, (32, 8)](self.terms, self.offsets, self.e, self.f, alpha, beta, c, out)
+        step = plain.epilogue_launch(self.m, self.n, self.kernels.epilogue)
+        step.kernel[step.grid, step.block](self.terms, self.offsets, self.e, self.f, alpha, beta, c, out)
 
     def fused(self, out: Any, c: Any, alpha: float, beta: float) -> None:
         """Stages 2 and 3 of the fused variant: one kernel from the slices to C."""
@@ -355,7 +356,7 @@ def slice_rows_on_gpu(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Stage 1 alone, for the checkers: the row slices (S, m, k) and shifts (m,) of a host matrix, on the GPU."""
     m, k = a.shape
-    kp = _ceil_to(k, 128)
+    kp = ceil_to(k, 128)
     words = cp.zeros((slices, m, kp // 4), dtype=cp.int32)
     e = cp.zeros(m, dtype=cp.int32)
     threads = plain.ROWS_THREADS
@@ -371,8 +372,7 @@ def epilogue_on_gpu(
     """Stage 3 alone, for the checkers: C from the anti-diagonal sums (S, m, n), on the GPU."""
     S, m, n = diagonals.shape
     out = cp.full((m, n), np.nan)
-    kernel = (epilogue_factory or plain.make_epilogue_kernel)()
-    grid = (-(-n // 32), -(-m // 8))
+    step = plain.epilogue_launch(m, n, epilogue_factory)
     args = (cp.asarray(diagonals), cp.arange(S + 1, dtype=cp.int32), cp.asarray(e), cp.asarray(f))
-    kernel[grid, (32, 8)](*args, float(alpha), float(beta), cp.asarray(c), out)
+    step.kernel[step.grid, step.block](*args, float(alpha), float(beta), cp.asarray(c), out)
     return cp.asnumpy(out)

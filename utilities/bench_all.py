@@ -1,10 +1,10 @@
-"""Every benchmark of the GPU report, at the report's sizes: ``python -m utilities.gpu.bench_all --sizes 8192``."""
+"""Every benchmark of the GPU report, at the report's sizes: ``python -m utilities.bench_all --sizes 8192``."""
 
 from __future__ import annotations
 
 import argparse
 
-from utilities import buildcache
+from utilities.machinery import buildcache
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     buildcache.install()
     sizes = [int(s) for s in args.sizes.split(",")]
     if "ozaki" in args.tracks:
-        from utilities.gpu.ozaki_bench import accuracy_records, ozaki_benchmarks
+        from utilities.ozaki.benchmarks import accuracy_records, ozaki_benchmarks
         from utilities.ozaki.figures import save_plots
 
         records = []
@@ -30,18 +30,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.plots and args.accuracy != "only":
             print("plots:", ", ".join(save_plots(records, args.plots)))
     if "multipass" in args.tracks:
-        from utilities.gpu import multipass_bench
+        from utilities.multipass.benchmarks import multipass_records
+        from utilities.multipass.figures import save_plots as save_multipass_plots
 
-        records = multipass_bench.multipass_records(sizes=(max(sizes),))
+        records = multipass_records(sizes=(max(sizes),))
         if args.plots:
-            print("plots:", ", ".join(multipass_bench.save_plots(records, args.plots)))
+            print("plots:", ", ".join(save_multipass_plots(records, args.plots)))
     if "fusion" in args.tracks:
+        from utilities.fusion.benchmarks import fusion_records
         from utilities.fusion.figures import save_plots as save_fusion_plots
-        from utilities.gpu.fusion_bench import fusion_records, hbm_tbs
+        from utilities.peaks import current_hbm_tbs
 
         records = fusion_records()
         if args.plots:
-            print("plots:", ", ".join(save_fusion_plots(records, args.plots, hbm_tbs())))
+            print("plots:", ", ".join(save_fusion_plots(records, args.plots, current_hbm_tbs())))
     return 0
 
 

@@ -1,10 +1,9 @@
-"""Checks on the GPU arrays a plan is called with: the error names the problem and the fix."""
+"""Checks on the GPU arrays a plan is called with: the error names the problem and the fix (CuPy imported lazily)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import cupy as cp
 import numpy as np
 
 ALIGNMENT = 16  # bytes: every operand's first element (CuPy allocations start on 256)
@@ -15,6 +14,8 @@ def require(name: str, x: Any, dtype: Any, shape: tuple[int, ...], hint: str = "
 
     ``hint`` follows a shape error.
     """
+    import cupy as cp
+
     dtype = np.dtype(dtype)
     if not isinstance(x, cp.ndarray):
         raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {type(x).__name__}: use cupy.asarray")

@@ -1,4 +1,4 @@
-"""The plain numba kernels of Ozaki-I: exponent shifts, slicing and the FP64 epilogue.
+"""The plain numba (SIMT) kernels of Ozaki-I: exponent shifts, slicing and the FP64 epilogue, with their launches.
 
 Their outputs are bit-identical to the NumPy reference's (``utilities.ozaki``): the epilogue follows it
 operation for operation, and the slicing computes the same integers by an exact integer route. The tests
@@ -286,7 +286,7 @@ def slicing_launches(
 
     ``slice_rows (a, a_words, e)``, ``col_max (b, mu, bad)``, ``shifts_from_max (mu, bad, f)`` and
     ``slice_cols (b, f, b_words)``. ``mu`` and ``bad`` must start at zero; ``shifts_from_max`` zeroes them again
-    for the next call. Used by the plans (``utilities.gpu.ozaki``) and by ``tools/slicing_breakdown.py``.
+    for the next call. Used by the plans (``utilities.ozaki.tensorcore``) and by ``tools/slicing_breakdown.py``.
     """
     tile, rows = COLS_BLOCK
     return [
@@ -316,6 +316,15 @@ def grouped_tile():
     first_m = (block // (GROUP_M * tiles_n)) * GROUP_M
     group_m = min(tiles_m - first_m, GROUP_M)
     return int32(first_m + block % group_m), int32((block % (GROUP_M * tiles_n)) // group_m)
+
+
+EPILOGUE_BLOCK = (32, 8)  # the epilogue kernel's block: 32 columns (coalesced) by 8 rows
+
+
+def epilogue_launch(m: int, n: int, epilogue_factory: Callable[[], Any] | None = None) -> Launch:
+    """The epilogue of an m x n product: ``kernel[grid, block](terms, offsets, e, f, alpha, beta, c, out)``."""
+    tx, ty = EPILOGUE_BLOCK
+    return Launch("epilogue", (epilogue_factory or make_epilogue_kernel)(), (-(-n // tx), -(-m // ty)), EPILOGUE_BLOCK)
 
 
 @functools.cache

@@ -8,8 +8,8 @@ orders of magnitude below HBM bandwidth. libmathdx itself accepts an alignment f
 
 :func:`gmem_layout` returns a device function ``layout(ld)`` that builds such a layout inside a kernel, where
 ``MM.get_layout_gmem_a(ld)`` would build the one-element-aligned one. It reaches into nvmath internals, so it
-is switched on only for the exact version verified here; with another version it falls back to nvmath's own
-layout (correct, slower) and warns once.
+is switched on only for the nvmath-python pinned in ``utilities.machinery.versions``; with another version it
+falls back to nvmath's own layout (correct, slower) and warns once.
 
 The caller guarantees the alignment: every tile's first element and every leading dimension a multiple of
 16 bytes (the plans check this; CuPy allocations are 256-byte aligned).
@@ -22,20 +22,16 @@ partition) stays one element per instruction, with or without the alignment; the
 from __future__ import annotations
 
 import functools
-import importlib.metadata
-import warnings
 from typing import Any
 
-VERIFIED_NVMATH = "1.0.0"
+from . import versions
+
 ALIGNMENT = 16  # bytes
 
 
 def supported() -> bool:
     """Whether the installed nvmath-python is the version these internals were verified with."""
-    try:
-        return importlib.metadata.version("nvmath-python") == VERIFIED_NVMATH
-    except importlib.metadata.PackageNotFoundError:
-        return False
+    return versions.verified(versions.ALIGNED_COPY)
 
 
 @functools.cache
@@ -120,11 +116,10 @@ def gmem_layout(MM: Any, tensor: str) -> Any:
         raise ValueError(f"tensor must be 'a', 'b' or 'c', not {tensor!r}")
     if supported():
         return _machinery()(MM, tensor)
-    warnings.warn(
-        f"utilities.gpu.aligned_copy: verified with nvmath-python {VERIFIED_NVMATH} only; using nvmath's own "
-        "global-memory layouts (correct, but copies move one element at a time)",
-        stacklevel=2,
-    )
+    versions.fall_back(
+        "16-byte global-memory layouts (utilities.machinery.aligned_copy)", versions.ALIGNED_COPY,
+        "using nvmath's own layouts (correct, but copies move one element at a time)",
+    )  # fmt: skip
     return _fallback(MM, tensor)
 
 

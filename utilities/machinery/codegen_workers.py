@@ -2,8 +2,8 @@
 
 A cuBLASDx kernel asks libmathdx for its device functions one at a time, as numba lowers each call, and each
 takes NVRTC about 9 s; nothing needs their LTO-IR until the final link. So the build cache
-(:mod:`utilities.buildcache`) hands numba a placeholder at once and sends the work to a pool of processes;
-the link waits for the real code. Each worker rebuilds the descriptors from their recorded recipes (a
+(:mod:`utilities.machinery.buildcache`) hands numba a placeholder at once and sends the work to a pool of
+processes; the link waits for the real code. Each worker rebuilds the descriptors from their recorded recipes (a
 :class:`Job`: every creating call and option in order, dependencies first) with its own libmathdx, generates
 the code and returns it, after checking that libmathdx gave each function the symbol numba was given.
 
@@ -147,14 +147,15 @@ def _in_worker(job: Job) -> Result:
 
 
 def _in_subprocess(job: Job) -> Result:
-    """Run one job in a fresh ``python -m utilities.parallel_codegen``: the job in on stdin, the result out on stdout.
+    """Run one job in a fresh ``python -m utilities.machinery.codegen_workers``: the job in on stdin, the result
+    out on stdout.
 
     A plain subprocess, not multiprocessing: a spawned multiprocessing worker imports the caller's main script
     again, and a script without an ``if __name__ == "__main__"`` guard would then build its kernels in every worker.
     """
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the checkout that holds ``utilities``
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "utilities.parallel_codegen"]
+    cmd = [sys.executable, "-m", "utilities.machinery.codegen_workers"]
     proc = subprocess.run(cmd, input=pickle.dumps(job), capture_output=True, env=env, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"code generation worker exited with {proc.returncode}: {proc.stderr.decode()[-2000:]}")
@@ -203,6 +204,7 @@ class Pool:
 
 
 if __name__ == "__main__":  # a worker: one pickled Job on stdin, its pickled Result on stdout
-    from utilities import parallel_codegen as worker  # the importable module: the pickle must not name __main__
+    # the importable module, not __main__: the pickle must name classes a worker can import
+    from utilities.machinery import codegen_workers as worker
 
     sys.stdout.buffer.write(pickle.dumps(worker._in_worker(pickle.load(sys.stdin.buffer))))

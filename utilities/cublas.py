@@ -1,4 +1,5 @@
-"""The course's cuBLAS baselines, ``cublas.dgemm`` and ``cublas.igemm``, on CuPy arrays (CuPy imported lazily).
+"""The course's cuBLAS baselines, ``cublas.dgemm`` and ``cublas.igemm``, on CuPy arrays (CuPy imported lazily),
+and their benchmark providers (``dgemm_provider``, ``igemm_provider``: zero-argument callables for ``bench``).
 
 ``igemm`` is cuBLAS's int8 x int8 -> int32 GEMM (``cublasGemmEx``) with B column-major: on an H100 integer
 GEMM in cuBLAS is fast only in that layout (964 TOPS at 8192^3, against 125 with a row-major B).
@@ -6,6 +7,7 @@ GEMM in cuBLAS is fast only in that layout (964 TOPS at 8192^3, against 125 with
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 _INT_MAX = 2**31 - 1
@@ -113,3 +115,15 @@ def dgemm(a: Any, b: Any, out: Any | None = None) -> Any:
             f"out must be a float64 cupy.ndarray of shape {(a.shape[0], b.shape[1])}",
         )
     return cupy.matmul(a, b, out=out)
+
+
+def dgemm_provider(a: Any, b: Any) -> Callable[[], object]:
+    """``dgemm`` on CuPy float64 ``a`` (m, k) and ``b`` (k, n), writing into a buffer allocated once."""
+    out = dgemm(a, b)
+    return lambda: dgemm(a, b, out=out)
+
+
+def igemm_provider(a8: Any, b8_colmajor: Any) -> Callable[[], object]:
+    """``igemm`` on CuPy int8 ``a8`` (m, k) and ``b8_colmajor`` (n, k) = B^T, into one int32 buffer."""
+    out = igemm(a8, b8_colmajor)
+    return lambda: igemm(a8, b8_colmajor, out=out)

@@ -2,7 +2,7 @@
 
 Counts are compulsory traffic: every operand read once and every result written once per kernel (a block
 re-reading B0 or B1 from L2 is not counted). FP16 everywhere: 2 bytes an element. Batched problems multiply
-everything by ``batch``. The paths counted are exactly those of ``utilities.gpu.fusion_baselines`` and of the
+everything by ``batch``. The paths counted are exactly those of ``utilities.fusion.baselines`` and of the
 fused kernels:
 
 Back-to-back GEMM, ``D0 = relu(alpha0 A0 B0)``, ``D1 = relu(alpha1 D0 B1 + beta1 C1)``:

@@ -1,4 +1,4 @@
-"""Multi-pass tensorization on the GPU: a tile GEMM whose K loop runs phases of F fused passes.
+"""Multi-pass tensorization on tensor cores (GPU only): a tile GEMM whose K loop runs phases of F fused passes.
 
 cuBLASDx's block ``Matmul`` takes its operands from shared memory and walks its K depth in MMA steps (on sm_90a
 the tensor API loads each step's fragments with ldmatrix and issues mma.sync; the pipeline API issues WGMMA),
@@ -7,7 +7,8 @@ shared memory (asynchronously, double-buffered), waits once, and runs one ``Matm
 Larger F: fewer waits and barriers, longer MMA bursts, more shared memory per block (fewer blocks per SM).
 
 Also here, as reference points: the same GEMM through cuBLASDx's own pipeline (TMA + mbarriers, the kernels of
-the Ozaki-I track) and the compiled kernels' resources (registers, spills, shared memory, occupancy).
+the Ozaki-I track, ``utilities.ozaki.tensorcore``) and the compiled kernels' resources (registers, spills,
+shared memory, occupancy).
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from nvmath.device import Matmul
 from nvmath.device.common import clear, copy, copy_fragment, copy_wait, make_tensor
 from nvmath.device.cublasdx_numba import pipeline_extensions
 
-from ..multipass import PassConfig, validate_problem
-from . import launch
-from .aligned_copy import gmem_layout
-from .operands import require
+from .. import smem
+from ..machinery import launch
+from ..machinery.aligned_copy import gmem_layout
+from ..operands import require
+from .config import PassConfig, validate_problem
 
-SMEM_ALIGN = 1024  # every shared buffer starts on 1 KiB: enough for any swizzled layout cuBLASDx suggests
+SMEM_ALIGN = smem.ALIGN_BYTES  # every shared buffer starts on 1 KiB: enough for any swizzled layout cuBLASDx suggests
 PRECISION = {"int8": (np.int8, np.int8, np.int32), "float16": (np.float16, np.float16, np.float32)}
 OUT_DTYPE = {"int8": np.int32, "float16": np.float32}
 PIPELINE_TILE_K = {"int8": 128, "float16": 64}  # the library pipeline's stage depth (32 KiB a stage)
@@ -50,21 +52,13 @@ def matmul_for(cfg: PassConfig, sm: Any = None) -> Matmul:
     )
 
 
-def _align(x: int, q: int = SMEM_ALIGN) -> int:
-    return -(-x // q) * q
-
-
 def smem_offsets(MM: Matmul) -> tuple[tuple[int, int, int, int], int]:
     """Element offsets of the buffers A0, B0, A1, B1 in shared memory, and the bytes they take in all."""
     item = np.dtype(MM.a_value_type).itemsize
     a_bytes = MM.suggest_layout_smem_a().cosize * item
     b_bytes = MM.suggest_layout_smem_b().cosize * item
-    offsets, end = [], 0
-    for nbytes in (a_bytes, b_bytes, a_bytes, b_bytes):
-        start = _align(end)
-        offsets.append(start // item)
-        end = start + nbytes
-    return tuple(offsets), end
+    offsets, end = smem.segments(a_bytes, b_bytes, a_bytes, b_bytes)
+    return tuple(o // item for o in offsets), end
 
 
 @functools.cache

@@ -1,0 +1,90 @@
+"""The package's layout is a contract: every track has the same shape, the core needs only the base dependencies,
+GPU modules stay out of CPU import paths, and the GPU stack's pins are written once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+UTILITIES = ROOT / "utilities"
+TRACKS = ("multipass", "fusion", "ozaki")
+ROLES = ("reference", "check", "model", "figures", "tensorcore", "benchmarks")  # every track has these files
+CORE = ("checker", "bench", "report", "plots", "peaks", "inputs", "exact", "errors", "smem", "operands", "cublas",
+        "preflight", "machinery.versions")  # fmt: skip
+GPU_ONLY = ("tensorcore", "tensorcore_persistent", "baselines", "benchmarks")
+
+# Runs in a fresh interpreter in which only the standard library, NumPy and Matplotlib can be imported: the
+# course's base dependencies (pyproject.toml's ``dependencies``).
+ONLY_BASE = """
+import importlib.abc, sys
+ALLOWED = {"numpy", "matplotlib", "utilities"}
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        top = name.split(".")[0]
+        if top in ALLOWED or top in sys.stdlib_module_names or top.startswith("_"):
+            return None
+        if any(m.split(".")[0] == "matplotlib" for m in sys.modules) and top in MPL_DEPS:
+            return None
+        raise ImportError(f"{name} is not a base dependency")
+MPL_DEPS = {"PIL", "cycler", "dateutil", "kiwisolver", "pyparsing", "packaging", "fontTools", "contourpy", "six"}
+sys.meta_path.insert(0, Blocker())
+import importlib
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+gpu = sorted(m for m in sys.modules if m.split(".")[0] in ("cupy", "numba", "nvmath", "cuda", "nbformat"))
+assert not gpu, gpu
+print("ok")
+"""
+
+
+def test_every_track_has_the_same_roles() -> None:
+    for track in TRACKS:
+        missing = [role for role in ROLES if not (UTILITIES / track / f"{role}.py").is_file()]
+        assert not missing, f"utilities/{track} lacks {missing}: every track keeps each role in the same file"
+    assert not (UTILITIES / "gpu").exists(), "GPU modules live in their track (tensorcore.py, benchmarks.py)"
+
+
+def test_the_core_and_the_cpu_modules_of_every_track_need_only_the_base_dependencies() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert {req.split(">")[0].split("<")[0].split("=")[0] for req in project["dependencies"]} == {"numpy", "matplotlib"}
+    cpu = [f"utilities.{name}" for name in CORE]
+    for track in TRACKS:
+        cpu.append(f"utilities.{track}")
+        cpu += [f"utilities.{track}.{p.stem}" for p in sorted((UTILITIES / track).glob("*.py"))
+                if p.stem not in GPU_ONLY and p.stem not in ("__init__", "simt")]  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", ONLY_BASE, *cpu], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("track", TRACKS)
+def test_importing_a_track_imports_no_gpu_module(track: str) -> None:
+    code = (
+        f"import sys, utilities.{track}\n"
+        "bad = [m for m in sys.modules if m.rsplit('.', 1)[-1] in ('tensorcore', 'tensorcore_persistent', "
+        "'baselines', 'benchmarks') or m.split('.')[0] in ('cupy', 'nvmath')]\n"
+        "assert not bad, bad\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_stack_is_pinned_once() -> None:
+    from utilities.machinery.versions import PINS
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    gpu = {req.split("==")[0].split("[")[0]: req.split("==")[1] for req in project["optional-dependencies"]["gpu"]}
+    assert gpu == PINS
+    readme = (ROOT / "README.md").read_text()
+    for name, version in PINS.items():
+        assert f"| {name} | {version} |" in readme, f"README's stack table lacks {name} {version}"
+    literal = [
+        str(path.relative_to(ROOT))
+        for path in UTILITIES.rglob("*.py")
+        if path.name != "versions.py" and any(f'"{v}"' in path.read_text() for v in ("0.30.4", "0.3.2.6", "14.2.0"))
+    ]
+    assert not literal, f"version literals outside utilities/machinery/versions.py: {literal}"

@@ -1,0 +1,262 @@
+"""The checker core: how every exercise's checker compares, reports and tells unfinished from wrong.
+
+NumPy only (importable with the course's base dependencies). The checkers themselves live with their track
+(``utilities.<track>.check``); each runs the attendee's code on fresh random inputs (the seed is printed, so a
+failure can be replayed with ``seed=``) and on adversarial ones, compares every stage it can see with the
+NumPy reference, and then either
+
+- prints one pass line (:func:`passed`),
+- prints "not implemented yet" for an untouched skeleton (:func:`not_yet`), so that an exercise notebook still
+  runs to the end, or
+- raises :class:`CheckFailure` (an AssertionError, so nbval and pytest see it) naming the stage, the first
+  mismatching indices with got/expected values, and a hint (:func:`compare`).
+
+A checker declared with :func:`checker` takes ``exercise=``: the attendee's functions (kernel factories) whose
+source an exercise notebook marked with :data:`PLACEHOLDER` lines. A failure is reported as unfinished only
+while a TODO region that the failing stage depends on still holds its placeholder: a wrong first stage is
+reported as wrong even while later regions are untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# The marker that ends every skeleton line of an exercise notebook (``utilities.notebooks`` writes it).
+PLACEHOLDER = "# placeholder: your code replaces this line"
+
+MAX_SHOWN = 5
+
+
+class CheckFailure(AssertionError):
+    """A stage of the attendee's code disagrees with the reference."""
+
+    def __init__(self, stage: str, message: str):
+        super().__init__(message)
+        self.stage = stage
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: str  # "passed" or "not implemented"
+    cases: int = 0
+    seed: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.status == "passed"
+
+
+def fresh_seed(seed: int | None = None) -> int:
+    return secrets.randbelow(2**31) if seed is None else int(seed)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Generic comparison
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _format_index(index: tuple[int, ...], names: Sequence[str] | None) -> str:
+    if names and len(names) == len(index):
+        return ", ".join(f"{n} {i}" for n, i in zip(names, index, strict=True))
+    return ", ".join(str(i) for i in index)
+
+
+def mismatch_report(
+    stage: str,
+    got: np.ndarray,
+    expected: np.ndarray,
+    bad: np.ndarray,
+    *,
+    names: Sequence[str] | None = None,
+    hint: str = "",
+    case: str = "",
+    bound: np.ndarray | None = None,
+) -> str:
+    where = np.argwhere(bad)
+    lines = [
+        f"stage '{stage}'" + (f" on input '{case}'" if case else "") + f": {len(where)} of {bad.size} entries wrong"
+    ]
+    for idx in where[:MAX_SHOWN]:
+        t = tuple(int(i) for i in idx)
+        line = f"  at ({_format_index(t, names)}): got {got[t]!r}, expected {expected[t]!r}"
+        if bound is not None:
+            line += f" (allowed difference {float(bound[t]):.3g})"
+        lines.append(line)
+    if len(where) > MAX_SHOWN:
+        lines.append(f"  ... and {len(where) - MAX_SHOWN} more")
+    if hint:
+        lines.append(f"hint: {hint}")
+    return "\n".join(lines)
+
+
+def compare(
+    stage: str,
+    got: Any,
+    expected: np.ndarray,
+    *,
+    bound: np.ndarray | float | None = None,
+    names: Sequence[str] | None = None,
+    hint: str = "",
+    case: str = "",
+) -> None:
+    """Raise :class:`CheckFailure` unless ``got`` equals ``expected`` (or is within ``bound``, elementwise).
+
+    NaN matches NaN; shapes and dtypes are checked first.
+    """
+    got = np.asarray(got)
+    expected = np.asarray(expected)
+    if got.shape != expected.shape:
+        raise CheckFailure(stage, f"stage '{stage}': shape {got.shape}, expected {expected.shape}" + _hint(hint))
+    if got.dtype.kind != expected.dtype.kind or (expected.dtype.kind in "iu" and got.dtype != expected.dtype):
+        raise CheckFailure(stage, f"stage '{stage}': dtype {got.dtype}, expected {expected.dtype}" + _hint(hint))
+    both_nan = np.isnan(got) & np.isnan(expected) if expected.dtype.kind == "f" else np.zeros(got.shape, bool)
+    if bound is None:
+        bad = (got != expected) & ~both_nan
+    else:
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+        bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), got.shape)
+        bad = ~(diff <= bound) & ~both_nan
+    if bad.any():
+        raise CheckFailure(
+            stage,
+            mismatch_report(
+                stage, got, expected, bad, names=names, hint=hint, case=case, bound=None if bound is None else bound
+            ),
+        )
+
+
+def _hint(hint: str) -> str:
+    return f"\nhint: {hint}" if hint else ""
+
+
+def untouched(got: Any, poison: float | int = 0) -> bool:
+    """True when every entry still holds ``poison`` (what an unfinished skeleton leaves behind)."""
+    got = np.asarray(got)
+    if got.dtype.kind == "f" and isinstance(poison, float) and np.isnan(poison):
+        return bool(np.isnan(got).all())
+    return bool((got == poison).all())
+
+
+def passed(name: str, cases: int, seed: int) -> CheckResult:
+    """Print the pass line of checker ``name`` and return its result."""
+    print(f"✓ {name}: passed on {cases} inputs (seed {seed})")
+    return CheckResult(name, "passed", cases, seed)
+
+
+def not_yet(name: str, what: str) -> CheckResult:
+    """Print the "not implemented yet" line of checker ``name`` (``what`` says why) and return its result."""
+    print(f"… {name}: not implemented yet ({what})")
+    return CheckResult(name, "not implemented")
+
+
+_TODO = re.compile(r"^\s*# TODO\b(?P<text>.*)$")
+
+
+@dataclass(frozen=True)
+class Region:
+    """One TODO region of an exercise function: its TODO line and whether a placeholder line is still there."""
+
+    function: str
+    todo: str
+    unfinished: bool
+
+
+def todo_regions(fn: Any) -> list[Region]:
+    """The TODO regions of ``fn``'s source in order; a region runs from its ``# TODO`` line to the next one.
+
+    A region is unfinished while a line of it still ends with :data:`PLACEHOLDER`. A function whose source
+    cannot be read has no regions.
+    """
+    try:
+        source = inspect.getsource(inspect.unwrap(fn))
+    except (OSError, TypeError):
+        return []
+    name = getattr(fn, "__name__", "the exercise")
+    regions: list[Region] = []
+    todo, unfinished = None, False
+    for line in source.split("\n"):
+        match = _TODO.match(line)
+        if match:
+            if todo is not None:
+                regions.append(Region(name, todo, unfinished))
+            todo, unfinished = match["text"].strip(" :"), False
+        elif todo is not None and line.rstrip().endswith(PLACEHOLDER):
+            unfinished = True
+    if todo is not None:
+        regions.append(Region(name, todo, unfinished))
+    return regions
+
+
+def untouched_exercise(*functions: Any) -> str | None:
+    """The name of the first function whose source still holds a placeholder line, else None."""
+    for fn in functions:
+        if fn is None:
+            continue
+        try:
+            source = inspect.getsource(inspect.unwrap(fn))
+        except (OSError, TypeError):
+            continue
+        if PLACEHOLDER in source:
+            return getattr(fn, "__name__", "the exercise")
+    return None
+
+
+def unfinished_for(stage: str, functions: Sequence[Any], needs: Mapping[str, Any] | None) -> str | None:
+    """Why a failure of ``stage`` is an unfinished exercise, or None when it is a wrong one.
+
+    ``needs[stage]`` says which TODO regions of ``functions`` the stage depends on: an int, that many regions
+    counted in order across the functions; a tuple of function names, every region of those functions. A stage
+    missing from ``needs`` depends on all of them. The answer names the first unfinished region it depends on.
+    """
+    functions = [fn for fn in functions if fn is not None]
+    regions = [region for fn in functions for region in todo_regions(fn)]
+    want = None if needs is None else needs.get(stage.split(" (")[0])
+    if isinstance(want, int):
+        regions = regions[:want]
+    elif want is not None:
+        regions = [region for region in regions if region.function in want]
+    elif not regions:  # no TODO lines to go by: any placeholder left means unfinished
+        name = untouched_exercise(*functions)
+        return None if name is None else f"{name} still has its placeholder line"
+    for region in regions:
+        if region.unfinished:
+            return f"{region.function}: TODO '{region.todo}' still has its placeholder line"
+    return None
+
+
+def _exercises(fn: Any, exercise: Any) -> list[Any]:
+    return [fn, *(exercise if isinstance(exercise, list | tuple) else [exercise])]
+
+
+def checker(
+    name: str, needs: Mapping[str, Any] | None = None
+) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
+    """Declare a checker: it gains an ``exercise=`` keyword (the attendee's functions, in pipeline order).
+
+    A :class:`CheckFailure` of a stage whose TODO regions (``needs``, see :func:`unfinished_for`) still hold a
+    placeholder is reported as "not implemented yet" instead of raised.
+    """
+
+    def wrap(body: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+        @functools.wraps(body)
+        def run(fn: Any, *args: Any, exercise: Any = None, **kwargs: Any) -> CheckResult:
+            try:
+                return body(fn, *args, **kwargs)
+            except CheckFailure as failure:
+                why = unfinished_for(failure.stage, _exercises(fn, exercise), needs)
+                if why:
+                    return not_yet(name, why)
+                raise
+
+        return run
+
+    return wrap

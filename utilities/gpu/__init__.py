@@ -1,1 +1,0 @@
-"""Launchers that need CUDA; import lazily."""

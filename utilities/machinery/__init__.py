@@ -1,0 +1,16 @@
+"""The machinery that makes the course's kernels build fast and launch cheaply: the only code that reaches into
+nvmath-python's and numba-cuda's internals.
+
+- ``versions``: the stack verified together (one place for the pins) and the guard every reach into private
+  internals goes through; with other versions each piece falls back to the public path and says so once;
+- ``buildcache``: the on-disk cache of libmathdx code, traits and linked cubins (``python -m
+  utilities.machinery.buildcache`` shows or clears it), split by job: ``store``, ``interposer``, ``linking``,
+  ``progress``;
+- ``codegen_workers``: libmathdx code generation in worker processes;
+- ``prebuild``: every course kernel built ahead of a workshop, in parallel processes;
+- ``launch``: large dynamic shared memory, and a launch path that packs arguments itself;
+- ``aligned_copy``: global-memory layouts that promise cuBLASDx 16-byte alignment;
+- ``cp_async``: ``cp.async`` commit and wait-group intrinsics for numba.
+
+Nothing here is imported by the course's CPU code.
+"""

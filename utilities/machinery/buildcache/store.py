@@ -1,0 +1,110 @@
+"""The build cache's on-disk store: checksummed entries, written atomically, a corrupt one deleted and rebuilt.
+
+Entries live under ``root/v<FORMAT>/<key[:2]>/<key>``: a header (magic, length, SHA-256), then zlib data. Keys are
+SHA-256 digests of everything that determines an entry (:func:`make_key`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import threading
+import warnings
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+_MAGIC = b"TCFC"
+
+
+def default_cache_dir() -> Path | None:
+    """The cache folder, or None when ``COURSE_BUILD_CACHE=off``."""
+    env = os.environ.get("COURSE_BUILD_CACHE")
+    if env:
+        return None if env.lower() in {"off", "0", "false", "no"} else Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tcfusion-course"
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    corrupt: int = 0
+    stored: int = 0
+    seconds_generating: float = 0.0
+
+    def summary(self) -> str:
+        text = f"{self.hits} from cache, {self.misses} generated ({self.seconds_generating:.1f} s)"
+        return text + (f", {self.corrupt} corrupt entries rebuilt" if self.corrupt else "")
+
+
+class DiskCache:
+    """Blobs under ``root/v<FORMAT>/<key[:2]>/<key>``: a header (magic, length, SHA-256), then zlib data."""
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root) / f"v{FORMAT}"
+        self.stats = CacheStats()
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def get(self, key: str, *, count: bool = True) -> bytes | None:
+        """The entry's payload, or None; ``count=False`` leaves the hit and miss counts alone."""
+        path = self._path(key)
+        try:
+            blob = path.read_bytes()
+        except FileNotFoundError:
+            self.stats.misses += count
+            return None
+        payload = _unpack(blob)
+        if payload is None:
+            self.stats.corrupt += 1
+            self.stats.misses += count
+            warnings.warn(f"build cache: corrupt entry {path} removed; it is being rebuilt", stacklevel=2)
+            path.unlink(missing_ok=True)
+            return None
+        self.stats.hits += count
+        return payload
+
+    def put(self, key: str, payload: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(_pack(payload))
+        os.replace(tmp, path)  # atomic: readers see the old entry or the whole new one
+        self.stats.stored += 1
+
+    def clear(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def size_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file()) if self.root.exists() else 0
+
+
+def _pack(payload: bytes) -> bytes:
+    data = zlib.compress(payload, 1)
+    return _MAGIC + len(data).to_bytes(8, "little") + hashlib.sha256(data).digest() + data
+
+
+def _unpack(blob: bytes) -> bytes | None:
+    if len(blob) < 44 or blob[:4] != _MAGIC:
+        return None
+    size = int.from_bytes(blob[4:12], "little")
+    data = blob[44:]
+    if len(data) != size or hashlib.sha256(data).digest() != blob[12:44]:
+        return None
+    try:
+        return zlib.decompress(data)
+    except zlib.error:
+        return None
+
+
+def make_key(kind: str, recipe: Any, environment: dict[str, str]) -> str:
+    """SHA-256 of everything that determines an entry: its kind, its recipe and the code generators' versions."""
+    text = json.dumps([FORMAT, kind, recipe, sorted(environment.items())], separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

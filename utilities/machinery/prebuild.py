@@ -1,0 +1,300 @@
+"""Build the course's kernels ahead of a session, in parallel processes, into the on-disk build cache.
+
+libmathdx generates code in one thread per process, so a many-core GPU host builds several kernels at once only
+from several processes. An instructor runs this once before a workshop (``./course prebuild``); the notebooks
+then find every kernel in the cache (``utilities.machinery.buildcache``)::
+
+    python -m utilities.machinery.prebuild                     # every kernel the notebooks and tests use
+    python -m utilities.machinery.prebuild --jobs fused:2048x2048x2048,b2b:576x64x128
+    python -m utilities.machinery.prebuild --list              # the jobs, one a line, and stop
+
+It checks the machine first (the preflight table, then one line saying why it cannot build here), prints a line
+as each kernel finishes (kernels done of all, elapsed time, an estimate of what is left), and a table of build
+times last. Jobs start longest first, by the times the last prebuild on this machine measured (kept beside the
+build cache), else by kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"576x64x128"`` -> (576, 64, 128)."""
+    return tuple(int(x) for x in text.lower().split("x"))
+
+
+# --- one build per job kind (each runs in a process of its own) ---------------------------------------------------
+
+
+def _ozaki(variant: str, spec: str, slices: int) -> None:
+    import cupy as cp
+
+    from utilities.ozaki.tensorcore import OzakiGemm
+
+    m, n, k = parse_shape(spec)
+    OzakiGemm(m, n, k, slices, variant)(cp.zeros((m, k)), cp.zeros((k, n)))
+
+
+def _b2b(kind: str, spec: str, slices: int) -> None:
+    import cupy as cp
+
+    from utilities.fusion.tensorcore import BackToBack, BlockConfig
+    from utilities.fusion.tensorcore_persistent import PersistentBackToBack
+
+    shape, _, block = spec.partition("@")  # b2b_persistent:64x256x64@32x128x3: row tile 32, 128 threads, depth 3
+    k0, n0, n1 = parse_shape(shape)  # the kernel does not depend on M: a few row tiles build it
+    fields = dict(zip(("tile_m", "threads", "depth"), parse_shape(block), strict=False)) if block else {}
+    cfg = BlockConfig(**fields) if fields else None
+    m = 4 * (cfg.tile_m if cfg else 128)
+    if kind == "b2b_persistent":
+        plan = PersistentBackToBack(m, k0, n0, n1, cfg=cfg)
+    else:
+        plan = BackToBack(m, k0, n0, n1, keep_d0=kind == "b2b_keep", cfg=cfg)
+    z = cp.zeros
+    plan(z((m, k0), cp.float16), z((k0, n0), cp.float16), z((n0, n1), cp.float16), z((m, n1), cp.float16))
+
+
+def _b2b_pipelined(kind: str, spec: str, slices: int) -> None:
+    import cupy as cp
+
+    from utilities.fusion.tensorcore_persistent import PipelineConfig, PipelinedBackToBack
+
+    shape, _, block = spec.partition("@")
+    dims = parse_shape(shape)
+    nb, m, k0, n0, n1 = dims if len(dims) == 5 else (1, *dims)  # the pipeline's type carries A0's and B0's shapes
+    z = cp.zeros
+    plan = PipelinedBackToBack(
+        z((nb, m, k0), cp.float16), z((nb, k0, n0), cp.float16), n1, PipelineConfig(*parse_shape(block))
+    )
+    plan(z((nb, n0, n1), cp.float16), z((nb, m, n1), cp.float16))
+
+
+def _gemm_bias_relu(kind: str, spec: str, slices: int) -> None:
+    import cupy as cp
+
+    from utilities.fusion.tensorcore import GemmBiasRelu
+
+    m, n, k = parse_shape(spec)
+    GemmBiasRelu(m, n, k)(cp.zeros((m, k), cp.float16), cp.zeros((k, n), cp.float16), cp.zeros(n, cp.float16))
+
+
+def _multipass(kind: str, spec: str, slices: int) -> None:
+    from utilities.multipass.benchmarks import TEST_SHAPE, random_operands
+    from utilities.multipass.config import PassConfig
+    from utilities.multipass.tensorcore import PassGemm, PipelineGemm
+
+    dtype, value = spec.split(":")
+    if kind == "multipass":  # one build serves every size
+        m, n, k = TEST_SHAPE
+        PassGemm(m, n, k, PassConfig(dtype, fused=int(value)))(*random_operands(m, n, k, dtype))
+    else:  # the pipeline's type carries the operands' shapes
+        size = int(value)
+        m, n, k = (size, size, size) if size != TEST_SHAPE[0] else TEST_SHAPE
+        PipelineGemm(*random_operands(m, n, k, dtype), dtype)()
+
+
+BUILDERS: dict[str, Callable[[str, str, int], None]] = {
+    "unfused": lambda kind, spec, slices: _ozaki(kind, spec, slices),
+    "partial": lambda kind, spec, slices: _ozaki(kind, spec, slices),
+    "fused": lambda kind, spec, slices: _ozaki(kind, spec, slices),
+    "b2b": _b2b,
+    "b2b_keep": _b2b,
+    "b2b_persistent": _b2b,
+    "b2b_pipelined": _b2b_pipelined,
+    "gemm_bias_relu": _gemm_bias_relu,
+    "multipass": _multipass,
+    "pipeline": _multipass,
+}
+# Seconds a kind took on a 16-core H100 host with every build running side by side (2026-11-23), for the order
+# of the first prebuild on a machine; later ones use what this machine measured.
+KIND_SECONDS = {"unfused": 300, "partial": 300, "fused": 340, "b2b_pipelined": 250, "pipeline": 220}
+
+# What the notebooks, the tests and the GPU report build
+OZAKI_JOBS = (
+    "unfused:256x256x384,partial:256x256x384,fused:256x256x384,unfused:8192x8192x8192,partial:8192x8192x8192,"
+    "fused:8192x8192x8192,fused:2048x2048x2048,fused:4096x4096x4096"
+)
+FUSION_JOBS = (
+    "b2b:576x64x128,b2b:64x256x64,b2b_keep:576x64x128,b2b_keep:64x256x64,b2b:4096x256x64,gemm_bias_relu:512x128x256,"
+    "b2b_persistent:64x256x64@32x128x3,b2b_persistent:576x64x128@128x256x3,"
+    "b2b_pipelined:131072x64x256x64@64x128x32x2,b2b_pipelined:262144x64x256x64@64x128x32x2,"
+    "b2b_pipelined:19264x64x256x64@64x128x32x2,b2b_pipelined:3x2560x64x256x64@64x128x32x2"
+)
+MULTIPASS_JOBS = (
+    "multipass:int8:1,multipass:int8:2,multipass:int8:4,multipass:int8:8,multipass:float16:1,multipass:float16:2,"
+    "multipass:float16:4,multipass:float16:8,pipeline:int8:256,pipeline:int8:8192,pipeline:float16:256,"
+    "pipeline:float16:8192"
+)
+COURSE_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{MULTIPASS_JOBS}"
+
+
+def build_one(job: str, slices: int) -> None:
+    """Build one job (``kind:spec``) into the build cache, in this process."""
+    import cupy as cp
+
+    from utilities.machinery import buildcache
+
+    kind, _, spec = job.partition(":")
+    if kind not in BUILDERS:
+        raise ValueError(f"unknown kernel kind {kind!r} in job {job!r}: one of {', '.join(BUILDERS)}")
+    buildcache.install()
+    BUILDERS[kind](kind, spec, slices)
+    cp.cuda.Device().synchronize()
+
+
+# --- scheduling, progress and the report ----------------------------------------------------------------------
+
+
+def _times_file() -> Path | None:
+    from utilities.machinery.buildcache.store import default_cache_dir
+
+    root = default_cache_dir()
+    return None if root is None else root / "prebuild-seconds.json"
+
+
+def measured_seconds() -> dict[str, float]:
+    """The seconds each job took in this machine's last prebuilds (empty when there were none)."""
+    path = _times_file()
+    try:
+        return {str(k): float(v) for k, v in json.loads(path.read_text()).items()} if path else {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _save_seconds(seconds: dict[str, float]) -> None:
+    path = _times_file()
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**measured_seconds(), **seconds}, indent=1, sort_keys=True))
+    except OSError:
+        pass  # an estimate for the next run is a convenience, never a reason to fail
+
+
+def order(jobs: list[str], known: dict[str, float]) -> list[str]:
+    """Longest first (known seconds, else the kind's typical seconds), so that no long build starts last."""
+    return sorted(jobs, key=lambda job: -known.get(job, KIND_SECONDS.get(job.partition(":")[0], 120)))
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds) // 60} min {int(seconds) % 60:02d} s" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def progress_line(done: int, total: int, job: str, seconds: float, elapsed: float, left: float | None) -> str:
+    """One line per finished build: how many of how many, which, its time, elapsed, and what is left."""
+    estimate = "" if left is None else f", about {_clock(left)} left"
+    return f"prebuild: [{done}/{total}] {job}: {seconds:.0f} s; {_clock(elapsed)} elapsed{estimate}"
+
+
+def estimate_left(pending: list[str], running: dict[str, float], known: dict[str, float], parallel: int,
+                  now: float) -> float:  # fmt: skip
+    """Seconds until every build is done: the work left (known or typical seconds; a running build's remainder)
+    shared among ``parallel`` processes, but never less than the longest single build still to finish."""
+
+    def cost(job: str) -> float:
+        return known.get(job, KIND_SECONDS.get(job.partition(":")[0], 120))
+
+    remaining = [max(cost(job) - (now - start), 5.0) for job, start in running.items()] + [cost(j) for j in pending]
+    if not remaining:
+        return 0.0
+    return max(sum(remaining) / max(1, parallel), max(remaining))
+
+
+def report_table(results: list[tuple[str, float, bool]]) -> str:
+    """The build times, longest first, and the total."""
+    width = max(len(job) for job, _, _ in results)
+    lines = [f"{'kernel':<{width}}  {'seconds':>7}  built"]
+    for job, seconds, ok in sorted(results, key=lambda r: -r[1]):
+        lines.append(f"{job:<{width}}  {seconds:7.1f}  {'yes' if ok else 'FAILED'}")
+    return "\n".join(lines)
+
+
+def _cannot_build_here() -> str | None:
+    """The preflight's table and verdict; the reason a GPU build cannot run here, or None."""
+    from utilities.preflight import PreflightError, preflight
+
+    try:
+        preflight(require_gpu=True, require_mathdx=True)
+    except PreflightError as error:
+        return str(error)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m utilities.machinery.prebuild", description=__doc__.splitlines()[0],
+        epilog="kinds: unfused|partial|fused:MxNxK, b2b|b2b_keep|b2b_persistent:K0xN0xN1[@TMxTHREADS[xDEPTH]], "
+        "b2b_pipelined:[BATCHx]MxK0xN0xN1@TMxTHREADSxTKxDEPTH, gemm_bias_relu:MxNxK, "
+        "multipass:int8|float16:F, pipeline:int8|float16:SIZE",
+    )  # fmt: skip
+    parser.add_argument("--jobs", default=COURSE_JOBS, help="comma-separated jobs, one process each (default: all)")
+    parser.add_argument("--slices", type=int, default=7, help="slices of the Ozaki-I jobs (default 7)")
+    parser.add_argument("--parallel", type=int, default=os.cpu_count() or 4, help="builds at a time (default: cores)")
+    parser.add_argument("--list", action="store_true", help="print the jobs in the order they would start, and stop")
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # worker mode
+    args = parser.parse_args(argv)
+    jobs = [job for job in args.jobs.split(",") if job]
+    unknown = [job for job in jobs if job.partition(":")[0] not in BUILDERS]
+    if unknown:
+        parser.error(f"unknown job kind in {', '.join(unknown)}: kinds are {', '.join(BUILDERS)}")
+    known = measured_seconds()
+    jobs = order(jobs, known)
+    if args.list:
+        print("\n".join(jobs))
+        return 0
+    if args.one:
+        (job,) = jobs
+        build_one(job, args.slices)
+        return 0
+    why = _cannot_build_here()
+    if why:
+        print(f"prebuild: cannot build the course's kernels on this machine.\n{why}", file=sys.stderr)
+        return 2
+    parallel = max(1, min(args.parallel, len(jobs)))
+    print(f"prebuild: {len(jobs)} kernels, {parallel} at a time", flush=True)
+    env = dict(os.environ)  # each build generates its code in worker processes of its own: share the cores
+    env.setdefault("COURSE_BUILD_JOBS", str(max(1, (os.cpu_count() or 1) // parallel)))
+    start = time.perf_counter()
+    running: dict[str, float] = {}
+
+    def worker(job: str) -> tuple[str, float, bool]:
+        began = time.perf_counter()
+        running[job] = began
+        cmd = [sys.executable, "-m", "utilities.machinery.prebuild", "--one", "--jobs", job, "--slices",
+               str(args.slices)]  # fmt: skip
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        running.pop(job, None)
+        if done.returncode:
+            print(f"prebuild: {job} failed:\n{done.stderr[-3000:]}", file=sys.stderr, flush=True)
+        return job, time.perf_counter() - began, done.returncode == 0
+
+    results: list[tuple[str, float, bool]] = []
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = [pool.submit(worker, job) for job in jobs]
+        for future in as_completed(futures):
+            results.append(future.result())
+            job, seconds, _ = results[-1]
+            now = time.perf_counter()
+            pending = [j for j in jobs if j not in running and j not in {r[0] for r in results}]
+            left = estimate_left(pending, dict(running), known, parallel, now) if len(results) < len(jobs) else None
+            print(progress_line(len(results), len(jobs), job, seconds, now - start, left), flush=True)
+    _save_seconds({job: seconds for job, seconds, ok in results if ok})
+    failed = [job for job, _, ok in results if not ok]
+    print(report_table(results))
+    print(f"prebuild: {len(jobs) - len(failed)} of {len(jobs)} kernels built in {_clock(time.perf_counter() - start)}"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)  # fmt: skip
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
