@@ -19,6 +19,7 @@ from numba import cuda, types  # noqa: E402
 
 from utilities.machinery import cp_async  # noqa: E402
 from utilities.ozaki import simt as kernels  # noqa: E402
+from utilities.ozaki2 import simt as kernels2  # noqa: E402
 
 # numba-cuda asks the current device for its compute capability when it compiles a device function called
 # from a kernel; without a GPU, answer with the target being compiled for.
@@ -49,6 +50,15 @@ KERNELS = {
         (types.int32[:, :, ::1], i32_1d, i32_1d, i32_1d, types.float64, types.float64, f64_2d, f64_2d),
     ),
     "cp_async_groups_kernel": (cp_async_groups_kernel, (f64_1d,)),
+    "ozaki2 residue_rows_kernel, 15 moduli": (
+        kernels2.make_residue_rows_kernel(8192, 8192, 15),
+        (f64_2d, i32_3d, i32_1d),
+    ),
+    "ozaki2 stats_kernel": (kernels2.make_stats_kernel(8192, 8192), (f64_2d, i32_1d, types.int64[::1])),
+    "ozaki2 reconstruct_kernel, 15 moduli": (
+        kernels2.make_reconstruct_kernel(15),
+        (types.int32[:, :, ::1], i32_1d, i32_1d, types.float64, types.float64, f64_2d, f64_2d),
+    ),
 }
 
 

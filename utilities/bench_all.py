@@ -11,13 +11,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="2048,4096,8192")
     parser.add_argument("--slices", type=int, default=7)
-    parser.add_argument("--tracks", default="ozaki,fusion,multipass")
+    parser.add_argument("--tracks", default="ozaki,ozaki2,fusion,multipass")
     parser.add_argument("--plots", default="", help="folder for the PNG figures (none if empty)")
     parser.add_argument("--accuracy", choices=["yes", "no", "only"], default="yes", help="accuracy sweeps (2048^3)")
     args = parser.parse_args(argv)
     buildcache.install()
     sizes = [int(s) for s in args.sizes.split(",")]
-    if "ozaki" in args.tracks:
+    if "ozaki" in args.tracks.split(","):
         from utilities.ozaki.benchmarks import accuracy_records, ozaki_benchmarks
         from utilities.ozaki.figures import save_plots
 
@@ -29,14 +29,22 @@ def main(argv: list[str] | None = None) -> int:
             records += accuracy_records()
         if args.plots and args.accuracy != "only":
             print("plots:", ", ".join(save_plots(records, args.plots)))
-    if "multipass" in args.tracks:
+    if "ozaki2" in args.tracks.split(","):
+        from utilities.ozaki2.benchmarks import accuracy_records as accuracy2
+        from utilities.ozaki2.benchmarks import ozaki2_records
+
+        for size in sizes if args.accuracy != "only" else []:
+            ozaki2_records(size, "auto")
+        if args.accuracy != "no":
+            accuracy2()
+    if "multipass" in args.tracks.split(","):
         from utilities.multipass.benchmarks import multipass_records
         from utilities.multipass.figures import save_plots as save_multipass_plots
 
         records = multipass_records(sizes=(max(sizes),))
         if args.plots:
             print("plots:", ", ".join(save_multipass_plots(records, args.plots)))
-    if "fusion" in args.tracks:
+    if "fusion" in args.tracks.split(","):
         from utilities.fusion.benchmarks import fusion_records
         from utilities.fusion.figures import save_plots as save_fusion_plots
         from utilities.peaks import current_hbm_tbs

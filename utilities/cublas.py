@@ -19,13 +19,13 @@ def _require(cond: bool, message: str) -> None:
         raise ValueError(message)
 
 
-def _check_matrix(x: Any, label: str, dtype: str) -> None:
+def _check_matrix(x: Any, label: str, dtype: str, ndim: int = 2) -> None:
     import cupy
 
     if not isinstance(x, cupy.ndarray):
         raise TypeError(f"{label} must be a cupy.ndarray, got {type(x).__name__}")
     _require(x.dtype == cupy.dtype(dtype), f"{label} must be {dtype}, got {x.dtype}")
-    _require(x.ndim == 2, f"{label} must be 2-D, got shape {x.shape}")
+    _require(x.ndim == ndim, f"{label} must be {ndim}-D, got shape {x.shape}")
     _require(x.flags.c_contiguous, f"{label} must be C-contiguous (use cupy.ascontiguousarray)")
     _require(x.data.ptr % 4 == 0, f"{label} must start on a 4-byte boundary (a sliced view does not)")
 
@@ -48,52 +48,53 @@ def igemm(a8: Any, b8_colmajor: Any, out: Any | None = None) -> Any:
     So the call is ``gemmEx(T, N, n, m, k, 1, Bt, k, A, k, 0, C, n)``: the "TN" layout that cuBLAS's
     int8 tensor-core kernels are written for.
     """
+    return _igemm(a8, b8_colmajor, out, batched=False)
+
+
+def igemm_batched(a8: Any, b8_colmajor: Any, out: Any | None = None) -> Any:
+    """``igemm`` on each of a batch: int8 A (batch, m, k) and B^T (batch, n, k), int32 C (batch, m, n), in one
+    ``cublasGemmStridedBatchedEx`` call (same layout and requirements as ``igemm``)."""
+    return _igemm(a8, b8_colmajor, out, batched=True)
+
+
+def _igemm(a8: Any, b8_colmajor: Any, out: Any | None, batched: bool) -> Any:
     import cupy
     import numpy as np
     from cupy.cuda import cublas as libcublas
     from cupy.cuda import device, runtime
 
-    _check_matrix(a8, "a8", "int8")
-    _check_matrix(b8_colmajor, "b8_colmajor", "int8")
-    m, k = a8.shape
-    n, kb = b8_colmajor.shape
+    ndim = 3 if batched else 2
+    _check_matrix(a8, "a8", "int8", ndim)
+    _check_matrix(b8_colmajor, "b8_colmajor", "int8", ndim)
+    *lead, m, k = a8.shape
+    *lead_b, n, kb = b8_colmajor.shape
+    _require(lead == lead_b, f"batch sizes differ: a8 is {a8.shape}, b8_colmajor is {b8_colmajor.shape}")
     _require(kb == k, f"inner sizes differ: a8 is {a8.shape} (m, k), b8_colmajor is {b8_colmajor.shape} (n, k)")
-    _require(min(m, n, k) > 0, f"empty product: m, n, k = {m}, {n}, {k}")
+    _require(min(m, n, k, *lead) > 0, f"empty product: m, n, k = {m}, {n}, {k}")
     _require(max(m, n, k) <= _INT_MAX, f"m, n, k must fit in int32, got {m}, {n}, {k}")
     _require(k % 4 == 0, f"k must be a multiple of 4 for cuBLAS's int8 GEMM (lda = ldb = k), got k = {k}")
     if out is None:
-        out = cupy.empty((m, n), dtype=cupy.int32)
+        out = cupy.empty((*lead, m, n), dtype=cupy.int32)
     else:
-        _check_matrix(out, "out", "int32")
-        _require(out.shape == (m, n), f"out must have shape {(m, n)}, got {out.shape}")
+        _check_matrix(out, "out", "int32", ndim)
+        _require(out.shape == (*lead, m, n), f"out must have shape {(*lead, m, n)}, got {out.shape}")
     alpha = np.array(1, dtype=np.int32)
     beta = np.array(0, dtype=np.int32)
     handle = device.get_cublas_handle()
     libcublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
     mode = libcublas.getPointerMode(handle)
     libcublas.setPointerMode(handle, libcublas.CUBLAS_POINTER_MODE_HOST)
+    T, N, r8, compute, algo = (libcublas.CUBLAS_OP_T, libcublas.CUBLAS_OP_N, runtime.CUDA_R_8I,
+                               libcublas.CUBLAS_COMPUTE_32I, libcublas.CUBLAS_GEMM_DEFAULT)  # fmt: skip
+    b_ptr, a_ptr, c_ptr = b8_colmajor.data.ptr, a8.data.ptr, out.data.ptr
+    one, zero = alpha.ctypes.data, beta.ctypes.data
     try:
-        libcublas.gemmEx(
-            handle,
-            libcublas.CUBLAS_OP_T,
-            libcublas.CUBLAS_OP_N,
-            n,
-            m,
-            k,
-            alpha.ctypes.data,
-            b8_colmajor.data.ptr,
-            runtime.CUDA_R_8I,
-            k,
-            a8.data.ptr,
-            runtime.CUDA_R_8I,
-            k,
-            beta.ctypes.data,
-            out.data.ptr,
-            CUDA_R_32I,
-            n,
-            libcublas.CUBLAS_COMPUTE_32I,
-            libcublas.CUBLAS_GEMM_DEFAULT,
-        )
+        if batched:
+            libcublas.gemmStridedBatchedEx(handle, T, N, n, m, k, one, b_ptr, r8, k, n * k, a_ptr, r8, k, m * k, zero,
+                                           c_ptr, CUDA_R_32I, n, m * n, lead[0], compute, algo)  # fmt: skip
+        else:
+            libcublas.gemmEx(handle, T, N, n, m, k, one, b_ptr, r8, k, a_ptr, r8, k, zero, c_ptr, CUDA_R_32I, n,
+                             compute, algo)  # fmt: skip
     finally:
         libcublas.setPointerMode(handle, mode)
     return out

@@ -1,0 +1,164 @@
+"""The Ozaki-II NumPy reference: exact stages, the CRT identity, the scaling's guarantee, the error bound, and the
+automatic choice of slices and moduli against FP64 GEMM."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from utilities import errors, exact, inputs
+from utilities.checker import CheckFailure
+from utilities.ozaki import ozaki_gemm_ref
+from utilities.ozaki.precision import slices_needed
+from utilities.ozaki2 import check, model
+from utilities.ozaki2 import reference as ref
+from utilities.ozaki2.precision import moduli_needed
+
+
+@given(st.lists(st.integers(-(2**95), 2**95), min_size=1, max_size=40), st.sampled_from(ref.MODULI))
+@settings(max_examples=200, deadline=None)
+def test_residues_are_exact_for_integers_below_2_96(values, p):
+    x = np.array([float(v) for v in values])  # the doubles nearest: integers too (|v| > 2^53 rounds to one)
+    lo, hi = ref.residue_range(p)
+    want = [(int(v) - lo) % p + lo for v in x]
+    np.testing.assert_array_equal(ref.residue(x, p), want)
+
+
+def test_moduli_are_pairwise_coprime_and_their_residues_fit_int8():
+    from math import gcd
+
+    assert all(gcd(p, q) == 1 for i, p in enumerate(ref.MODULI) for q in ref.MODULI[i + 1 :])
+    assert all(-128 <= ref.residue_range(p)[0] and ref.residue_range(p)[1] <= 127 for p in ref.MODULI)
+    for count in range(ref.MIN_MODULI, ref.MAX_MODULI + 1):
+        c = ref.crt(count)
+        assert (1 << c.t) * 2 * (1 << 20) <= c.product * ((1 << 20) - 1)  # 2^t <= (P/2)(1 - 2^-20)
+        for p, y, c1, c2, c3 in zip(c.moduli, c.inverses, c.c1, c.c2, c.c3, strict=True):
+            assert (c.product // p) * y % p == 1
+            assert abs(Fraction(c1) + Fraction(c2) + Fraction(c3) - Fraction(1, p)) < Fraction(1, 2**122)
+            assert (Fraction(c1) * 2**35).denominator == 1 and (Fraction(c2) * 2**70).denominator == 1
+
+
+def _exact_int_product(a_int: np.ndarray, b_int: np.ndarray) -> list[list[int]]:
+    ai = [[int(v) for v in row] for row in a_int]
+    bi = [[int(v) for v in row] for row in b_int.T]
+    return [[sum(x * y for x, y in zip(r, c, strict=True)) for c in bi] for r in ai]
+
+
+@pytest.mark.parametrize("count", [6, 14, 20])
+@pytest.mark.parametrize("phi", [0.0, 3.0])
+def test_scaling_keeps_the_integer_product_within_reach_and_crt_rebuilds_it(count, phi):
+    a = inputs.normal(7, 40, 1) if phi == 0 else inputs.exponent_spread(7, 40, phi, 2)
+    b = inputs.normal(40, 5, 3) if phi == 0 else inputs.exponent_spread(40, 5, phi, 4)
+    st_ = ref.ozaki2_stages(a, b, count)
+    a_int, b_int = ref.to_integers(a, st_.mu, 1), ref.to_integers(b, st_.nu, 0)
+    exact_int = _exact_int_product(a_int, b_int)
+    t = ref.crt(count).t
+    assert max(abs(v) for row in exact_int for v in row) <= 2**t
+    norms_a = [sum(int(v) ** 2 for v in row) for row in a_int]
+    assert max(norms_a) <= 2**t  # each row's 2-norm below 2^(t/2): Cauchy-Schwarz
+    got = ref.integer_product(st_.digits, count)
+    want = np.array([[float(v) for v in row] for row in exact_int])
+    assert np.all(np.abs(got - want) <= check.reconstruction_bound(want, count))
+    assert np.array_equal(st_.products, np.stack([(st_.a_res[i].astype(np.int64) @ st_.b_res[i].astype(np.int64).T)
+                                                  for i in range(count)]).astype(np.int32))  # fmt: skip
+
+
+def test_line_terms_bound_the_sum_of_squares_exactly():
+    x = inputs.exponent_spread(9, 300, 4.0, 5)
+    x[3] = 0.0
+    e_max, s = ref.line_terms(x, 1)
+    for row, e, total in zip(x, e_max, s, strict=True):
+        squares = sum(Fraction(float(v)) ** 2 for v in row)
+        assert squares <= Fraction(int(total)) * Fraction(2) ** int(2 * (e - ref.SPAN) - 10)
+
+
+@pytest.mark.parametrize("name", ["random normal", "exponent spread phi=4", "huge and tiny rows", "subnormal rows",
+                                  "large digits: diagonal sums above 2^24", "heavy cancellation"])  # fmt: skip
+def test_error_bound_holds(name):
+    pairs = {"random normal": (inputs.normal(30, 60, 1), inputs.normal(60, 20, 2))}
+    pairs |= {n: (a, b) for n, a, b in inputs.adversarial_pairs(30, 60, 20, 7)}
+    pairs["exponent spread phi=4"] = (inputs.exponent_spread(30, 60, 4.0, 3), inputs.exponent_spread(60, 20, 4.0, 4))
+    a, b = pairs[name]
+    hi, lo = exact.matmul_dd(a, b)
+    for count in (8, 14):
+        err = np.abs((ref.ozaki2_gemm_ref(a, b, count) - hi) - lo)
+        assert np.all(err <= ref.error_bound(a, b, count)), name
+
+
+def test_nonfinite_lines_propagate_or_raise():
+    a, b = inputs.nonfinite_lines(6, 20, 5, 3)
+    with pytest.raises(ValueError, match="nonfinite='propagate'"):
+        ref.ozaki2_gemm_ref(a, b, 14)
+    c = ref.ozaki2_gemm_ref(a, b, 14, nonfinite="propagate")
+    bad_rows, bad_cols = ~np.isfinite(a).all(axis=1), ~np.isfinite(b).all(axis=0)
+    assert np.isnan(c[bad_rows]).all() and np.isnan(c[:, bad_cols]).all()
+    assert np.isfinite(c[~bad_rows][:, ~bad_cols]).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phi", [0.5, 1.0, 2.0, 4.0])
+def test_automatic_counts_reach_fp64_gemm(phi):
+    n = 192
+    a, b = inputs.exponent_spread(n, n, phi, 3), inputs.exponent_spread(n, n, phi, 4)
+    hi, lo = exact.matmul_dd(a, b)
+    native = errors.normwise_relative_error(a @ b, hi, lo)
+    one, two = slices_needed(a, b), moduli_needed(a, b)
+    assert errors.normwise_relative_error(ozaki_gemm_ref(a, b, one.count), hi, lo) <= native, one.describe()
+    assert errors.normwise_relative_error(ref.ozaki2_gemm_ref(a, b, two.count), hi, lo) <= native, two.describe()
+    # and the count below misses the target: the choice is the fewest
+    assert one.tried.get(one.count - 1, np.inf) > one.target and two.tried.get(two.count - 1, np.inf) > two.target
+
+
+def test_reference_passes_every_checker():
+    assert check.check_residue(ref.residue, seed=1)
+    assert check.check_crt(ref.integer_product, seed=2)
+
+    def scaling(x, count):
+        mu = ref.scale_exponents(x, 1, count)
+        return mu, ref.residues(ref.to_integers(x, mu, 1), count)
+
+    assert check.check_scaling(scaling, seed=3)
+    assert check.check_reconstruction(
+        lambda p, mu, nu, al, be, c: ref.reconstruct(ref.reduce_products(p, 14), mu, nu, 14, al, be, c), seed=4
+    )
+
+
+@pytest.mark.parametrize(
+    ("broken", "stage"),
+    [
+        (lambda x, p: np.mod(x, p), "residues"),  # not centred
+        (lambda x, p: np.fmod(x, p), "residues"),  # keeps x's sign, not centred
+        (lambda x, p: ref.residue(x, p) * (p != 256), "residues"),  # one modulus forgotten
+    ],
+)
+def test_residue_checker_rejects_broken_residues(broken, stage):
+    with pytest.raises(CheckFailure) as info:
+        check.check_residue(broken, seed=5)
+    assert info.value.stage == stage
+
+
+def test_crt_checker_rejects_a_missing_low_part():
+    def two_parts(u, count):
+        c = ref.crt(count)
+        s1 = sum(u[t].astype(float) * c.c1[t] for t in range(count))
+        s2 = sum(u[t].astype(float) * c.c2[t] for t in range(count))
+        return ((s1 - np.floor(s1 + 0.5)) + s2) * c.product_float  # s3 dropped: off by P 2^-70 sum u
+
+    with pytest.raises(CheckFailure, match="integers"):
+        check.check_crt(two_parts, seed=6)
+
+
+def test_design_model_adds_kernels_and_fusion_saves_the_int32_traffic():
+    unfused = model.design("unfused", 8192, 8192, 8192, 15)
+    fused = model.design("fused", 8192, 8192, 8192, 15)
+    assert [w.name for w in unfused] == ["scaling", "products", "reconstruct"] and len(fused) == 2
+    saved = sum(w.bytes for w in unfused) - sum(w.bytes for w in fused)
+    assert saved == 2 * 4 * 15 * 8192**2  # the int32 products written and read once
+    times = model.predicted_ms(unfused, 1295, 3.0)
+    assert times["total"] == pytest.approx(sum(v for key, v in times.items() if key != "total"))
+    with pytest.raises(ValueError, match="variant"):
+        model.design("partial", 8, 8, 8, 3)

@@ -1,0 +1,81 @@
+"""The prebuild's scheduling, progress and report, and its behaviour on a machine that cannot build (CPU)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from utilities.machinery import prebuild
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_course_job_names_a_known_kind_and_the_list_is_longest_first():
+    jobs = prebuild.COURSE_JOBS.split(",")
+    assert len(jobs) == len(set(jobs)) and all(job.partition(":")[0] in prebuild.BUILDERS for job in jobs)
+    ordered = prebuild.order(jobs, {"b2b:576x64x128": 900.0})
+    assert ordered[0] == "b2b:576x64x128"  # measured seconds come first
+    typical = [prebuild.KIND_SECONDS.get(job.partition(":")[0], 120) for job in ordered[1:]]
+    assert typical == sorted(typical, reverse=True)
+
+
+def test_progress_line_and_estimate():
+    line = prebuild.progress_line(3, 32, "fused:8192x8192x8192", 95.2, 130.0, 245.0)
+    assert line == "prebuild: [3/32] fused:8192x8192x8192: 95 s; 2 min 10 s elapsed, about 4 min 05 s left"
+    assert "left" not in prebuild.progress_line(32, 32, "b2b:576x64x128", 10, 30, None)
+    # four jobs of 100 s on two processes: 200 s; one running for 60 s of its 100 has 40 left
+    assert prebuild.estimate_left(["a:1", "b:1"], {}, {"a:1": 100, "b:1": 100}, 2, 0.0) == 100
+    assert prebuild.estimate_left(["a:1"], {"b:1": 0.0}, {"a:1": 100, "b:1": 100}, 2, 60.0) == 100
+    assert prebuild.estimate_left([], {"b:1": 0.0}, {"b:1": 100}, 4, 60.0) == 40
+    assert prebuild.estimate_left([], {}, {}, 4, 0.0) == 0
+
+
+def test_report_table_lists_longest_first_and_failures():
+    table = prebuild.report_table([("a:1", 10.0, True), ("b:2", 99.5, False)])
+    lines = table.splitlines()
+    assert lines[1].startswith("b:2") and lines[1].endswith("FAILED") and lines[2].endswith("yes")
+
+
+def test_measured_seconds_survive_a_run_and_a_corrupt_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_BUILD_CACHE", str(tmp_path))
+    assert prebuild.measured_seconds() == {}
+    prebuild._save_seconds({"fused:64x64x384": 12.5})
+    prebuild._save_seconds({"b2b:576x64x128": 3.0})
+    assert prebuild.measured_seconds() == {"fused:64x64x384": 12.5, "b2b:576x64x128": 3.0}
+    (tmp_path / "prebuild-seconds.json").write_text("{not json")
+    assert prebuild.measured_seconds() == {}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "utilities.machinery.prebuild", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_help_and_list_need_no_gpu():
+    done = _run("--help")
+    assert done.returncode == 0 and "--jobs" in done.stdout and "kinds:" in done.stdout
+    done = _run("--list", "--jobs", "b2b:576x64x128,fused:256x256x384")
+    assert done.returncode == 0 and done.stdout.split() == ["fused:256x256x384", "b2b:576x64x128"]
+
+
+def test_unknown_kind_is_refused_naming_the_kinds():
+    done = _run("--jobs", "nonsense:1")
+    assert done.returncode == 2 and "unknown job kind" in done.stderr and "b2b_pipelined" in done.stderr
+
+
+def test_without_a_gpu_it_says_why_in_one_message(monkeypatch):
+    from utilities.preflight import probe_gpus
+
+    if probe_gpus()[0]:
+        pytest.skip("a GPU is present: the prebuild would build")
+    done = _run("--jobs", "b2b:576x64x128")
+    assert done.returncode == 2
+    assert "cannot build the course's kernels on this machine" in done.stderr and "No NVIDIA GPU" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert "can run track" in done.stdout  # the preflight table came first
