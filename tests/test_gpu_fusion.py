@@ -29,7 +29,7 @@ def gpu():
 
     from utilities.fusion import baselines, tensorcore, tensorcore_persistent
 
-    return cp, SimpleNamespace(**vars(tensorcore), **vars(tensorcore_persistent)), baselines
+    return cp, SimpleNamespace(**{**vars(tensorcore), **vars(tensorcore_persistent)}), baselines
 
 
 def runner(cp, plan):

@@ -13,6 +13,8 @@ from numba import cuda
 from utilities import inputs, ozaki
 from utilities.ozaki import simt as kernels
 
+pytestmark = pytest.mark.device
+
 
 def _pairs():
     yield "normal", inputs.normal(9, 70, 1), inputs.normal(70, 11, 2)

@@ -13,6 +13,8 @@ from utilities.ozaki2 import simt
 
 THREADS = 32  # the simulator runs one Python thread per CUDA thread: keep blocks small
 
+pytestmark = pytest.mark.device
+
 
 def _inputs():
     yield "normal", inputs.normal(5, 70, 1)

@@ -6,7 +6,7 @@
 Parts (in this order):
 - ``prebuild``: builds every kernel the tests and notebooks use, in parallel processes, into the build cache;
 - ``builds``: the kernel build times with and without the build cache (``tools/build_times.py``);
-- ``tests``: the GPU tests (``pytest -m gpu``);
+- ``tests``: the GPU tests and the plain kernels' tests on the device (``pytest -m 'gpu or device'``);
 - ``notebooks``: nbval on every solution notebook;
 - ``exercises``: nbval on every exercise notebook as generated: they must run to the end, their checkers
   reporting the unfinished exercises;
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if "tests" in parts:
         select = ["-k", " or ".join(args.select.split(","))] if args.select else []
         code = _run(
-            [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *select, "tests"],
+            [sys.executable, "-m", "pytest", "-m", "gpu or device", "-q", "-p", "no:cacheprovider", *select, "tests"],
             logs / "tests.log",
         )
         failures += ["tests"] if code else []

@@ -256,7 +256,8 @@ def make_residue_rows_kernel(k: int, kp: int, count: int, threads: int = ROWS_TH
             word = tid + (j // 4) * THREADS
             if word < WORDS:
                 for q in range(4):
-                    xi = 0.0 if bad != 0 else math.trunc(math.ldexp(vals[j + q], int(shift)))
+                    xi = 0.0 if bad != 0 else math.ldexp(vals[j + q], int(shift))
+                    xi -= math.fmod(xi, 1.0)  # trunc, kept in FP64: |xi| may pass 2^63 (numba's trunc is an int64)
                     for t in range(N):
                         res[q, t] = int32(residue(xi, t))
                 for t in range(N):
