@@ -171,14 +171,38 @@ def test_failure_message_names_indices_values_and_hint():
 # --- unfinished exercises are reported, not raised -------------------------------------------------------------
 
 
-def test_untouched_skeletons_are_not_implemented(capsys):
-    zero = check.check_slicing(lambda a, S: (np.zeros((S, *a.shape), np.int8), ozaki.row_shifts(a)))
-    assert zero.status == "not implemented"
-    assert check.check_diagonals(lambda a, b: np.zeros((a.shape[0], a.shape[1], b.shape[1]), np.int32)).status == (
-        "not implemented"
-    )
-    assert check.check_slice_number(lambda x, e, S: [0] * S).status == "not implemented"
+def test_untouched_skeletons_are_not_implemented(capsys, define):
+    skeleton = define(f"def skeleton(*args):\n    pass  {PLACEHOLDER}\n", "skeleton")  # what the exercise keeps
+
+    def zero_slices(a, S):
+        return np.zeros((S, *a.shape), np.int8), ozaki.row_shifts(a)
+
+    assert check.check_slicing(zero_slices, exercise=skeleton).status == "not implemented"
+    zero_diagonals = define(
+        f"import numpy as np\ndef d(a, b):\n    return np.zeros((a.shape[0], a.shape[1], b.shape[1]), np.int32)  "
+        f"{PLACEHOLDER}\n", "d",
+    )  # fmt: skip
+    assert check.check_diagonals(zero_diagonals).status == "not implemented"
+    zero_digits = define(f"def digits(x, e, S):\n    return [0] * S  {PLACEHOLDER}\n", "digits")
+    assert check.check_slice_number(zero_digits).status == "not implemented"
     assert "not implemented yet" in capsys.readouterr().out
+
+
+def test_code_without_a_placeholder_that_writes_nothing_is_wrong(define):
+    """Not implemented means a placeholder is left: filled-in code whose result stays zero is reported wrong."""
+    filled = define("def digits(x, e, S):\n    return [0] * S\n", "digits")
+    with pytest.raises(CheckFailure) as info:
+        check.check_slice_number(filled)
+    assert info.value.stage == "result" and "no placeholder line left" in str(info.value)
+
+
+def test_an_exception_in_the_attendees_code_names_a_stage(define):
+    broken = define("def digits(x, e, S):\n    return [0] * S + [1 // 0]\n", "digits")
+    with pytest.raises(CheckFailure) as info:
+        check.check_slice_number(broken)
+    assert info.value.stage == "running your code" and "ZeroDivisionError" in str(info.value)
+    unfinished = define(f"def digits(x, e, S):\n    return 1 // 0  {PLACEHOLDER}\n", "digits")
+    assert check.check_slice_number(unfinished).status == "not implemented"
 
 
 def test_a_wrong_result_from_code_with_a_placeholder_is_unfinished(define):

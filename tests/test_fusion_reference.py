@@ -248,14 +248,17 @@ def test_beta1_zero_must_not_add_c1():
     assert "beta1 = 0" in str(failure.value)
 
 
-def test_an_untouched_skeleton_is_not_implemented(capsys):
+def test_an_untouched_skeleton_is_not_implemented(capsys, define):
+    skeleton = define(f"def make_b2b_kernel():\n    pass  {PLACEHOLDER}\n", "make_b2b_kernel")
+
     def run(a0, *_):
         return np.full((a0.shape[0], SMALL[3]), np.nan, np.float16)  # the poisoned output, never written
 
-    assert fcheck.check_back_to_back(run, shape=SMALL).status == "not implemented"
+    assert fcheck.check_back_to_back(run, shape=SMALL, exercise=skeleton).status == "not implemented"
     run_ok, _ = b2b_kernel()
     blank = {"d0": np.zeros((SMALL[0], SMALL[2]), np.float16)}
-    assert fcheck.check_back_to_back(run_ok, stages=lambda: blank, shape=SMALL).status == "not implemented"
+    result = fcheck.check_back_to_back(run_ok, stages=lambda: blank, shape=SMALL, exercise=skeleton)
+    assert result.status == "not implemented"
     assert "not implemented yet" in capsys.readouterr().out
 
 
@@ -301,6 +304,10 @@ def test_gemm_checker_names_the_mistake(mistake, hint):
         fcheck.check_gemm_bias_relu(gemm_kernel(mistake), shape=(64, 32, 96), seed=1)
 
 
-def test_gemm_checker_untouched_is_not_implemented():
-    result = fcheck.check_gemm_bias_relu(lambda a, b, bias: np.zeros((64, 32), np.float16), shape=(64, 32, 96))
+def test_gemm_checker_untouched_is_not_implemented(define):
+    skeleton = define(f"def make_gemm_bias_relu_kernel():\n    pass  {PLACEHOLDER}\n", "make_gemm_bias_relu_kernel")
+    result = fcheck.check_gemm_bias_relu(lambda a, b, bias: np.zeros((64, 32), np.float16), shape=(64, 32, 96),
+                                         exercise=skeleton)  # fmt: skip
     assert result.status == "not implemented"
+    with pytest.raises(CheckFailure, match="no placeholder line left"):  # the same output from finished code
+        fcheck.check_gemm_bias_relu(lambda a, b, bias: np.zeros((64, 32), np.float16), shape=(64, 32, 96))

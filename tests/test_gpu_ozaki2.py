@@ -70,6 +70,18 @@ def test_automatic_count_matches_the_cpu_choice_and_is_fp64_class(gpu):
         assert emulated <= native, f"phi = {phi}: {plan.count} moduli gave {emulated:.2e}, DGEMM {native:.2e}"
 
 
+def test_line_norms_on_the_gpu_match_numpy(gpu):
+    cp, T = gpu
+    from utilities.ozaki.precision import LineNorms
+
+    a, b = inputs.exponent_spread(70, 90, 2.0, 5) * 2.0**700, inputs.exponent_spread(90, 40, 2.0, 6)
+    a[3, 4], b[5, 6] = np.nan, -np.inf
+    want, got = LineNorms.of(a, b), T.line_norms(cp.asarray(a), cp.asarray(b))
+    assert (got.ea, got.eb) == (want.ea, want.eb)
+    for name in ("a_rows", "b_cols", "c_rows", "c_cols"):
+        np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-12, err_msg=name)
+
+
 def test_batched_int8_gemm_is_exact(gpu):
     cp, _ = gpu
     from utilities import cublas

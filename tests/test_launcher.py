@@ -41,3 +41,59 @@ def test_course_script_rejects_unknown_commands_with_usage() -> None:
     done = subprocess.run([str(REPO / "course"), "nonsense"], capture_output=True, text=True)
     assert done.returncode == 1
     assert "unknown command 'nonsense'" in done.stderr and "./course lab" in done.stderr
+
+
+def _course(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([str(cwd / "course"), *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def test_lab_serves_as_root_and_says_so() -> None:
+    done = _course("lab", "--no-browser", env={"COURSE_DRY_RUN": "1", "COURSE_UID": "0"})
+    command = done.stdout.splitlines()[-1].split()
+    assert done.returncode == 0 and command.count("--allow-root") == 1
+    assert "running as root (as in many containers): passing --allow-root" in done.stdout
+    assert "--LabApp.default_url=/lab/tree/notebooks" in done.stdout and "--no-browser" in done.stdout
+    done = _course("lab", "--allow-root", env={"COURSE_DRY_RUN": "1", "COURSE_UID": "0"})
+    assert done.stdout.splitlines()[-1].split().count("--allow-root") == 1  # not twice
+    done = _course("lab", env={"COURSE_DRY_RUN": "1", "COURSE_UID": "1000"})
+    assert "--allow-root" not in done.stdout and "root" not in done.stdout
+
+
+def _sandbox(tmp_path: Path) -> Path:
+    for name in ("course", "pyproject.toml"):
+        (tmp_path / name).write_bytes((REPO / name).read_bytes())
+    (tmp_path / "course").chmod(0o755)
+    return tmp_path
+
+
+def test_an_interpreter_that_does_not_run_is_named_in_one_line(tmp_path: Path) -> None:
+    box = _sandbox(tmp_path)
+    shim = box / "python3.9"
+    shim.write_text("#!/bin/sh\necho 'pyenv: python3.9: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    done = _course("test", env={"PYTHON": str(shim)}, cwd=box)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (f"course: error: {shim} does not run (pyenv: python3.9: command not found): set "
+                                   "PYTHON= to a Python 3.11 or newer")  # fmt: skip
+    old = box / "old"
+    old.write_text('#!/bin/sh\ncase "$2" in *exit*) exit 1;; *) echo 3.9;; esac\n')
+    old.chmod(0o755)
+    done = _course("test", env={"PYTHON": str(old)}, cwd=box)
+    assert "is Python 3.9, too old: the course needs 3.11 or newer" in done.stderr
+
+
+def test_python_is_used_for_a_new_environment_or_the_launcher_says_why_not(tmp_path: Path) -> None:
+    box = _sandbox(tmp_path)
+    bin_dir = box / ".venv-test" / "bin"
+    bin_dir.mkdir(parents=True)
+    fake = bin_dir / "python"
+    fake.write_text('#!/bin/sh\ncase "$1" in -c) echo 3.11;; *) echo "ran: $*";; esac\n')
+    fake.chmod(0o755)
+    cksum = subprocess.run(["cksum", str(box / "pyproject.toml")], capture_output=True, text=True).stdout.split()[0]
+    (box / ".venv-test" / ".course-stamp").write_text(f"{cksum} test\n")
+    done = _course("test", "-q", env={"PYTHON": "/usr/bin/python3"}, cwd=box)
+    assert "PYTHON=/usr/bin/python3 is not used: .venv-test exists (Python 3.11); delete .venv-test" in done.stdout
+    assert "ran: -m pytest -q" in done.stdout
+    done = _course("test", "-q", cwd=box)
+    assert "is not used" not in done.stdout

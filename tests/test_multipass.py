@@ -7,6 +7,7 @@ import pytest
 
 from utilities import checker
 from utilities import multipass as mp
+from utilities.checker import PLACEHOLDER
 from utilities.multipass import check
 
 
@@ -136,8 +137,10 @@ def test_checker_prints_a_fresh_seed(capsys):
     assert "seed" in capsys.readouterr().out
 
 
-def test_untouched_skeleton_is_not_implemented(capsys):
-    result = check.check_pass_gemm(lambda a, bt: np.zeros((a.shape[0], bt.shape[0]), np.int32), "int8", shapes=SHAPES)
+def test_untouched_skeleton_is_not_implemented(capsys, define):
+    skeleton = define(f"def make_multipass_kernel(MM):\n    pass  {PLACEHOLDER}\n", "make_multipass_kernel")
+    result = check.check_pass_gemm(lambda a, bt: np.zeros((a.shape[0], bt.shape[0]), np.int32), "int8", shapes=SHAPES,
+                                   exercise=skeleton)  # fmt: skip
     assert result.status == "not implemented" and not result
     assert "not implemented yet" in capsys.readouterr().out
 

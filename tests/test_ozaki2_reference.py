@@ -13,19 +13,31 @@ from hypothesis import strategies as st
 from utilities import errors, exact, inputs
 from utilities.checker import CheckFailure
 from utilities.ozaki import ozaki_gemm_ref
-from utilities.ozaki.precision import slices_needed
+from utilities.ozaki.precision import LineNorms, slices_needed
 from utilities.ozaki2 import check, model
 from utilities.ozaki2 import reference as ref
 from utilities.ozaki2.precision import moduli_needed
 
 
-@given(st.lists(st.integers(-(2**95), 2**95), min_size=1, max_size=40), st.sampled_from(ref.MODULI))
+@given(st.lists(st.integers(-(2**78) + 1, 2**78 - 1), min_size=1, max_size=40), st.sampled_from(ref.MODULI))
 @settings(max_examples=200, deadline=None)
-def test_residues_are_exact_for_integers_below_2_96(values, p):
+def test_residues_are_exact_for_integers_below_2_78(values, p):
     x = np.array([float(v) for v in values])  # the doubles nearest: integers too (|v| > 2^53 rounds to one)
+    x = x[np.abs(x) < 2.0**78]
     lo, hi = ref.residue_range(p)
     want = [(int(v) - lo) % p + lo for v in x]
     np.testing.assert_array_equal(ref.residue(x, p), want)
+
+
+def test_residues_refuse_integers_past_2_78():
+    with pytest.raises(ValueError, match="2\\^78"):
+        ref.residue(np.array([2.0**80]), 251)
+
+
+def test_scaled_integers_stay_below_2_77_with_every_count():
+    a = inputs.huge_and_tiny(5, 300, 1)
+    for count in (ref.MAX_MODULI,):
+        assert np.abs(ref.to_integers(a, ref.scale_exponents(a, 1, count), 1)).max() < 2.0**77
 
 
 def test_moduli_are_pairwise_coprime_and_their_residues_fit_int8():
@@ -110,7 +122,47 @@ def test_automatic_counts_reach_fp64_gemm(phi):
     assert errors.normwise_relative_error(ozaki_gemm_ref(a, b, one.count), hi, lo) <= native, one.describe()
     assert errors.normwise_relative_error(ref.ozaki2_gemm_ref(a, b, two.count), hi, lo) <= native, two.describe()
     # and the count below misses the target: the choice is the fewest
-    assert one.tried.get(one.count - 1, np.inf) > one.target and two.tried.get(two.count - 1, np.inf) > two.target
+    assert one.tried.get(one.count - 1, np.inf) > one.target
+    assert two.tried.get(two.count - 1, np.inf) > two.target
+
+
+def test_line_norms_are_the_sums_they_name():
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((5, 7)), rng.standard_normal((7, 4))
+    a[1, 2], b[3, 0] = np.nan, np.inf
+    norms = LineNorms.of(a, b)
+    a0, b0 = (
+        np.nan_to_num(a, nan=0.0, posinf=0.0) * 2.0**-norms.ea,
+        np.nan_to_num(b, nan=0.0, posinf=0.0) * 2.0**-norms.eb,
+    )
+    want_c_rows = [sum(a0[i, l] ** 2 * np.sum(b0[l] ** 2) for l in range(7)) for i in range(5)]
+    want_c_cols = [sum(np.sum(a0[:, l] ** 2) * b0[l, j] ** 2 for l in range(7)) for j in range(4)]
+    np.testing.assert_allclose(norms.a_rows, np.sum(a0**2, axis=1), rtol=1e-14)
+    np.testing.assert_allclose(norms.b_cols, np.sum(b0**2, axis=0), rtol=1e-14)
+    np.testing.assert_allclose(norms.c_rows, want_c_rows, rtol=1e-14)
+    np.testing.assert_allclose(norms.c_cols, want_c_cols, rtol=1e-14)
+    assert 0.5 <= np.max(np.abs(a0)) < 1 and 0.5 <= np.max(np.abs(b0)) < 1
+
+
+def test_estimates_do_not_overflow_and_follow_powers_of_two():
+    """Both schemes scale each row and column by a power of two: A times 2^900 or B times 2^-900 (squares that would
+    overflow or underflow) leave every estimate as it was."""
+    a, b = inputs.exponent_spread(40, 60, 1.0, 5), inputs.exponent_spread(60, 30, 1.0, 6)
+    for x, y in ((a * 2.0**900, b), (a, b * 2.0**-900)):
+        assert slices_needed(x, y).tried == pytest.approx(slices_needed(a, b).tried, rel=1e-9)
+        assert moduli_needed(x, y).tried == pytest.approx(moduli_needed(a, b).tried, rel=1e-9)
+
+
+def test_a_badly_scaled_row_raises_the_count():
+    """The estimate is the worst row's: one row whose entries meet B's small rows needs more moduli, although the
+    whole matrix's error would hardly notice it."""
+    n = 64
+    a, b = inputs.normal(n, n, 1), inputs.normal(n, n, 2)
+    b[: n // 2] *= 2.0**-20  # half of B's rows are tiny
+    bad = a.copy()
+    bad[5, n // 2 :] *= 2.0**-30  # row 5 lives on those rows: its C row is tiny against its largest entry
+    assert moduli_needed(bad, b).count > moduli_needed(a, b).count
+    assert slices_needed(bad, b).count > slices_needed(a, b).count
 
 
 def test_reference_passes_every_checker():

@@ -185,3 +185,25 @@ def test_this_gpu_machine_passes(capsys) -> None:
     assert environment.gpu is not None and environment.gpu.cc >= (8, 0)
     assert set(environment.tracks.values()) == {"yes"}
     print(environment.table())
+
+
+def test_a_failed_preflight_shows_one_message_in_a_notebook_and_still_fails_the_cell():
+    import subprocess
+    import sys
+
+    failing = "from utilities.preflight import Facts, judge\njudge(Facts(gpu_problem='no driver'))"
+    value = "from utilities.preflight import Environment, Facts\nEnvironment(Facts(), {}, ())"
+    code = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        f"result = shell.run_cell({failing!r})\n"
+        "print('FAILED' if result.error_in_exec is not None else 'PASSED')\n"
+        f"shell.run_cell({value!r})\n"
+    )
+    root = pf.Path(__file__).parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    out = done.stdout + done.stderr
+    assert "This notebook cannot run on this machine" in out and "No NVIDIA GPU: no driver" in out
+    assert "Traceback" not in out and "preflight.py" not in out, out
+    assert "FAILED" in out  # nbval and Run All still stop at the cell
+    assert "Environment(" not in out  # the cell's value shows nothing more (the table was printed)

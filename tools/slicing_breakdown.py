@@ -28,6 +28,7 @@ def main() -> None:
     from utilities import inputs
     from utilities.machinery import launch
     from utilities.ozaki import simt as plain
+
     n = m = k = args.size
     S, kp = args.slices, -(-args.size // 128) * 128
     a, b = cp.asarray(inputs.exponent_spread(m, k, 1.0, 1)), cp.asarray(inputs.exponent_spread(k, n, 1.0, 2))

@@ -20,7 +20,8 @@ The core, importable with NumPy and Matplotlib alone: ``checker`` (how checkers 
 placeholder marker), ``bench`` (timing, records, tables), ``report`` (the GPU report), ``plots``, ``peaks``,
 ``inputs``, ``exact`` (double-double products), ``errors``, ``smem`` (shared-memory segments), ``operands``
 (checks on GPU arrays), ``cublas`` (cuBLAS baselines), ``preflight``. Course tooling: ``notebooks`` (exercises
-from solutions), ``gpu_suite`` and ``bench_all`` (the GPU report), ``workshop`` (the run-through).
+from solutions), ``mutants`` (how ``tools/mutation_test.py`` proves the checkers), ``gpu_suite`` and ``bench_all``
+(the GPU report), ``workshop`` (the run-through of the day).
 
 ``machinery`` is apart: the build cache, code-generation workers, the prebuild, the fast launch path, aligned
 copies and cp.async intrinsics, the only code that reaches into nvmath-python's and numba-cuda's internals,

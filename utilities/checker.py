@@ -49,6 +49,7 @@ class CheckResult:
     status: str  # "passed" or "not implemented"
     cases: int = 0
     seed: int | None = None
+    why: str = ""  # for "not implemented": what looked untouched
 
     def __bool__(self) -> bool:
         return self.status == "passed"
@@ -155,7 +156,7 @@ def passed(name: str, cases: int, seed: int) -> CheckResult:
 def not_yet(name: str, what: str) -> CheckResult:
     """Print the "not implemented yet" line of checker ``name`` (``what`` says why) and return its result."""
     print(f"… {name}: not implemented yet ({what})")
-    return CheckResult(name, "not implemented")
+    return CheckResult(name, "not implemented", why=what)
 
 
 _TODO = re.compile(r"^\s*# TODO\b(?P<text>.*)$")
@@ -242,20 +243,40 @@ def checker(
 ) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
     """Declare a checker: it gains an ``exercise=`` keyword (the attendee's functions, in pipeline order).
 
-    A :class:`CheckFailure` of a stage whose TODO regions (``needs``, see :func:`unfinished_for`) still hold a
-    placeholder is reported as "not implemented yet" instead of raised.
+    - A :class:`CheckFailure` of a stage whose TODO regions (``needs``, see :func:`unfinished_for`) still hold a
+      placeholder is reported as "not implemented yet" instead of raised.
+    - An exception from the attendee's code becomes a :class:`CheckFailure` of the stage "running your code",
+      with the exception's type and message (the traceback stays chained to it).
+    - "Not implemented yet" (an all-zero result, say) stands only while some exercise function still holds its
+      placeholder: code without one that leaves its result unwritten is wrong, and is reported as such.
     """
 
     def wrap(body: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
         @functools.wraps(body)
         def run(fn: Any, *args: Any, exercise: Any = None, **kwargs: Any) -> CheckResult:
+            functions = _exercises(fn, exercise)
             try:
-                return body(fn, *args, **kwargs)
+                result = body(fn, *args, **kwargs)
             except CheckFailure as failure:
-                why = unfinished_for(failure.stage, _exercises(fn, exercise), needs)
+                why = unfinished_for(failure.stage, functions, needs)
                 if why:
                     return not_yet(name, why)
                 raise
+            except Exception as error:  # the attendee's code raised: name it as a stage of its own
+                why = unfinished_for("running your code", functions, needs)
+                if why:
+                    return not_yet(name, why)
+                raise CheckFailure(
+                    "running your code",
+                    f"stage 'running your code': {type(error).__name__}: {error}\nhint: the traceback above this "
+                    "message ends in the line of your code that raised",
+                ) from error
+            if result.status != "passed" and untouched_exercise(*functions) is None:
+                raise CheckFailure(
+                    "result", f"stage 'result' of {name}: {result.why}, but your code has no placeholder line left: "
+                    "it runs and does not write its result (or writes only zeros)"
+                )  # fmt: skip
+            return result
 
         return run
 

@@ -25,13 +25,22 @@ COURSE_MIN_CC = (8, 0)
 SUPPORTED_SMS = (80, 86, 89, 90, 100, 103, 120)
 NVMATH_CC_FALLBACK = ((7, 0), (12, 1))  # MIN/MAX_SUPPORTED_CC of nvmath-python 1.0.0
 NUMPY_LIMIT = (2, 5)
-CPU_PARTS = "the CPU notebook 3a_ozaki_numerics and all NumPy references and tests (./course test)"
+CPU_PARTS = (
+    "the CPU notebooks 3a_ozaki_numerics and 4a_ozaki2_numerics and all NumPy references and tests (./course test)"
+)
 GPU_TRACKS = ("1 (multi-pass)", "2 (block fusion)", "3 (Ozaki-I)")
 INSTALL_MATHDX = f'pip install "nvidia-libmathdx-cu13=={PINS["nvidia-libmathdx-cu13"]}"'
 
 
 class PreflightError(RuntimeError):
-    """This machine cannot run what the notebook needs; the message names the problem and the fix."""
+    """This machine cannot run what the notebook needs; the message names the problem and the fix.
+
+    In a notebook it shows as that message alone, not as a traceback through this module (IPython asks an
+    exception for ``_render_traceback_``): the cell still fails, so "Run All", nbval and the GPU suite stop there.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"This notebook cannot run on this machine. {self}"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,13 @@ class Environment:
 
     def __str__(self) -> str:
         return self.table()
+
+    def __repr__(self) -> str:
+        gpu = self.gpu
+        return f"Environment(gpu={gpu.name if gpu else None!r}, warnings={len(self.warnings)})"
+
+    def _ipython_display_(self) -> None:
+        """Nothing: ``preflight()`` printed the table already (a notebook cell ending in it shows no repr)."""
 
 
 # --- pure judgements ------------------------------------------------------------------------------------

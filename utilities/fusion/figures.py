@@ -83,3 +83,52 @@ def save_plots(records: Sequence[BenchRecord], folder: str, hbm_tbs: float | Non
             bandwidth_bars(chosen, hbm_tbs=hbm_tbs, path=out / file)
             paths.append(str(out / file))
     return paths
+
+
+def b2b_dataflow_picture(path: str | os.PathLike[str] | None = None) -> Figure:
+    """Back-to-back GEMMs: what goes through HBM on the library path, and what stays in one block when fused."""
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    fig = Figure(figsize=(10.0, 4.6))
+    for k, (title, fused) in enumerate((("library: two GEMMs, D0 through HBM", False),
+                                        ("fused: one kernel, D0 stays in the block", True))):  # fmt: skip
+        ax = fig.add_subplot(1, 2, k + 1)
+        ax.set_xlim(0, 10)
+        ax.set_ylim(0, 10)
+        ax.axis("off")
+        ax.set_title(title, fontsize=10)
+        ax.add_patch(FancyBboxPatch((0.2, 7.6), 9.6, 2.0, boxstyle="round,pad=0.1", color="#f2e6d9"))
+        ax.text(0.4, 9.2, "HBM", fontsize=9, weight="bold")
+        for x, name in ((0.8, "A0"), (2.3, "B0"), (6.0, "B1"), (7.5, "C1"), (8.8, "D1")):
+            ax.text(x, 8.2, name, fontsize=9, ha="center")
+        if not fused:
+            ax.text(4.3, 8.2, "D0", fontsize=9, ha="center", color="tab:red", weight="bold")
+        block = FancyBboxPatch((0.5, 0.4), 9.0, 5.6, boxstyle="round,pad=0.1", color="#e6eef7")
+        ax.add_patch(block)
+        ax.text(0.7, 5.6, "one block (a TM-row tile)" if fused else "two kernels", fontsize=9, weight="bold")
+        steps = [(1.6, 3.2, "GEMM 0\nacc0 = A0 B0"), (4.3, 3.2, "relu(alpha0 acc0)\n-> D0 (FP16)"),
+                 (7.0, 3.2, "GEMM 1 on D0, B1\nrelu(alpha1 acc1\n+ beta1 C1)")]  # fmt: skip
+        for x, y, text in steps:
+            ax.text(x, y, text, fontsize=8, ha="center", va="center",
+                    bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"})  # fmt: skip
+
+        def arrow(a: tuple[float, float], b: tuple[float, float], color: str = "k", ax: Any = ax) -> None:
+            ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=10, color=color, linewidth=1.2))
+
+        arrow((0.8, 7.9), (1.3, 3.9))
+        arrow((2.3, 7.9), (1.9, 3.9))
+        arrow((2.5, 3.2), (3.3, 3.2))
+        if fused:
+            arrow((5.3, 3.2), (5.9, 3.2), "tab:green")
+            ax.text(5.6, 1.9, "shared\nmemory", fontsize=7, ha="center", color="tab:green")
+        else:
+            arrow((4.3, 3.9), (4.3, 7.9), "tab:red")
+            arrow((4.6, 7.9), (6.3, 4.1), "tab:red")
+            ax.text(5.4, 6.3, "write D0,\nread it back", fontsize=7, color="tab:red")
+        arrow((6.0, 7.9), (6.7, 4.1))
+        arrow((7.5, 7.9), (7.3, 4.1))
+        arrow((8.2, 3.9), (8.8, 7.9))
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig

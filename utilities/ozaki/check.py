@@ -61,6 +61,10 @@ def _slice_number_inputs(rng: np.random.Generator) -> list[tuple[float, float]]:
     ripples = [1 - 2.0**-40, -(1 - 2.0**-52), 127 / 128 - 2.0**-53, 0.5 - 2.0**-60, -(2.0**-8 - 2.0**-61)]
     pairs = [(x, 0.9) for x in (1.0, -1.0, 0.3, -0.3, 127 / 128, -(2.0**-55 + 2.0**-66), 2.0**-1074, *ties)]
     pairs += [(x, 0.9) for x in ripples]  # truncated digits of 255: carries ripple over several digits
+    for v in (127, 128, 129, -127, -128, -129, 255, -255):  # a lower digit exactly at the carry's limits
+        for depth in (1, 2, 5):
+            pairs.append(((5 + v * 2.0 ** (-8 * depth)) / 128, 0.9))
+            pairs.append(((-5 + v * 2.0 ** (-8 * depth)) / 128, 0.9))
     pairs += [(1e300, 1e300), (-3.7e-300, 1e-290), (-1.0, 1.0), (2.0**-40, 1.0), (3.0, 2.0**60)]
     for _ in range(20):
         x = float(rng.standard_normal()) * 2.0 ** float(rng.integers(-1000, 1000))
@@ -113,12 +117,15 @@ def check_diagonal_terms(
 
 @checker("slicing")
 def check_slicing(
-    fn: Callable[[np.ndarray, int], tuple[Any, Any]], slices: int | Sequence[int] = (7, 10), *, seed: int | None = None
+    fn: Callable[[np.ndarray, int], tuple[Any, Any]],
+    slices: int | Sequence[int] = (7, 8, 9, 10),
+    *,
+    seed: int | None = None,
 ) -> CheckResult:
     """``fn(a, slices)`` returns ``(a_slices (S, m, k) int8, e (m,) int32)``: the row slicing of A.
 
-    Checked at every slice count of ``slices``; the default takes one on each side of 8, where the GPU slicing
-    splits its integer in two.
+    Checked at every slice count of ``slices``; the default takes 7 and 8 and, past them, 9 and 10, where the GPU
+    slicing splits its integer in two.
     """
     name, seed = "slicing", fresh_seed(seed)
     counts = [slices] if isinstance(slices, int) else list(slices)

@@ -122,12 +122,12 @@ def _matrices(m: int, k: int, seed: int) -> Iterator[tuple[str, np.ndarray]]:
 
 @checker("scaling and residues")
 def check_scaling(fn: Callable[[np.ndarray, int], tuple[Any, Any]], counts: Sequence[int] = (14, 20), *,
-                  seed: int | None = None) -> CheckResult:  # fmt: skip
-    """``fn(x, count)`` returns ``(mu (m,) int32, residues (count, m, k) int8)`` for the rows of x."""
+                  shape: tuple[int, int] = (23, 130), seed: int | None = None) -> CheckResult:  # fmt: skip
+    """``fn(x, count)`` returns ``(mu (m,) int32, residues (count, m, k) int8)`` for the rows of x (m, k = shape)."""
     name, seed = "scaling and residues", fresh_seed(seed)
     cases = 0
     for count in counts:
-        for case, x in _matrices(23, 130, seed + count):
+        for case, x in _matrices(*shape, seed + count):
             mu, res = (np.asarray(v) for v in fn(x.copy(), count))
             want_mu = ref.scale_exponents(x, 1, count)
             want_res = ref.residues(ref.to_integers(x, want_mu, 1), count)

@@ -2,31 +2,30 @@
 
 The estimate is Ozaki-I's (``utilities.ozaki.precision``): rows of A are represented with an absolute error below
 ``2^-mu_i``, columns of B below ``2^-nu_j``, and the exponents for N moduli follow from the lines' exact integer
-statistics (``reference.line_terms``) without touching the matrices again, so every count costs a few integer
-operations per line to try.
+statistics (``reference.line_terms``) without touching the matrices again, so every count costs a few vector
+operations to try.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..ozaki.precision import Choice, Norms, _choose, representation_estimate, target
+from ..ozaki.precision import Choice, LineNorms, _choose, _eps2, representation_estimate, target
 from . import reference as ref
 
 
 def moduli_estimate(row_terms: tuple[np.ndarray, np.ndarray], col_terms: tuple[np.ndarray, np.ndarray], count: int,
-                    norms: Norms) -> float:  # fmt: skip
+                    norms: LineNorms) -> float:  # fmt: skip
     """The error estimate with ``count`` moduli, from the lines' ``(E_max, S)`` (``reference.line_terms``)."""
     t = ref.crt(count).t
     mu = ref.exponent_from_terms(*row_terms, t)
     nu = ref.exponent_from_terms(*col_terms, t)
-    nonzero_rows, nonzero_cols = row_terms[1] > 0, col_terms[1] > 0
-    row_eps = np.ldexp(1.0, -mu[nonzero_rows])
-    col_eps = np.ldexp(1.0, -nu[nonzero_cols])
-    return representation_estimate(row_eps, col_eps, norms)
+    row_eps2 = _eps2(-mu - norms.ea, row_terms[1] > 0)
+    col_eps2 = _eps2(-nu - norms.eb, col_terms[1] > 0)
+    return representation_estimate(row_eps2, col_eps2, norms)
 
 
-def moduli_needed_from(rows: tuple[np.ndarray, np.ndarray], cols: tuple[np.ndarray, np.ndarray], norms: Norms,
+def moduli_needed_from(rows: tuple[np.ndarray, np.ndarray], cols: tuple[np.ndarray, np.ndarray], norms: LineNorms,
                        k: int, *, low: int = 8, high: int = ref.MAX_MODULI) -> Choice:  # fmt: skip
     """The fewest moduli whose estimate meets the target, from the lines' statistics and the norms."""
     goal, tried = target(k), {}
@@ -42,4 +41,4 @@ def moduli_needed(a: np.ndarray, b: np.ndarray, *, low: int = 8, high: int = ref
     a0 = np.where(np.isfinite(a), a, 0.0)
     b0 = np.where(np.isfinite(b), b, 0.0)
     rows, cols = ref.line_terms(a0, 1), ref.line_terms(b0, 0)
-    return moduli_needed_from(rows, cols, Norms.of(a0, b0), a.shape[1], low=low, high=high)
+    return moduli_needed_from(rows, cols, LineNorms.of(a0, b0), a.shape[1], low=low, high=high)

@@ -135,11 +135,18 @@ def line_terms(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return np.squeeze(e_max, axis).astype(np.int64), terms.sum(axis=axis, dtype=np.int64)
 
 
+def ceil_log2(s: np.ndarray) -> np.ndarray:
+    """``ceil(log2 s)`` of positive int64 values, exactly (0 for s <= 1)."""
+    v = np.maximum(np.asarray(s, np.int64), 1) - 1
+    guess = np.frexp(v.astype(np.float64))[1].astype(np.int64)  # bit length, or one more where the float rounded up
+    over = (guess > 0) & ((v >> np.maximum(guess - 1, 0)) == 0)
+    return guess - over
+
+
 def exponent_from_terms(e_max: np.ndarray, s: np.ndarray, t: int) -> np.ndarray:
     """The largest ``mu`` with ``2^(2 mu) S 2^(2 (E_max - 16) - 10) <= 2^t``: ``||2^mu x|| <= 2^(t/2)`` (0 if S = 0)."""
     s = np.asarray(s, dtype=np.int64)
-    ceil_log2 = np.array([int(v - 1).bit_length() if v > 0 else 0 for v in s.ravel()], np.int64).reshape(s.shape)
-    mu = (t + 10 - 2 * (np.asarray(e_max, np.int64) - SPAN) - ceil_log2) // 2
+    mu = (t + 10 - 2 * (np.asarray(e_max, np.int64) - SPAN) - ceil_log2(s)) // 2
     return np.where(s > 0, mu, 0).astype(np.int64)
 
 
@@ -179,23 +186,20 @@ def _centered(r: np.ndarray, p: int) -> np.ndarray:
 
 
 def residue(x: np.ndarray, p: int) -> np.ndarray:
-    """The symmetric residue of integer-valued float64 ``x`` (|x| < 2^96) modulo p, exactly, as float64.
+    """The symmetric residue of integer-valued float64 ``x`` modulo p, exactly, as float64, for |x| < 2^78 (the
+    scaling keeps |A'| below 2^77 even with 20 moduli).
 
-    ``x = m 2^s`` with an integer m below 2^53; m splits into 27 + 26 bits, each reduced by the multiple of p
-    nearest to it, recombined with ``2^26 mod p``, then multiplied by ``2^s mod p``: every product and
-    difference stays an integer below 2^53, so FP64 computes it exactly.
+    x splits into its part above 2^26 (below 2^52) and the rest; each is reduced by the multiple of p nearest to it,
+    and the two recombine with ``2^26 mod p``: every product and difference is an integer below 2^53, so FP64
+    computes it exactly.
     """
     x = np.asarray(x, dtype=np.float64)
-    big = np.abs(x) >= 2.0**53
-    _, e = np.frexp(x)
-    s = np.where(big, e - 53, 0)
-    m = np.where(big, np.ldexp(x, -s), x)
-    mh = np.trunc(m * 2.0**-26)
-    ml = m - mh * 2.0**26
-    r = _near_mod(_near_mod(mh, p) * float(pow(2, 26, p)) + _near_mod(ml, p), p)
-    pow2 = np.array([pow(2, int(k), p) for k in range(64)], np.float64)
-    r = _near_mod(r * pow2[s], p)
-    return _centered(_centered(r, p), p)
+    if x.size and np.abs(x).max() >= 2.0**78:
+        raise ValueError("residue: |x| must stay below 2^78 (the scaling keeps integer matrices below 2^77)")
+    high = np.trunc(x * 2.0**-26)
+    low = x - high * 2.0**26
+    r = _near_mod(_near_mod(high, p) * float(pow(2, 26, p)) + _near_mod(low, p), p)
+    return _centered(r, p)
 
 
 def residues(x_int: np.ndarray, count: int) -> np.ndarray:
@@ -209,12 +213,13 @@ def residues(x_int: np.ndarray, count: int) -> np.ndarray:
 
 
 def modular_products(a_res: np.ndarray, b_res: np.ndarray) -> np.ndarray:
-    """int32 (N, m, n): ``A_t @ B_t`` for each modulus, with ``b_res`` given transposed, (N, n, k). Exact."""
-    a64, b64 = a_res.astype(np.int64), b_res.astype(np.int64)
+    """int32 (N, m, n): ``A_t @ B_t`` for each modulus, with ``b_res`` given transposed, (N, n, k). Exact: FP64 GEMMs
+    whose partial sums are integers below ``k 2^14 < 2^31``, far inside FP64's 2^53."""
     if a_res.shape[0] != b_res.shape[0] or a_res.shape[2] != b_res.shape[2]:
         raise InputShapeError(f"residues of A {a_res.shape} and of B^T {b_res.shape} do not match")
     if a_res.shape[2] > MAX_K:
         raise ValueError(f"k = {a_res.shape[2]}: int8 products stay exact in int32 only for k <= {MAX_K}")
+    a64, b64 = a_res.astype(np.float64), b_res.astype(np.float64)
     return np.stack([a64[t] @ b64[t].T for t in range(a_res.shape[0])]).astype(np.int32)
 
 

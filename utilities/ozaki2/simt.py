@@ -35,15 +35,14 @@ _MAX_FINITE = np.finfo(np.float64).max
 
 
 def _tables(count: int) -> dict[str, np.ndarray]:
-    """The per-modulus constants the kernels read: p, 1/p, 2^26 mod p, 2^s mod p (s < 64), the residue ranges,
-    y_t, and 1/p as c1 + c2 + c3."""
+    """The per-modulus constants the kernels read: p, 1/p, 2^26 mod p, the residue ranges, y_t, and 1/p as
+    c1 + c2 + c3."""
     c = ref.crt(count)
     ps = c.moduli
     return {
         "p": np.array(ps, np.float64),
         "inv": np.array([1.0 / p for p in ps]),
         "k26": np.array([pow(2, 26, p) for p in ps], np.float64),
-        "pow2": np.array([[pow(2, s, p) for s in range(64)] for p in ps], np.float64),
         "lo": np.array([ref.residue_range(p)[0] for p in ps], np.float64),
         "hi": np.array([ref.residue_range(p)[1] for p in ps], np.float64),
         "y": np.array(c.inverses, np.float64),
@@ -61,33 +60,25 @@ def near_mod(v, p, inv):
 
 @functools.cache
 def make_residue(count: int):
-    """A device function ``residue(x, t)``: the symmetric residue of the integer-valued double x (|x| < 2^96) modulo
-    the t-th modulus, exactly, as ``reference.residue`` computes it."""
+    """A device function ``residue(x, t)``: the symmetric residue of the integer-valued double x (|x| < 2^78, which
+    the scaling guarantees) modulo the t-th modulus, exactly, as ``reference.residue`` computes it."""
     T = _tables(count)
-    P, INV, K26, POW2, LO, HI = T["p"], T["inv"], T["k26"], T["pow2"], T["lo"], T["hi"]
+    P, INV, K26, LO, HI = T["p"], T["inv"], T["k26"], T["lo"], T["hi"]
 
     @cuda.jit(device=True)
     def residue(x, t):
-        # TODO (about 10 lines): x = m 2^s with |m| < 2^53; reduce m's top 27 and low 26 bits, recombine with
-        # 2^26 mod p, multiply by 2^s mod p, and bring the result into [LO[t], HI[t]]
+        # TODO (about 8 lines): split x into its bits above 2^26 and below; reduce each (near_mod), recombine them
+        # with 2^26 mod p (K26[t]), reduce again, and bring the result into [LO[t], HI[t]]
         # SKELETON: return 0.0
         # BEGIN SOLUTION
         p, inv = P[t], INV[t]
-        s = 0
-        m = x
-        if abs(x) >= 2.0**53:
-            _, e = math.frexp(x)
-            s = e - 53
-            m = math.ldexp(x, -s)
-        mh = math.trunc(m * 2.0**-26)
-        ml = m - mh * 2.0**26
-        r = near_mod(near_mod(mh, p, inv) * K26[t] + near_mod(ml, p, inv), p, inv)
-        r = near_mod(r * POW2[t, s], p, inv)
-        for _ in range(2):
-            if r > HI[t]:
-                r -= p
-            if r < LO[t]:
-                r += p
+        high = float64(math.trunc(x * 2.0**-26))  # below 2^52: near_mod is exact on it
+        low = x - high * 2.0**26
+        r = near_mod(near_mod(high, p, inv) * K26[t] + near_mod(low, p, inv), p, inv)
+        if r > HI[t]:
+            r -= p
+        if r < LO[t]:
+            r += p
         return r
         # END SOLUTION
 

@@ -15,6 +15,7 @@ the GPU, before the residues.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from .. import cublas
 from ..machinery import launch
-from ..ozaki.precision import Choice, Norms
+from ..ozaki.precision import Choice, LineNorms
 from ..smem import ceil_to
 from . import reference as ref
 from . import simt
@@ -47,33 +48,51 @@ class Kernels:
         return [f for f in vars(self).values() if f is not None]
 
 
-_SUMSQ = None
+_WEIGHTED_SQUARES = None
 
 
-def _sum_of_squares(x: Any, axis: int) -> Any:
-    """Sums of squares along an axis without a temporary the size of x (a CuPy reduction kernel)."""
-    global _SUMSQ
-    if _SUMSQ is None:
-        _SUMSQ = cp.ReductionKernel("float64 x", "float64 y", "isfinite(x) ? x * x : 0.0", "a + b", "y = a", "0",
-                                    "course_sum_of_squares")  # fmt: skip
-    return _SUMSQ(x, axis=axis)
+def _weighted_squares(x: Any, scale: float, weight: Any, axis: int) -> Any:
+    """``sum (scale x)^2 weight`` along an axis, NaN and Inf counted as zero, ``weight`` broadcast against x (a CuPy
+    reduction kernel: no temporary the size of x)."""
+    global _WEIGHTED_SQUARES
+    if _WEIGHTED_SQUARES is None:
+        _WEIGHTED_SQUARES = cp.ReductionKernel(
+            "float64 x, float64 s, float64 w", "float64 y", "isfinite(x) ? (x * s) * (x * s) * w : 0.0", "a + b",
+            "y = a", "0", "course_weighted_squares",
+        )  # fmt: skip
+    return _WEIGHTED_SQUARES(x, scale, weight, axis=axis)
 
 
-def choose_moduli(a: Any, b: Any) -> Choice:
+def line_norms(a: Any, b: Any) -> LineNorms:
+    """``precision.LineNorms`` of CuPy A and B, on the GPU (six reductions, no temporary the size of A or B)."""
+
+    def exponent(x: Any) -> int:
+        largest = float(cp.max(cp.where(cp.isfinite(x), cp.abs(x), 0.0)))
+        return int(np.frexp(largest)[1])
+
+    ea, eb = exponent(a), exponent(b)
+    sa, sb = math.ldexp(1.0, -ea), math.ldexp(1.0, -eb)
+    a_cols, b_rows = _weighted_squares(a, sa, 1.0, 0), _weighted_squares(b, sb, 1.0, 1)
+    parts = (
+        _weighted_squares(a, sa, 1.0, 1), _weighted_squares(b, sb, 1.0, 0),
+        _weighted_squares(a, sa, b_rows[None, :], 1), _weighted_squares(b, sb, a_cols[:, None], 0),
+    )  # fmt: skip
+    return LineNorms(*(cp.asnumpy(p) for p in parts), ea, eb)
+
+
+def choose_moduli(a: Any, b: Any, bt: Any = None) -> Choice:
     """The count ``moduli="auto"`` picks for CuPy A and B: ``precision.moduli_needed`` from statistics taken on
-    the GPU (each line's exact (E_max, S), and the column norms of A and row norms of B)."""
+    the GPU (each line's exact (E_max, S), and ``line_norms``); ``bt``, if given, is B's transpose, C-contiguous."""
     m, k = a.shape
     n = b.shape[1]
     kp = ceil_to(k, K_ALIGN)
     stats = []
-    for x, lines in ((a, m), (cp.ascontiguousarray(b.T), n)):
+    for x, lines in ((a, m), (cp.ascontiguousarray(b.T) if bt is None else bt, n)):
         e_max, s = cp.zeros(lines, cp.int32), cp.zeros(lines, cp.int64)
         step = simt.stats_launch(lines, k, kp)
         step.kernel[step.grid, step.block](x, e_max, s)
         stats.append((cp.asnumpy(e_max).astype(np.int64), cp.asnumpy(s)))
-    cols, rows = _sum_of_squares(a, 0), _sum_of_squares(b, 1)
-    norms = Norms(float(cols.sum()), float(rows.sum()), float(cols @ rows))
-    return moduli_needed_from(stats[0], stats[1], norms, k)
+    return moduli_needed_from(stats[0], stats[1], line_norms(a, b), k)
 
 
 class Ozaki2Gemm:
@@ -102,10 +121,12 @@ class Ozaki2Gemm:
         self.choice: Choice | None = None
 
     # -- stages ----------------------------------------------------------------------------------------------------
-    def scale(self, a: Any, b: Any) -> None:
-        """Stage 1: exponents and residues of A (rows) and of B (columns, through its transpose)."""
+    def scale(self, a: Any, b: Any, transposed: bool = False) -> None:
+        """Stage 1: exponents and residues of A (rows) and of B (columns, through its transpose, which is already in
+        ``self.bt`` when ``transposed``)."""
         N = self.count
-        cp.copyto(self.bt, b.T)
+        if not transposed:
+            cp.copyto(self.bt, b.T)
         for x, lines, res, shifts in ((a, self.m, self.a_res, self.mu), (self.bt, self.n, self.b_res, self.nu)):
             step = simt.residue_launch(lines, self.k, self.kp, N, self.kernels.residue)
             words = res[:N].view(cp.int32)
@@ -125,10 +146,11 @@ class Ozaki2Gemm:
     def __call__(self, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, out: Any = None) -> Any:
         _check_operands(a, b, c, beta, (self.m, self.k, self.n))
         if self.moduli == "auto":
-            self.choice = choose_moduli(a, b)
+            cp.copyto(self.bt, b.T)
+            self.choice = choose_moduli(a, b, self.bt)
             self.count = self.choice.count
         out = cp.empty((self.m, self.n)) if out is None else out
-        self.scale(a, b)
+        self.scale(a, b, transposed=self.moduli == "auto")
         self.products()
         self.reconstruct(out, out if c is None else c, alpha, beta)
         return out

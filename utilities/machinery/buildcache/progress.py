@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+BUILDS: list[tuple[str, float]] = []  # (kernel, seconds) of every build in this process, for utilities.workshop
+
 
 class BuildProgress:
     """Shows what is being built once a build passes ``after`` seconds, then how long it took.
@@ -60,6 +62,7 @@ class BuildProgress:
         self._done.set()
         self._thread.join()
         self.seconds = time.perf_counter() - self.start
+        BUILDS.append((self.what, self.seconds))
         if self._shown:
             self._show(f"[build] {self.what}: built in {self.seconds:.1f} s" + self.note())
 

@@ -1,0 +1,69 @@
+"""The workshop run-through (``utilities.workshop``): filled exercises, edits, and what a run records."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from utilities import workshop
+from utilities.notebooks import REPO_ROOT
+
+EXERCISE_STEMS = sorted(p.stem for p in (REPO_ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("stem", EXERCISE_STEMS)
+def test_every_exercise_cell_gets_its_solution_and_an_edit_that_compiles(stem):
+    cells = workshop.filled_cells(stem)
+    exercises = [source for _, source, is_exercise in cells if is_exercise]
+    assert exercises, f"{stem} has no exercise cell"
+    runs = workshop.edit_runs(cells)
+    assert len(runs) == len(exercises)
+    for run in runs:
+        assert workshop.EDIT_LINE in run[0]
+        ast.parse(run[0])  # the edit lands inside the region, at its indentation
+
+
+def _tiny_course(tmp_path: Path, cells: list[str], gpu: bool = False) -> Path:
+    for folder in ("solutions", "notebooks"):
+        (tmp_path / folder).mkdir()
+        nb = nbformat.v4.new_notebook(metadata={"course": {"gpu": gpu}})
+        nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+        for index, cell in enumerate(nb.cells):
+            cell.id = f"cell{index}"
+        nbformat.write(nb, tmp_path / folder / "9_tiny.ipynb")
+    return tmp_path
+
+
+def test_a_run_records_builds_edits_and_the_first_error(tmp_path):
+    exercise = "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n"
+    build = ("import time\nfrom utilities.machinery.buildcache.progress import BuildProgress\n"
+             "with BuildProgress('fake_kernel', after=60):\n    time.sleep(0.3)")  # fmt: skip
+    root = _tiny_course(tmp_path, [exercise, "assert f() == 1", build])
+    entry = workshop.run_notebook("9_tiny", root=root)
+    assert entry.error == ""
+    assert [name for name, _ in entry.builds] == ["fake_kernel"]
+    assert 0.3 <= entry.longest_build_s <= entry.build_wait_s + 0.05 and entry.wall_s >= 0.3
+    assert entry.longest_check_after_edit_s >= 0.0
+
+    (tmp_path / "other").mkdir()
+    broken = _tiny_course(tmp_path / "other", [exercise, "assert f() == 2, 'wrong'"])
+    entry = workshop.run_notebook("9_tiny", root=broken)
+    assert entry.error.startswith("code cell 1: AssertionError: wrong")
+
+
+def test_a_cpu_notebook_runs_through(tmp_path):
+    out = tmp_path / "ws.json"
+    assert workshop.main(["3a", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    [entry] = data["notebooks"]
+    assert entry["notebook"] == "3a_ozaki_numerics" and entry["error"] == "" and entry["wall_s"] > 0
+    assert "| 3a_ozaki_numerics |" in workshop.table([workshop.Entry(**entry)])
+
+
+def test_gpu_notebooks_are_skipped_with_a_reason_without_a_gpu():
+    chosen, skipped = workshop.notebooks([], gpu=False)
+    assert "3a_ozaki_numerics" in chosen and any(s.startswith("1_multipass") for s in skipped)

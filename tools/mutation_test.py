@@ -1,0 +1,333 @@
+"""Mutation scores of the CPU exercises: every single-change mutant of each solution region, through its checker.
+
+    python tools/mutation_test.py                 # every exercise, a table, and results/mutation-cpu.json
+    python tools/mutation_test.py --only 3a       # exercises whose name contains 3a
+
+A mutant is rejected when the checker raises CheckFailure (naming the stage); it survives when the checker passes
+although some valid input (more and other inputs than the checker's) gives a different result; it is equivalent
+when no such input was found (``utilities.mutants``). The exercises whose code is a device function run here
+compiled for the CPU (``numba.njit`` of its Python body, with the device's integer semantics), in the course's own
+kernels' place; the exercises that are whole SIMT kernels run in numba's CUDA simulator (this tool selects it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before numba.cuda is imported: the kernel exercises run in the simulator
+
+from utilities import inputs, mutants  # noqa: E402
+
+
+def notebook_function(stem: str, name: str) -> str:
+    """The source of the solution cell of ``solutions/<stem>.ipynb`` that defines ``name`` (its markers kept)."""
+    cells = json.loads((ROOT / "solutions" / f"{stem}.ipynb").read_text())["cells"]
+    for cell in cells:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "code" and f"def {name}(" in text:
+            start = text.index(f"def {name}(")
+            body = text[start:].split("\n\n\n")[0]
+            return body
+    raise KeyError(f"no cell of {stem} defines {name}")
+
+
+def module_function(module: Any, name: str) -> str:
+    from utilities.notebooks import extract_definition
+
+    return extract_definition(Path(module.__file__).read_text(), name)
+
+
+class _CpuCuda:
+    """Stands in for ``numba.cuda`` in a device function's module: ``cuda.jit(device=True)`` compiles for the CPU
+    with ``numba.njit``, so that a mutant runs with the device's integer semantics (int64 wraps, where a Python
+    int would not); with bounds checks, so that a mutant's stray index raises instead of corrupting memory."""
+
+    def jit(self, *args: Any, **kwargs: Any) -> Any:
+        import numba
+
+        if args and callable(args[0]):
+            return numba.njit(args[0], boundscheck=True)
+        return lambda fn: numba.njit(fn, boundscheck=True)
+
+
+def cpu_namespace(module: Any) -> dict[str, Any]:
+    """The module's globals with ``cuda`` replaced by :class:`_CpuCuda` and its device functions recompiled for the
+    CPU (their Python bodies through ``numba.njit``)."""
+    import numba
+
+    namespace = dict(vars(module))
+    for key, value in namespace.items():
+        python = getattr(value, "py_func", None)  # a CUDADispatcher (numba-cuda on a GPU)
+        if python is None and getattr(value, "_device", False):  # a device function in the simulator
+            python = value.fn
+        if python is not None:
+            namespace[key] = numba.njit(python, boundscheck=True)
+    namespace["cuda"] = _CpuCuda()
+    return namespace
+
+
+def exec_function(text: str, name: str, namespace: dict[str, Any]) -> Any:
+    ns = dict(namespace)
+    exec(compile(text, f"<mutant of {name}>", "exec"), ns)
+    return ns[name]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The exercises: source, how to build the attendee's object, the checker, and a wider differential test
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def slice_number_exercise() -> tuple[str, Callable, Callable, Callable]:
+    from utilities.ozaki import check, row_shifts, slice_rows
+
+    text = notebook_function("3a_ozaki_numerics", "slice_number")
+    build = lambda t: exec_function(t, "slice_number", {"math": math})  # noqa: E731
+
+    def differs(fn: Any) -> bool:
+        rng = np.random.default_rng(99)
+        xs = [*rng.standard_normal(200) * 2.0 ** rng.integers(-60, 60, 200), 0.0, 1.0, -1.0, 0.5 - 2.0**-60]
+        for x in xs:
+            for row_max, slices in ((abs(x) * 2.0 ** float(rng.integers(0, 20)), int(rng.integers(1, 13))),
+                                    (0.9, 7)):  # fmt: skip
+                row = np.array([[x, row_max]])
+                e = int(row_shifts(row)[0])
+                if list(fn(float(x), e, slices)) != list(slice_rows(row, slices)[0][:, 0, 0]):
+                    return True
+        return False
+
+    return text, build, lambda fn: check.check_slice_number(fn, seed=11), differs
+
+
+def diagonal_terms_exercise() -> tuple[str, Callable, Callable, Callable]:
+    from utilities.ozaki import check, product_terms
+
+    text = notebook_function("3a_ozaki_numerics", "diagonal_terms")
+    build = lambda t: exec_function(t, "diagonal_terms", {})  # noqa: E731
+
+    def differs(fn: Any) -> bool:
+        return any(
+            [tuple(p) for p in fn(d, s)] != [p for p in product_terms(s) if sum(p) == d]
+            for s in range(1, 13) for d in range(s)
+        )  # fmt: skip
+
+    return text, build, lambda fn: check.check_diagonal_terms(fn), differs
+
+
+def split_digits_exercise() -> tuple[str, Callable, Callable, Callable]:
+    """3b's device function, through its Python body: the course's slicing, the attendee's digits."""
+    from utilities.ozaki import check, row_shifts, simt, slice_rows
+    from utilities.ozaki.slicing import NONFINITE_SHIFT
+
+    text = module_function(simt, "make_split_digits")
+    namespace = cpu_namespace(simt)
+    build = lambda t: exec_function(t, "make_split_digits", namespace)  # noqa: E731
+
+    def slicing_with(factory: Any) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+        def slicing(a: np.ndarray, slices: int) -> tuple[np.ndarray, np.ndarray]:
+            split = factory(slices)
+            e = row_shifts(a)
+            out = np.zeros((slices, *a.shape), np.int8)
+            digits = np.zeros(slices, np.int32)
+            for i, row in enumerate(a):
+                if e[i] == NONFINITE_SHIFT:
+                    continue
+                for j, x in enumerate(row):
+                    split(float(x), int(e[i]), digits)
+                    out[:, i, j] = digits
+            return out, e
+
+        return slicing
+
+    def differs(factory: Any) -> bool:
+        a = inputs.exponent_spread(6, 60, 3.0, 123)
+        for slices in (1, 3, 7, 8, 9, 11, 12):
+            got, _ = slicing_with(factory)(a, slices)
+            if not np.array_equal(got, slice_rows(a, slices)[0]):
+                return True
+        return False
+
+    return text, build, lambda f: check.check_slicing(slicing_with(f), seed=12), differs
+
+
+def residue_exercise() -> tuple[str, Callable, Callable, Callable]:
+    from utilities.ozaki2 import check, reference
+
+    text = notebook_function("4a_ozaki2_numerics", "symmetric_residue")
+    build = lambda t: exec_function(t, "symmetric_residue", {"np": np, "ozaki2": __import__("utilities.ozaki2").ozaki2})  # noqa: E731
+
+    def differs(fn: Any) -> bool:
+        rng = np.random.default_rng(5)
+        for p in reference.MODULI:
+            x = np.trunc(np.ldexp(rng.standard_normal(3000), rng.integers(0, 61, 3000)))
+            x = np.concatenate([x, np.arange(-3 * p, 3 * p, dtype=np.float64)])
+            if not np.array_equal(np.asarray(fn(x, p), np.float64), reference.residue(x, p)):
+                return True
+        return False
+
+    return text, build, lambda fn: check.check_residue(fn, seed=13), differs
+
+
+def crt_exercise() -> tuple[str, Callable, Callable, Callable]:
+    from utilities.ozaki2 import check, reference
+
+    text = notebook_function("4a_ozaki2_numerics", "crt_reconstruct")
+    build = lambda t: exec_function(t, "crt_reconstruct", {"np": np, "ozaki2": __import__("utilities.ozaki2").ozaki2})  # noqa: E731
+
+    def differs(fn: Any) -> bool:
+        rng = np.random.default_rng(6)
+        for count in range(2, 21):
+            t = reference.crt(count).t
+            values = [int(rng.integers(-(2**62), 2**62)) >> max(0, 62 - t) for _ in range(40)] + [0, 1, -1, 1 << t]
+            x = np.array(values, object).reshape(4, 11)
+            want = np.array([[float(v) for v in row] for row in x])
+            got = np.asarray(fn(check.digits_of(x, count), count))
+            if got.shape != want.shape or not np.all(np.abs(got - want) <= check.reconstruction_bound(want, count)):
+                return True
+        return False
+
+    return text, build, lambda fn: check.check_crt(fn, seed=14), differs
+
+
+def residue_device_exercise() -> tuple[str, Callable, Callable, Callable]:
+    """4b's device function ``residue(x, t)``, through its Python body: the course's scaling, the attendee's
+    residues."""
+    from utilities.ozaki2 import check, reference, simt
+
+    text = module_function(simt, "make_residue")
+    namespace = cpu_namespace(simt)
+    build = lambda t: exec_function(t, "make_residue", namespace)  # noqa: E731
+
+    def scaling_with(factory: Any) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
+        def scaling(x: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+            residue = factory(count)
+            mu = reference.scale_exponents(x, 1, count)
+            xi = reference.to_integers(x, mu, 1)
+            res = np.array([[[residue(float(v), t) for v in row] for row in xi] for t in range(count)], np.int8)
+            return mu, res
+
+        return scaling
+
+    def differs(factory: Any) -> bool:
+        x = np.trunc(np.ldexp(np.random.default_rng(7).standard_normal((2, 300)), 75))  # the contract: below 2^78
+        x = np.concatenate([x, np.arange(-600.0, 600.0).reshape(2, 600)[:, :300]])
+        for count in (2, 9, 20):
+            residue = factory(count)
+            for t, p in enumerate(reference.crt(count).moduli):
+                if any(residue(float(v), t) != reference.residue(np.array([v]), p)[0] for v in x.ravel()):
+                    return True
+        return False
+
+    return text, build, lambda f: check.check_scaling(scaling_with(f), counts=(3, 20), shape=(5, 24), seed=15), differs
+
+
+def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
+    """3b's FP64 epilogue kernel, whole, in numba's CUDA simulator (small shapes: a launch takes about a second)."""
+    from numba import cuda
+
+    from utilities.ozaki import check, simt
+    from utilities.ozaki.check import epilogue_bound
+    from utilities.ozaki.epilogue import reconstruct
+    from utilities.ozaki.slicing import NONFINITE_SHIFT
+
+    text = module_function(simt, "make_epilogue_kernel")
+    build = lambda t: exec_function(t, "make_epilogue_kernel", dict(vars(simt)))  # noqa: E731
+
+    def launch(factory: Any, diagonals: np.ndarray, e: np.ndarray, f: np.ndarray, alpha: float, beta: float,
+               c: np.ndarray) -> np.ndarray:  # fmt: skip
+        s, m, n = diagonals.shape
+        step = simt.epilogue_launch(m, n, factory)
+        out = cuda.to_device(np.full((m, n), np.nan))
+        args = [cuda.to_device(x) for x in (diagonals, np.arange(s + 1, dtype=np.int32), e, f)]
+        step.kernel[step.grid, step.block](*args, float(alpha), float(beta), cuda.to_device(c), out)
+        return out.copy_to_host()
+
+    def differs(factory: Any) -> bool:
+        rng = np.random.default_rng(16)
+        for s in (1, 2, 7, 8, 12):
+            m, n = 9, 37
+            diagonals = rng.integers(-(2**31), 2**31, (s, m, n), dtype=np.int64).astype(np.int32)
+            e, f = rng.integers(-40, 40, m).astype(np.int32), rng.integers(-40, 40, n).astype(np.int32)
+            e[1], f[2] = NONFINITE_SHIFT, NONFINITE_SHIFT
+            c = rng.standard_normal((m, n))
+            for alpha, beta in ((1.0, 0.0), (0.75, -1.25)):
+                want = reconstruct(diagonals, e, f, alpha, beta, c)
+                got = launch(factory, diagonals, e, f, alpha, beta, np.full_like(c, np.nan) if beta == 0 else c)
+                finite = np.isfinite(want)
+                bound = epilogue_bound(want - beta * c, c, alpha, beta)
+                if not np.array_equal(np.isnan(got), np.isnan(want)) or np.any(
+                    np.abs(got[finite] - want[finite]) > np.broadcast_to(bound, want.shape)[finite]
+                ):
+                    return True
+        return False
+
+    return text, build, lambda f: check.check_epilogue(lambda *args: launch(f, *args), seed=17), differs
+
+
+EXERCISES: dict[str, Callable[[], tuple[str, Callable, Callable, Callable]]] = {
+    "3a slice_number": slice_number_exercise,
+    "3a diagonal_terms": diagonal_terms_exercise,
+    "3b split_digits (device function)": split_digits_exercise,
+    "3b epilogue (SIMT kernel, simulator)": epilogue_exercise,
+    "4a symmetric_residue": residue_exercise,
+    "4a crt_reconstruct": crt_exercise,
+    "4b residue (device function)": residue_device_exercise,
+}
+
+
+def run(names: list[str], quiet: bool = False) -> list[mutants.Score]:
+    import contextlib
+    import io
+    import warnings
+
+    scores = []
+    for name in names:
+        text, build, check, differs = EXERCISES[name]()
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # the checkers' pass lines
+            warnings.simplefilter("ignore")  # a mutant's division by zero
+            score = mutants.evaluate(name, text, build, check, differs)
+        scores.append(score)
+        if not quiet:
+            print(f"{score.line()} ({time.perf_counter() - start:.0f} s)", flush=True)
+            for m in score.survived:
+                print(f"    SURVIVED line {m.line}: {m.what}", flush=True)
+    return scores
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="exercises whose name contains this")
+    parser.add_argument("--json", default=str(ROOT / "results" / "mutation-cpu.json"), help="where to write the scores")
+    args = parser.parse_args(argv)
+    names = [n for n in EXERCISES if args.only in n]
+    scores = run(names)
+    data = {
+        "command": "python tools/mutation_test.py" + (f" --only {args.only}" if args.only else ""),
+        "date": time.strftime("%Y-%m-%d"),
+        "exercises": [
+            {"exercise": s.exercise, "rejected": len(s.rejected), "survived": len(s.survived),
+             "equivalent": len(s.equivalent), "score": s.score,
+             "survivors": [f"line {m.line}: {m.what}" for m in s.survived],
+             "equivalents": [f"line {m.line}: {m.what}" for m in s.equivalent]}
+            for s in scores
+        ],
+    }  # fmt: skip
+    if not args.only:
+        Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+    return 0 if all(not s.survived for s in scores) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
