@@ -327,3 +327,21 @@ def test_build_entries_say_whether_cached_builds_compute_the_same_bits():
     entries = same_outputs([plain, good, bad])
     assert "same_output_as_no_cache" not in entries[0]
     assert entries[1]["same_output_as_no_cache"] is True and entries[2]["same_output_as_no_cache"] is False
+
+
+def test_a_prebuild_entry_follows_results_md_and_is_shown() -> None:
+    good = copy.deepcopy(EXAMPLE)
+    good["builds"].append({"kernel": "prebuild", "prebuild_s": 472.0})
+    report.validate_report(good)
+    assert "Prebuild: 472 s" in report.render_markdown(good)
+    for bad in ({"kernel": "prebuild"}, {"kernel": "prebuild", "prebuild_s": -1.0}):
+        broken = copy.deepcopy(EXAMPLE)
+        broken["builds"].append(bad)
+        with pytest.raises(report.ReportError, match="prebuild_s"):
+            report.validate_report(broken)
+
+
+def test_every_committed_report_validates() -> None:
+    for path in sorted((Path(__file__).resolve().parents[1] / "results").glob("nvidia-*.json")):
+        if not path.name.endswith("-workshop.json"):
+            report.validate_report(json.loads(path.read_text()))

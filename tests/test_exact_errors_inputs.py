@@ -240,3 +240,15 @@ def test_adversarial_pairs():
     assert (np.signbit(a[1:]) & zero[1:]).any() and (~np.signbit(a) & zero).any() and not zero.all()
     a, b = by_name["heavy cancellation"]
     assert np.abs(a @ b).max() < 1e-5 * (np.abs(a) @ np.abs(b)).max()
+
+
+def test_worst_line_error_is_the_worst_row_or_column():
+    from utilities.errors import worst_line_error
+
+    ref = np.array([[1.0, 2.0, 0.0], [3.0, 4.0, 0.0]])
+    c = ref.copy()
+    c[1, 1] = 4.5  # row 1: 0.5 / 5; column 1: 0.5 / sqrt(20): the column is worse
+    assert worst_line_error(c, ref) == pytest.approx(0.5 / np.sqrt(20.0))
+    assert worst_line_error(ref, ref) == 0.0  # the zero column is left out, not 0/0
+    big = ref * 2.0**600
+    assert worst_line_error(c * 2.0**600, big) == pytest.approx(0.5 / np.sqrt(20.0))  # no overflow

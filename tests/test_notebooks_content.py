@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,7 +74,8 @@ def test_gpu_notebooks_start_with_a_preflight(path):
 def test_every_exercise_cell_is_followed_by_a_reveal_cell(path):
     cells = nbformat.read(path, as_version=4).cells
     for index, cell in enumerate(cells):
-        if cell.cell_type == "code" and PLACEHOLDER in cell.source:
+        prediction = "prediction" in cell.metadata.get("tags", [])  # the attendee's numbers, nothing to reveal
+        if cell.cell_type == "code" and PLACEHOLDER in cell.source and not prediction:
             following = cells[index + 1] if index + 1 < len(cells) else None
             assert following is not None and "reveal" in following.metadata.get("tags", []), (
                 f"{path.name}: cell {index} has an exercise but no reveal cell after it"
@@ -88,3 +90,18 @@ def test_no_undefined_names_in_notebooks():
         capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.parent.name == "notebooks"], ids=lambda p: p.stem)
+def test_prediction_cells_leave_the_numbers_to_the_attendee(path):
+    """A cell tagged ``prediction`` sets its variables to None in the exercise, and a later cell reads them."""
+    cells = nbformat.read(path, as_version=4).cells
+    for index, cell in enumerate(cells):
+        if "prediction" not in cell.metadata.get("tags", []):
+            continue
+        names = re.findall(r"^(\w+) = ", cell.source, re.M)
+        assert names, f"{path.name}: prediction cell {index} assigns nothing"
+        for name in names:
+            assert re.search(rf"^{name} = .*None", cell.source, re.M), f"{path.name}: {name} is filled in"
+            later = "\n".join(c.source for c in cells[index + 1 :] if c.cell_type == "code")
+            assert re.search(rf"\b{name}\b", later), f"{path.name}: nothing reads {name}"

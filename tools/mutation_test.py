@@ -275,6 +275,43 @@ def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
     return text, build, lambda f: check.check_epilogue(lambda *args: launch(f, *args), seed=17), differs
 
 
+def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
+    """4b's reconstruction kernel, whole, in numba's CUDA simulator."""
+    from numba import cuda
+
+    from utilities.ozaki2 import check, reference, simt
+
+    text = module_function(simt, "make_reconstruct_kernel")
+    build = lambda t: exec_function(t, "make_reconstruct_kernel", dict(vars(simt)))  # noqa: E731
+
+    def launch(factory: Any, products: np.ndarray, mu: np.ndarray, nu: np.ndarray, alpha: float, beta: float,
+               c: np.ndarray) -> np.ndarray:  # fmt: skip
+        count, m, n = products.shape
+        step = simt.reconstruct_launch(m, n, count, factory)
+        out = cuda.to_device(np.full((m, n), np.nan))
+        args = [cuda.to_device(x) for x in (products, mu, nu)]
+        step.kernel[step.grid, step.block](*args, float(alpha), float(beta), cuda.to_device(c), out)
+        return out.copy_to_host()
+
+    def differs(factory: Any) -> bool:
+        rng = np.random.default_rng(18)
+        for count in (2, 9, 20):
+            a = inputs.exponent_spread(7, 40, 1.0, int(rng.integers(2**31)))
+            b = inputs.exponent_spread(40, 9, 1.0, int(rng.integers(2**31)))
+            st = reference.ozaki2_stages(a, b, count)
+            c = rng.standard_normal((7, 9))
+            for alpha, beta in ((1.0, 0.0), (0.75, -1.25)):
+                want = reference.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c)
+                got = launch(
+                    factory, st.products, st.mu, st.nu, alpha, beta, np.full_like(c, np.nan) if beta == 0 else c
+                )
+                if np.any(np.abs(got - want) > check.c_bound(want, st.mu, st.nu, count, alpha, beta, c)):
+                    return True
+        return False
+
+    return text, build, lambda f: check.check_reconstruction(lambda *args: launch(f, *args), seed=19), differs
+
+
 EXERCISES: dict[str, Callable[[], tuple[str, Callable, Callable, Callable]]] = {
     "3a slice_number": slice_number_exercise,
     "3a diagonal_terms": diagonal_terms_exercise,
@@ -283,6 +320,7 @@ EXERCISES: dict[str, Callable[[], tuple[str, Callable, Callable, Callable]]] = {
     "4a symmetric_residue": residue_exercise,
     "4a crt_reconstruct": crt_exercise,
     "4b residue (device function)": residue_device_exercise,
+    "4b reconstruct (SIMT kernel, simulator)": reconstruct_exercise,
 }
 
 

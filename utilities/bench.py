@@ -352,6 +352,15 @@ def compare(
 # ---------------------------------------------------------------------------------------------- table
 
 
+def against_prediction(what: str, predicted: float | None, measured: float, unit: str = "") -> str:
+    """One line for a notebook: the measurement beside the attendee's prediction, or a reminder to write one."""
+    u = f" {unit}" if unit else ""
+    if predicted is None:
+        return f"{what}: measured {measured:.3g}{u} (no prediction: write yours in the cell before the measurement)"
+    ratio = f"{measured / predicted:.2f}x your prediction" if predicted else "your prediction was 0"
+    return f"{what}: you predicted {predicted:.3g}{u}, measured {measured:.3g}{u} ({ratio})"
+
+
 def _fmt(v: float) -> str:
     return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
 

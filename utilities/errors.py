@@ -53,6 +53,22 @@ def max_elementwise_relative_error(c: np.ndarray, ref_hi: np.ndarray, ref_lo: np
     return float(np.max(rel, initial=0.0))
 
 
+def worst_line_error(c: np.ndarray, ref_hi: np.ndarray, ref_lo: np.ndarray | None = None) -> float:
+    """The largest normwise relative error of a row or a column of C: what ``utilities.ozaki.precision`` estimates
+    (lines of the reference that are zero are left out)."""
+    diff = _difference(c, ref_hi, ref_lo)
+    ref = np.asarray(ref_hi, dtype=np.float64)
+    worst = 0.0
+    for axis in (1, 0):
+        moved_diff, moved_ref = np.moveaxis(diff, axis, -1), np.moveaxis(ref, axis, -1)
+        for line_diff, line_ref in zip(moved_diff.reshape(-1, moved_diff.shape[-1]),
+                                       moved_ref.reshape(-1, moved_ref.shape[-1]), strict=True):  # fmt: skip
+            norm = _frobenius(line_ref)
+            if norm:
+                worst = max(worst, _frobenius(line_diff) / norm)
+    return worst
+
+
 def error_report(
     c: np.ndarray, ref_hi: np.ndarray, ref_lo: np.ndarray | None = None, against: str = "double-double"
 ) -> dict:

@@ -10,7 +10,11 @@ Parts (in this order):
 - ``notebooks``: nbval on every solution notebook;
 - ``exercises``: nbval on every exercise notebook as generated: they must run to the end, their checkers
   reporting the unfinished exercises;
-- ``bench``: the benchmarks of every track beside cuBLAS, at the sizes of the report.
+- ``bench``: the benchmarks of every track beside cuBLAS, at the sizes of the report;
+- ``workshop`` (only when named): the run-through of the day (``utilities.workshop``): every exercise notebook with
+  the solutions filled in, after the prebuild; ``results/<gpu>-workshop.json``, and its table in the report.
+
+A prebuild of the whole course (no ``--jobs``) is recorded as the report's ``prebuild`` build entry.
 
 Figures that notebooks and benchmarks record go through ``$COURSE_RESULTS`` (JSON lines), and the report is
 written to ``results/<gpu>.json`` and ``results/<gpu>.md`` (format: the RESULTS contract, ``utilities.report``).
@@ -29,7 +33,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("prebuild", "builds", "tests", "notebooks", "exercises", "bench")
+PARTS = ("prebuild", "builds", "tests", "notebooks", "exercises", "bench", "workshop")
+DEFAULT_PARTS = PARTS[:-1]
 
 
 def _run(cmd: list[str], log: Path, env: dict[str, str] | None = None, background: bool = False):
@@ -121,7 +126,7 @@ def same_outputs(entries: list[dict]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="the course's GPU suite")
-    parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     parser.add_argument("--out", default=str(ROOT / "results"))
     parser.add_argument("--logs", default=None, help="folder for logs (default: a temporary one)")
     parser.add_argument("--sizes", default="2048,4096,8192")
@@ -148,10 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     failures = []
     background = build_times(logs, records_dir) if "builds" in parts else []
+    prebuilt: list[dict] = []
     if "prebuild" in parts:
         jobs = ["--jobs", args.jobs] if args.jobs else []
+        began = time.perf_counter()
         code = _run([sys.executable, "-m", "utilities.machinery.prebuild", *jobs], logs / "prebuild.log")
         failures += ["prebuild"] if code else []
+        if not code and not args.jobs:
+            prebuilt.append({"kernel": "prebuild", "prebuild_s": round(time.perf_counter() - began, 1),
+                             "note": "every kernel of the course"})  # fmt: skip
     if "tests" in parts:
         select = ["-k", " or ".join(args.select.split(","))] if args.select else []
         code = _run(
@@ -169,18 +179,33 @@ def main(argv: list[str] | None = None) -> int:
                "--accuracy", args.accuracy, "--tracks", args.tracks]  # fmt: skip
         code = _run(cmd, logs / "bench.log")
         failures += ["bench"] if code else []
+    workshop_json = Path(args.out) / "workshop.json"
+    if "workshop" in parts:
+        from utilities.peaks import gpu_slug
+
+        workshop_json = Path(args.out) / f"{gpu_slug(env.gpu.name)}-workshop.json"
+        select = [s for s in args.select.split(",") if s]
+        code = _run([sys.executable, "-m", "utilities.workshop", *select, "--json", str(workshop_json)],
+                    logs / "workshop.log")  # fmt: skip
+        failures += ["workshop"] if code else []
     if any([proc.wait() for proc in background]):  # wait for every run; a failed one fails the suite
         failures.append("builds")
     from utilities import report
 
     records, builds = report.merge_jsonl(records_dir)
-    builds = [*builds, *collect_builds(logs)]
+    builds = [*builds, *collect_builds(logs), *prebuilt]
     gpu = env.gpu
     command = "./course gpu-suite " + " ".join(argv if argv is not None else sys.argv[1:])
     json_path, md_path = report.write_report(
         records, builds, gpu=gpu.name, compute_capability=gpu.cc, command=command.strip(),
         versions=report.collect_versions(), out_dir=args.out,
     )  # fmt: skip
+    if "workshop" in parts and workshop_json.exists():
+        from utilities.workshop import Entry, table
+
+        entries = [Entry(**e) for e in json.loads(workshop_json.read_text())["notebooks"]]
+        with md_path.open("a") as md:
+            md.write(f"\n## Workshop run-through\n\n`{workshop_json.name}`, after the prebuild:\n\n{table(entries)}\n")
     print(f"gpu-suite: {time.perf_counter() - start:.0f} s; report: {json_path}, {md_path}; logs: {logs}")
     print(md_path.read_text())
     if failures:

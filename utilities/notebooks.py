@@ -38,6 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = "solutions"
 EXERCISES = "notebooks"
 REVEAL_TAG = "reveal"
+PREDICTION_TAG = "prediction"  # a cell where the attendee writes a prediction: no reveal cell after it
 RAISES_TAG = "exercise-raises"
 
 _BEGIN = re.compile(r"^\s*# BEGIN SOLUTION\s*$")
@@ -275,7 +276,7 @@ def exercise_notebook(solution: nbformat.NotebookNode, stem: str) -> nbformat.No
         if RAISES_TAG in tags:
             cell.metadata.tags = [tag for tag in tags if tag != RAISES_TAG] + ["raises-exception"]
         exercise.cells.append(cell)
-        if has_solution:
+        if has_solution and PREDICTION_TAG not in tags:
             exercise.cells.append(reveal_cell(stem, cell.id))
     return exercise
 

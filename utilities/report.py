@@ -84,6 +84,11 @@ def _validate_benchmark(b: Any, where: str) -> None:
 
 
 def _validate_build(b: Any, where: str) -> None:
+    if isinstance(b, Mapping) and b.get("kernel") == "prebuild":  # RESULTS.md: {"kernel": "prebuild", "prebuild_s"}
+        _need(b, where, ("kernel", "prebuild_s"))
+        _check(_is_number(b["prebuild_s"]) and b["prebuild_s"] > 0, f"{where}.prebuild_s", "seconds (> 0)",
+               b["prebuild_s"])  # fmt: skip
+        return
     _need(b, where, ("kernel", *BUILD_KEYS))
     _check(isinstance(b["kernel"], str) and b["kernel"] != "", f"{where}.kernel", "a non-empty string", b["kernel"])
     for key in BUILD_KEYS:
@@ -255,10 +260,15 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "| kernel | first | edit | new shape | warm restart | same output |",
         "| --- | ---: | ---: | ---: | ---: | --- |",
     ]
+    prebuilds = [b for b in report["builds"] if b["kernel"] == "prebuild"]
     for b in report["builds"]:
+        if b["kernel"] == "prebuild":
+            continue
         same = {True: "yes", False: "**no**"}.get(b.get("same_output_as_no_cache"), "-")
         times = " | ".join(_cell(b[key], "{:.1f}") for key in BUILD_KEYS)
         lines.append(f"| {b['kernel']} | {times} | {same} |")
+    for b in prebuilds:
+        lines += ["", f"Prebuild: {b['prebuild_s']:.0f} s" + (f" ({b['note']})" if b.get("note") else "") + "."]
     if report.get("notes"):
         lines += ["", "## Notes", "", *(f"- {note}" for note in report["notes"])]
     return "\n".join(lines) + "\n"

@@ -35,7 +35,7 @@ from typing import Any
 
 import nbformat
 
-from .notebooks import EXERCISES, REPO_ROOT, REVEAL_TAG, SOLUTIONS, read_solution
+from .notebooks import EXERCISES, PREDICTION_TAG, REPO_ROOT, REVEAL_TAG, SOLUTIONS, read_solution
 
 EDIT_LINE = "_attendee_edit = 0  # an edit: new code to build, the same result"
 _BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION\s*$")
@@ -56,7 +56,8 @@ class Entry:
 
 def filled_cells(stem: str, root: Path = REPO_ROOT) -> list[tuple[str, str, bool]]:
     """The code cells of ``notebooks/<stem>.ipynb`` as ``(id, source, is_exercise)``, with the solution's source
-    in every exercise cell (reveal cells left out). Raises if a cell of the exercise has no solution twin."""
+    in every cell (reveal cells left out; the solution's prediction cells hold its predictions, not exercises).
+    Raises if a cell of the exercise has no solution twin."""
     exercise = nbformat.read(root / EXERCISES / f"{stem}.ipynb", as_version=4)
     solution = {cell.get("id"): cell for cell in read_solution(root / SOLUTIONS / f"{stem}.ipynb", root).cells}
     cells = []
@@ -67,7 +68,8 @@ def filled_cells(stem: str, root: Path = REPO_ROOT) -> list[tuple[str, str, bool
         if twin is None:
             raise ValueError(f"{EXERCISES}/{stem}.ipynb: cell {cell.get('id')} has no twin in {SOLUTIONS}/: rebuild "
                              "the exercises (python -m utilities.notebooks build)")  # fmt: skip
-        cells.append((cell.id, twin.source, "# BEGIN SOLUTION" in twin.source))
+        is_exercise = "# BEGIN SOLUTION" in twin.source and PREDICTION_TAG not in cell.metadata.get("tags", [])
+        cells.append((cell.id, twin.source, is_exercise))
     return cells
 
 

@@ -3,10 +3,11 @@
 Record names: ``b2b.fused`` (the exercise's kernel, one row tile per block), ``b2b.persistent`` (B0 and B1 kept
 in shared memory by one wave of blocks that walk the row tiles; where ``PERSISTENT`` names the shape),
 ``b2b.pipelined`` (persistent too, GEMM 0 on cuBLASDx's device pipeline; where ``PIPELINED`` names the shape),
-``b2b.epilogue`` (nvmath/cuBLASLt epilogues), ``b2b.library`` (cuBLAS + CuPy elementwise), and
-``gemm_bias_relu.fused`` / ``.epilogue`` / ``.separate``. A record's m, n, k are M, N1, K0 (GEMM: M, N, K);
-``params`` hold K0, N0, N1, the bytes the path must move (``utilities.fusion.model``) and the fraction of the
-GPU's data-sheet HBM bandwidth achieved; ``tflops`` counts the GEMMs' 2 M (K0 N0 + N0 N1).
+``b2b.epilogue`` (nvmath/cuBLASLt epilogues), ``b2b.plain`` (cuBLAS + CuPy elementwise: the ``library`` path;
+``b2b.library`` in reports before 2026-11-23), and ``gemm_bias_relu.fused`` / ``.epilogue`` / ``.separate``. A
+record's m, n, k are M, N1, K0 (GEMM: M, N, K); ``params`` hold K0, N0, N1, the bytes the path must move
+(``utilities.fusion.model``) and the fraction of the GPU's data-sheet HBM bandwidth achieved; ``tflops`` counts
+the GEMMs' 2 M (K0 N0 + N0 N1).
 
 Timing: held samples (``bench.bench(..., hold=True)``): the GPU spins while the host (Python, launches,
 nvmath's bookkeeping) queues ten calls, so that the samples are GPU time even for calls shorter than their host
@@ -62,6 +63,9 @@ def _b2b_operands(m: int, k0: int, n0: int, n1: int, seed: int, batch: int | Non
     }
 
 
+RECORD_NAMES = {"library": "plain"}  # path -> report name (RESULTS.md: b2b.plain is the library GEMMs + elementwise)
+
+
 def _b2b_error(d1: Any, ops: dict[str, Any], alphas: tuple[float, float, float], rows: np.ndarray) -> dict[str, Any]:
     host = {k: cp.asnumpy(v) for k, v in ops.items()}
     r = reference.b2b_ref(host["a0"][rows], host["b0"], host["b1"], host["c1"][rows], *alphas)
@@ -113,8 +117,46 @@ def b2b_records(
         first = {k: v if batch is None else v[0] for k, v in sets[0].items()}  # batch 0's operands
         d1 = results[path] if batch is None else results[path][0]
         rec = bench.bench(
+            fns, hold=True, repeats=repeats, name=f"b2b.{RECORD_NAMES.get(path, path)}", m=m, n=n1, k=k0,
+            params=params, flops=t.flops, bytes_moved=t.bytes, error=_b2b_error(d1, first, alphas, rows),
+        )  # fmt: skip
+        records.append(_with_hbm_fraction(rec, peak))
+    for e in epilogues:
+        e.free()
+    return records
+
+
+def b2b_yours_beside_ours(kernel_factory: Any, m: int = 2**17, k0: int = 576, n0: int = 64, n1: int = 128, *,
+                          repeats: int = 10, seed: int = 0) -> list[bench.BenchRecord]:  # fmt: skip
+    """Your back-to-back kernel (``kernel_factory``, as the exercise takes it) beside the course's and the library's
+    epilogue-fused path, on the same operands, errors included.
+
+    Both fused kernels run with ``keep_d0=True``, the variant the check built: they also write D0 (M x N0 FP16),
+    counted in their bytes, so yours builds nothing new. Names: ``b2b.yours``, ``b2b.fused_keep_d0``,
+    ``b2b.epilogue``.
+    """
+    alphas = (0.75, 1.25, -0.5)
+    extra = 2 * m * n0  # the D0 tile each block also writes
+    set_bytes = model.b2b_traffic("fused", m, k0, n0, n1).bytes + extra
+    sets = [_b2b_operands(m, k0, n0, n1, seed + i, None) for i in range(bench.copies_for(set_bytes))]
+    outs = [cp.empty_like(s["c1"]) for s in sets]
+    plans = {"yours": BackToBack(m, k0, n0, n1, keep_d0=True, kernel_factory=kernel_factory),
+             "fused_keep_d0": BackToBack(m, k0, n0, n1, keep_d0=True)}  # fmt: skip
+    epilogues = [lib.EpilogueB2B(*s.values(), *alphas) for s in sets]
+    paths = {name: [lambda p=p, s=s, o=o: p(*s.values(), *alphas, out=o) for s, o in zip(sets, outs, strict=True)]
+             for name, p in plans.items()}  # fmt: skip
+    paths["epilogue"] = [e.__call__ for e in epilogues]
+    results = {name: p(*sets[0].values(), *alphas) for name, p in plans.items()}
+    results["epilogue"] = epilogues[0]()
+    rows, peak = sample_rows(m, seed=seed), peaks.current_hbm_tbs()
+    records = []
+    for path, fns in paths.items():
+        t = model.b2b_traffic("epilogue" if path == "epilogue" else "fused", m, k0, n0, n1)
+        moved = t.bytes + (0 if path == "epilogue" else extra)
+        params = {"k0": k0, "n0": n0, "n1": n1, "batch": None, "bytes": moved, "kernels": t.kernels}
+        rec = bench.bench(
             fns, hold=True, repeats=repeats, name=f"b2b.{path}", m=m, n=n1, k=k0, params=params, flops=t.flops,
-            bytes_moved=t.bytes, error=_b2b_error(d1, first, alphas, rows),
+            bytes_moved=moved, error=_b2b_error(results[path], sets[0], alphas, rows),
         )  # fmt: skip
         records.append(_with_hbm_fraction(rec, peak))
     for e in epilogues:
@@ -129,8 +171,10 @@ def _with_hbm_fraction(rec: bench.BenchRecord, peak: float | None) -> bench.Benc
     return rec
 
 
-def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0) -> list[bench.BenchRecord]:
-    """Fused GEMM + bias + ReLU beside cuBLASLt's RELU_BIAS epilogue and cuBLAS + an elementwise kernel."""
+def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0,
+                 yours: Any = None) -> list[bench.BenchRecord]:  # fmt: skip
+    """Fused GEMM + bias + ReLU beside cuBLASLt's RELU_BIAS epilogue and cuBLAS + an elementwise kernel; with
+    ``yours`` (a kernel factory, as the exercise takes), that kernel too, as ``gemm_bias_relu.yours``."""
     rng = cp.random.default_rng(seed)
     set_bytes = model.gemm_bias_relu_traffic("fused", m, n, k).bytes
     sets = [
@@ -144,19 +188,21 @@ def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0) ->
     outs = [cp.empty((m, n), cp.float16) for _ in sets]
     fused, separate = GemmBiasRelu(m, n, k), lib.SeparateGemmBiasRelu(m, n, k)
     epilogues = [lib.EpilogueGemmBiasRelu(*s) for s in sets]
-    paths = {
-        "fused": [lambda s=s, o=o: fused(*s, out=o) for s, o in zip(sets, outs, strict=True)],
-        "epilogue": [e.__call__ for e in epilogues],
-        "separate": [lambda s=s, o=o: separate(*s, out=o) for s, o in zip(sets, outs, strict=True)],
-    }
-    results = {"fused": fused(*sets[0]), "epilogue": epilogues[0](), "separate": separate(*sets[0])}
+    plans = {"fused": fused, "separate": separate}
+    if yours is not None:
+        plans = {"yours": GemmBiasRelu(m, n, k, kernel_factory=yours), **plans}
+    paths = {name: [lambda plan=plan, s=s, o=o: plan(*s, out=o) for s, o in zip(sets, outs, strict=True)]
+             for name, plan in plans.items()}  # fmt: skip
+    paths["epilogue"] = [e.__call__ for e in epilogues]
+    results = {name: plan(*sets[0]) for name, plan in plans.items()}
+    results["epilogue"] = epilogues[0]()
     rows = sample_rows(m, seed=seed)
     a, b, bias = (cp.asnumpy(x) for x in sets[0])
     want, bound = reference.gemm_bias_relu_ref(a[rows], b, bias)
     peak = peaks.current_hbm_tbs()
     records = []
     for path, fns in paths.items():
-        t = model.gemm_bias_relu_traffic(path, m, n, k)
+        t = model.gemm_bias_relu_traffic("fused" if path == "yours" else path, m, n, k)
         error = bounded_error(cp.asnumpy(results[path])[rows], want, bound, f"FP64 reference, {len(rows)} rows")
         rec = bench.bench(
             fns, hold=True, repeats=repeats, name=f"gemm_bias_relu.{path}", m=m, n=n, k=k,
@@ -209,7 +255,7 @@ def summary(records: Sequence[bench.BenchRecord]) -> str:
     fused_us: dict[tuple, float] = {}
     for r in records:
         key = (r.name.split(".")[0], r.m, r.n, r.k, r.params.get("n0"), r.params.get("batch"))
-        if r.name.endswith((".fused", ".persistent", ".pipelined")):
+        if r.name.endswith((".fused", ".persistent", ".pipelined", ".fused_keep_d0")):
             fused_us[key] = min(r.time.median, fused_us.get(key, float("inf")))
     for r in records:
         key = (r.name.split(".")[0], r.m, r.n, r.k, r.params.get("n0"), r.params.get("batch"))

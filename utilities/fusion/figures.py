@@ -11,13 +11,16 @@ from matplotlib.figure import Figure
 
 from utilities.bench import BenchRecord
 
-PATH_ORDER = ("fused", "persistent", "pipelined", "epilogue", "library", "separate")
+PATH_ORDER = ("yours", "fused_keep_d0", "fused", "persistent", "pipelined", "epilogue", "library", "plain", "separate")
 LABELS = {
+    "yours": "your fused kernel",
+    "fused_keep_d0": "fused, D0 also written",
     "fused": "fused (one kernel)",
     "persistent": "fused, persistent",
     "pipelined": "fused, persistent, GEMM 0 pipelined",
     "epilogue": "library, fused epilogues",
     "library": "library GEMMs + elementwise",
+    "plain": "library GEMMs + elementwise",
     "separate": "library GEMM + elementwise",
 }
 

@@ -114,9 +114,10 @@ BUILDERS: dict[str, Callable[[str, str, int], None]] = {
     "multipass": _multipass,
     "pipeline": _multipass,
 }
-# Seconds a kind took on a 16-core H100 host with every build running side by side (2026-11-23), for the order
-# of the first prebuild on a machine; later ones use what this machine measured.
-KIND_SECONDS = {"unfused": 300, "partial": 300, "fused": 340, "b2b_pipelined": 250, "pipeline": 220}
+# Seconds a kind took on a 16-core H100 host with 25 builds side by side (2026-11-23: 7 min 52 s in all), for the
+# order and the estimates of the first prebuild on a machine; later ones use what this machine measured.
+KIND_SECONDS = {"unfused": 185, "partial": 185, "fused": 185, "b2b": 235, "b2b_keep": 235, "b2b_persistent": 295,
+                "b2b_pipelined": 390, "gemm_bias_relu": 200, "pipeline": 190, "multipass": 130}  # fmt: skip
 
 # What the notebooks, the tests and the GPU report build
 OZAKI_JOBS = (
@@ -197,14 +198,26 @@ def progress_line(done: int, total: int, job: str, seconds: float, elapsed: floa
 
 
 def estimate_left(pending: list[str], running: dict[str, float], known: dict[str, float], parallel: int,
-                  now: float) -> float:  # fmt: skip
-    """Seconds until every build is done: the work left (known or typical seconds; a running build's remainder)
-    shared among ``parallel`` processes, but never less than the longest single build still to finish."""
+                  now: float, finished: dict[str, float] | None = None) -> float:  # fmt: skip
+    """Seconds until every build is done: the work left shared among ``parallel`` processes, but never less than
+    the longest single build still to finish.
+
+    A job's cost is its known seconds (else its kind's typical seconds), scaled by how this run's ``finished`` builds
+    compared with their expected costs (builds side by side take longer than alone). A running build already past
+    its cost is given a quarter of its elapsed time more.
+    """
 
     def cost(job: str) -> float:
         return known.get(job, KIND_SECONDS.get(job.partition(":")[0], 120))
 
-    remaining = [max(cost(job) - (now - start), 5.0) for job, start in running.items()] + [cost(j) for j in pending]
+    finished = finished or {}
+    scale = sum(finished.values()) / sum(cost(job) for job in finished) if finished else 1.0
+    remaining = []
+    for job, start in running.items():
+        elapsed = now - start
+        expected = cost(job) * scale
+        remaining.append(expected - elapsed if expected - elapsed > 0.1 * expected else max(0.25 * elapsed, 10.0))
+    remaining += [cost(job) * scale for job in pending]
     if not remaining:
         return 0.0
     return max(sum(remaining) / max(1, parallel), max(remaining))
@@ -286,7 +299,12 @@ def main(argv: list[str] | None = None) -> int:
             job, seconds, _ = results[-1]
             now = time.perf_counter()
             pending = [j for j in jobs if j not in running and j not in {r[0] for r in results}]
-            left = estimate_left(pending, dict(running), known, parallel, now) if len(results) < len(jobs) else None
+            finished = {j: t for j, t, ok in results if ok}
+            left = (
+                estimate_left(pending, dict(running), known, parallel, now, finished)
+                if len(results) < len(jobs)
+                else None
+            )
             print(progress_line(len(results), len(jobs), job, seconds, now - start, left), flush=True)
     _save_seconds({job: seconds for job, seconds, ok in results if ok})
     failed = [job for job, _, ok in results if not ok]

@@ -14,10 +14,12 @@ from .config import DTYPES
 
 
 def sweep_table(records: Sequence[BenchRecord], dtype: str = "int8") -> list[dict[str, Any]]:
-    """One row per F of ``multipass.<dtype>``: F, registers, spills, occupancy, blocks_per_sm, smem, tflops."""
+    """One row per F of the sweep of ``dtype`` (``multipass.F=<n>``; ``multipass.<dtype>`` in reports before
+    2026-11-23): F, registers, spills, occupancy, blocks_per_sm, smem, tflops."""
     rows = []
     for r in records:
-        if r.name == f"multipass.{dtype}":
+        current = r.name.startswith("multipass.F=") and r.params.get("dtype") == dtype
+        if current or r.name == f"multipass.{dtype}":
             keys = ("registers", "spills", "occupancy", "blocks_per_sm", "smem")
             rows.append({"F": r.params["F"], **{key: r.params[key] for key in keys}, "tflops": r.tflops})
     return sorted(rows, key=lambda row: row["F"])

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import bench, cublas, inputs
 from ..ozaki.benchmarks import sample_rows, sampled_error
+from . import model
 from .tensorcore import Ozaki2Gemm
 
 
@@ -70,7 +71,7 @@ def ozaki2_records(
     records.append(bench.bench(cublas.igemm_provider(a8, b8), m=m, n=n, k=k, name="cublas.igemm", repeats=repeats))
     del a8, b8
     stage = {"moduli": count}
-    moved = (8 + count) * (m * k + k * n) + 8 * k * n  # FP64 read (B twice: its transpose), residues written
+    moved = model.design("unfused", m, n, k, count)[0].bytes  # A read, B read + transposed + read, residues
     records.append(bench.bench(lambda: plan.scale(a, b), m=m, n=n, k=k, name="ozaki2.scaling", params=stage,
                                repeats=repeats, bytes_moved=moved))  # fmt: skip
     records.append(bench.bench(plan.products, m=m, n=n, k=k, name="ozaki2.products", params=stage, repeats=repeats,

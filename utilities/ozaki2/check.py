@@ -137,8 +137,8 @@ def check_scaling(fn: Callable[[np.ndarray, int], tuple[Any, Any]], counts: Sequ
             compare("exponents", mu, want_mu, names=("row",), case=label,
                     hint="mu comes from the row's statistics (reference.line_terms): the course's code")  # fmt: skip
             compare("residues", res, want_res, names=("modulus", "row", "col"), case=label,
-                    hint="trunc(x 2^mu), then its symmetric residue modulo each p: x = m 2^s, reduce m's 27 + 26 "
-                    "bits, recombine with 2^26 mod p, times 2^s mod p, into the range")  # fmt: skip
+                    hint="trunc(x 2^mu), then its symmetric residue modulo each p: split x at 2^26, reduce both "
+                    "parts (near_mod), recombine with 2^26 mod p, reduce again, into the range")  # fmt: skip
             cases += 1
     return passed(name, cases, seed)
 

@@ -9,7 +9,7 @@ With N pairwise-coprime moduli p_1..p_N of at most 256 and P their product (Ozak
 3. **Products** (:func:`modular_products`): one int8 GEMM per modulus, exact in int32 (k < 2^17); each reduced
    modulo its p and multiplied by ``y_t = (P / p_t)^-1 mod p_t``: ``u_t`` in [0, p_t).
 4. **Reconstruction** (:func:`reconstruct`): by the Chinese remainder theorem ``A'B' = P frac(sum_t u_t / p_t)``
-   (the fractional part taken in (-1/2, 1/2]): the weights are just ``1 / p_t``, split into three doubles so that
+   (the fractional part taken in [-1/2, 1/2)): the weights are just ``1 / p_t``, split into three doubles so that
    the first two partial sums are exact; then ``C = alpha 2^(-mu_i - nu_j) A'B' + beta C``.
 
 One int8 product per modulus: about 14-16 moduli reach FP64 accuracy, where Ozaki-I needs 28 products (7 slices).

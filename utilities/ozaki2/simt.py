@@ -34,7 +34,7 @@ RECONSTRUCT_BLOCK = (32, 8)  # 32 columns (coalesced) by 8 rows
 _MAX_FINITE = np.finfo(np.float64).max
 
 
-def _tables(count: int) -> dict[str, np.ndarray]:
+def tables(count: int) -> dict[str, np.ndarray]:
     """The per-modulus constants the kernels read: p, 1/p, 2^26 mod p, the residue ranges, y_t, and 1/p as
     c1 + c2 + c3."""
     c = ref.crt(count)
@@ -62,7 +62,7 @@ def near_mod(v, p, inv):
 def make_residue(count: int):
     """A device function ``residue(x, t)``: the symmetric residue of the integer-valued double x (|x| < 2^78, which
     the scaling guarantees) modulo the t-th modulus, exactly, as ``reference.residue`` computes it."""
-    T = _tables(count)
+    T = tables(count)
     P, INV, K26, LO, HI = T["p"], T["inv"], T["k26"], T["lo"], T["hi"]
 
     @cuda.jit(device=True)
@@ -261,7 +261,7 @@ def make_residue_rows_kernel(k: int, kp: int, count: int, threads: int = ROWS_TH
 def make_reconstruct_kernel(count: int):
     """``reconstruct_kernel[grid, block](products, mu, nu, alpha, beta, c, out)``: C from the int32 products
     (count, m, n) of the residues, as ``reference.reduce_products`` then ``reference.reconstruct``."""
-    T = _tables(count)
+    T = tables(count)
     N = count
     P, INV, Y, C1, C2, C3 = T["p"], T["inv"], T["y"], T["c1"], T["c2"], T["c3"]
     PRODUCT = ref.crt(count).product_float
