@@ -3,6 +3,7 @@ GPU modules stay out of CPU import paths, and the GPU stack's pins are written o
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -88,3 +89,12 @@ def test_the_stack_is_pinned_once() -> None:
         if path.name != "versions.py" and any(f'"{v}"' in path.read_text() for v in ("0.30.4", "0.3.2.6", "14.2.0"))
     ]
     assert not literal, f"version literals outside utilities/machinery/versions.py: {literal}"
+
+
+@pytest.mark.parametrize("tool", sorted(p.name for p in (ROOT / "tools").glob("*.py")))
+def test_every_tool_answers_help_without_a_gpu(tool):
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / tool), "--help"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "usage" in done.stdout.lower(), done.stderr[-2000:]

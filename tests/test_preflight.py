@@ -63,7 +63,8 @@ def test_no_gpu_names_the_fix_and_what_still_runs() -> None:
 def test_no_gpu_is_fine_when_not_required_and_tracks_say_why() -> None:
     environment = judge(NO_GPU, require_gpu=False)
     assert environment.gpu is None
-    assert environment.tracks["CPU notebook 3a"] == "yes"
+    assert environment.tracks["CPU notebooks 3a, 4a"] == "yes"
+    assert environment.tracks["track 4 (Ozaki-II)"] == "no: no NVIDIA GPU"
     assert environment.tracks["track 3 (Ozaki-I)"] == "no: no NVIDIA GPU"
     assert "none (no CUDA driver: libcuda.so.1 not found)" in environment.table()
 

@@ -84,6 +84,13 @@ def exec_function(text: str, name: str, namespace: dict[str, Any]) -> Any:
     return ns[name]
 
 
+def module_exercise(module: Any, name: str, *, device: bool) -> tuple[str, Callable[[str], Any]]:
+    """The source of ``module.name`` and how to build a mutant of it: device functions compiled for the CPU
+    (:func:`cpu_namespace`), kernels as they are (for the simulator)."""
+    namespace = cpu_namespace(module) if device else dict(vars(module))
+    return module_function(module, name), lambda text: exec_function(text, name, namespace)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The exercises: source, how to build the attendee's object, the checker, and a wider differential test
 # ---------------------------------------------------------------------------------------------------------------
@@ -130,9 +137,7 @@ def split_digits_exercise() -> tuple[str, Callable, Callable, Callable]:
     from utilities.ozaki import check, row_shifts, simt, slice_rows
     from utilities.ozaki.slicing import NONFINITE_SHIFT
 
-    text = module_function(simt, "make_split_digits")
-    namespace = cpu_namespace(simt)
-    build = lambda t: exec_function(t, "make_split_digits", namespace)  # noqa: E731
+    text, build = module_exercise(simt, "make_split_digits", device=True)
 
     def slicing_with(factory: Any) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
         def slicing(a: np.ndarray, slices: int) -> tuple[np.ndarray, np.ndarray]:
@@ -205,9 +210,7 @@ def residue_device_exercise() -> tuple[str, Callable, Callable, Callable]:
     residues."""
     from utilities.ozaki2 import check, reference, simt
 
-    text = module_function(simt, "make_residue")
-    namespace = cpu_namespace(simt)
-    build = lambda t: exec_function(t, "make_residue", namespace)  # noqa: E731
+    text, build = module_exercise(simt, "make_residue", device=True)
 
     def scaling_with(factory: Any) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
         def scaling(x: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -232,26 +235,30 @@ def residue_device_exercise() -> tuple[str, Callable, Callable, Callable]:
     return text, build, lambda f: check.check_scaling(scaling_with(f), counts=(3, 20), shape=(5, 24), seed=15), differs
 
 
-def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
-    """3b's FP64 epilogue kernel, whole, in numba's CUDA simulator (small shapes: a launch takes about a second)."""
+def simulate(step: Any, arrays: tuple[np.ndarray, ...], alpha: float, beta: float, c: np.ndarray) -> np.ndarray:
+    """Launch ``step`` (a kernel taking ``*arrays, alpha, beta, c, out``) in the simulator; out starts all NaN."""
     from numba import cuda
 
+    out = cuda.to_device(np.full(c.shape, np.nan))
+    step.kernel[step.grid, step.block](*(cuda.to_device(x) for x in arrays), float(alpha), float(beta),
+                                       cuda.to_device(c), out)  # fmt: skip
+    return out.copy_to_host()
+
+
+def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
+    """3b's FP64 epilogue kernel, whole, in numba's CUDA simulator (small shapes: a launch takes about a second)."""
     from utilities.ozaki import check, simt
     from utilities.ozaki.check import epilogue_bound
     from utilities.ozaki.epilogue import reconstruct
     from utilities.ozaki.slicing import NONFINITE_SHIFT
 
-    text = module_function(simt, "make_epilogue_kernel")
-    build = lambda t: exec_function(t, "make_epilogue_kernel", dict(vars(simt)))  # noqa: E731
+    text, build = module_exercise(simt, "make_epilogue_kernel", device=False)
 
     def launch(factory: Any, diagonals: np.ndarray, e: np.ndarray, f: np.ndarray, alpha: float, beta: float,
                c: np.ndarray) -> np.ndarray:  # fmt: skip
-        s, m, n = diagonals.shape
-        step = simt.epilogue_launch(m, n, factory)
-        out = cuda.to_device(np.full((m, n), np.nan))
-        args = [cuda.to_device(x) for x in (diagonals, np.arange(s + 1, dtype=np.int32), e, f)]
-        step.kernel[step.grid, step.block](*args, float(alpha), float(beta), cuda.to_device(c), out)
-        return out.copy_to_host()
+        offsets = np.arange(diagonals.shape[0] + 1, dtype=np.int32)
+        step = simt.epilogue_launch(*c.shape, factory)
+        return simulate(step, (diagonals, offsets, e, f), alpha, beta, c)
 
     def differs(factory: Any) -> bool:
         rng = np.random.default_rng(16)
@@ -277,21 +284,14 @@ def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
 
 def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
     """4b's reconstruction kernel, whole, in numba's CUDA simulator."""
-    from numba import cuda
-
     from utilities.ozaki2 import check, reference, simt
 
-    text = module_function(simt, "make_reconstruct_kernel")
-    build = lambda t: exec_function(t, "make_reconstruct_kernel", dict(vars(simt)))  # noqa: E731
+    text, build = module_exercise(simt, "make_reconstruct_kernel", device=False)
 
     def launch(factory: Any, products: np.ndarray, mu: np.ndarray, nu: np.ndarray, alpha: float, beta: float,
                c: np.ndarray) -> np.ndarray:  # fmt: skip
-        count, m, n = products.shape
-        step = simt.reconstruct_launch(m, n, count, factory)
-        out = cuda.to_device(np.full((m, n), np.nan))
-        args = [cuda.to_device(x) for x in (products, mu, nu)]
-        step.kernel[step.grid, step.block](*args, float(alpha), float(beta), cuda.to_device(c), out)
-        return out.copy_to_host()
+        step = simt.reconstruct_launch(*c.shape, products.shape[0], factory)
+        return simulate(step, (products, mu, nu), alpha, beta, c)
 
     def differs(factory: Any) -> bool:
         rng = np.random.default_rng(18)

@@ -30,3 +30,22 @@ def require(name: str, x: Any, dtype: Any, shape: tuple[int, ...], hint: str = "
             f"{name} must start on a {ALIGNMENT}-byte boundary (the kernels copy {ALIGNMENT} bytes at a time); this "
             f"view of a larger array does not: pass a fresh copy, {name}.copy()"
         )
+
+
+def require_fp64_gemm(a: Any, b: Any, c: Any, beta: float, shape: tuple[int, int, int]) -> None:
+    """Raise unless A (m x k) and B (k x n) are C-contiguous float64 CuPy arrays of the plan's ``shape`` (m, k, n),
+    and C, when beta != 0, a float64 (m, n) array (the emulated DGEMMs' plans)."""
+    import cupy as cp
+
+    m, k, n = shape
+    for name, x, want in (("A", a, (m, k)), ("B", b, (k, n))):
+        if not isinstance(x, cp.ndarray):
+            raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {type(x).__name__}: use cupy.asarray")
+        if x.dtype != np.float64:
+            raise TypeError(f"{name} must be float64, got {x.dtype}: convert with .astype(cupy.float64)")
+        if tuple(x.shape) != want:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}, this plan was built for {want}: build a new plan")
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous (row-major): use cupy.ascontiguousarray({name.lower()})")
+    if beta != 0.0 and (c is None or tuple(c.shape) != (m, n) or c.dtype != np.float64):
+        raise ValueError(f"beta != 0 needs C: a float64 ({m}, {n}) array")

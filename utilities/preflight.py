@@ -28,7 +28,7 @@ NUMPY_LIMIT = (2, 5)
 CPU_PARTS = (
     "the CPU notebooks 3a_ozaki_numerics and 4a_ozaki2_numerics and all NumPy references and tests (./course test)"
 )
-GPU_TRACKS = ("1 (multi-pass)", "2 (block fusion)", "3 (Ozaki-I)")
+GPU_TRACKS = ("1 (multi-pass)", "2 (block fusion)", "3 (Ozaki-I)", "4 (Ozaki-II)")
 INSTALL_MATHDX = f'pip install "nvidia-libmathdx-cu13=={PINS["nvidia-libmathdx-cu13"]}"'
 
 
@@ -195,7 +195,7 @@ def track_status(facts: Facts) -> dict[str, str]:
     missing += [reason for failed, reason in checks if failed]
     gpu_verdict = "no: " + ", ".join(missing) if missing else "yes"
     cpu_verdict = "yes" if versions.get("numpy") else "no: numpy missing"
-    return {"CPU notebook 3a": cpu_verdict} | {f"track {name}": gpu_verdict for name in GPU_TRACKS}
+    return {"CPU notebooks 3a, 4a": cpu_verdict} | {f"track {name}": gpu_verdict for name in GPU_TRACKS}
 
 
 def problems_for(facts: Facts, require_gpu: bool = True, require_mathdx: bool = True) -> list[str]:

@@ -29,6 +29,7 @@ from nvmath.device.cublasdx_numba import pipeline_extensions
 
 from ..machinery import launch
 from ..multipass.tensorcore import pipeline_matmul
+from ..operands import require_fp64_gemm
 from ..smem import ceil_to
 from . import simt as plain
 from .products import check_int32_budget, product_terms
@@ -326,7 +327,7 @@ class OzakiGemm:
         launch.launch(kernel, self.grid, self.pipeline.block_dim, self.pipeline.buffer_size, *args)
 
     def __call__(self, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, out: Any = None) -> Any:
-        _check_operands(a, b, c, beta, (self.m, self.k, self.n))
+        require_fp64_gemm(a, b, c, beta, (self.m, self.k, self.n))
         out = cp.empty((self.m, self.n), dtype=cp.float64) if out is None else out
         c_arg = out if c is None else c
         self.slice(a, b)
@@ -336,19 +337,6 @@ class OzakiGemm:
             self.products()
             self.epilogue(out, c_arg, float(alpha), float(beta))
         return out
-
-
-def _check_operands(a: Any, b: Any, c: Any, beta: float, shape: tuple[int, int, int]) -> None:
-    m, k, n = shape
-    for name, x, want in (("A", a, (m, k)), ("B", b, (k, n))):
-        if x.dtype != np.float64:
-            raise TypeError(f"{name} must be float64, got {x.dtype}: convert with .astype(cupy.float64)")
-        if tuple(x.shape) != want:
-            raise ValueError(f"{name} has shape {tuple(x.shape)}, this plan was built for {want}: build a new plan")
-        if not x.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous (row-major): use cupy.ascontiguousarray({name.lower()})")
-    if beta != 0.0 and (c is None or tuple(c.shape) != (m, n) or c.dtype != np.float64):
-        raise ValueError(f"beta != 0 needs C: a float64 ({m}, {n}) array")
 
 
 def slice_rows_on_gpu(

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import cublas
 from ..machinery import launch
+from ..operands import require_fp64_gemm
 from ..ozaki.precision import Choice, LineNorms
 from ..smem import ceil_to
 from . import reference as ref
@@ -144,7 +145,7 @@ class Ozaki2Gemm:
         step.kernel[step.grid, step.block](*args)
 
     def __call__(self, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, out: Any = None) -> Any:
-        _check_operands(a, b, c, beta, (self.m, self.k, self.n))
+        require_fp64_gemm(a, b, c, beta, (self.m, self.k, self.n))
         if self.moduli == "auto":
             cp.copyto(self.bt, b.T)
             self.choice = choose_moduli(a, b, self.bt)
@@ -154,21 +155,6 @@ class Ozaki2Gemm:
         self.products()
         self.reconstruct(out, out if c is None else c, alpha, beta)
         return out
-
-
-def _check_operands(a: Any, b: Any, c: Any, beta: float, shape: tuple[int, int, int]) -> None:
-    m, k, n = shape
-    for name, x, want in (("A", a, (m, k)), ("B", b, (k, n))):
-        if not isinstance(x, cp.ndarray):
-            raise TypeError(f"{name} must be a cupy.ndarray on the GPU, got {type(x).__name__}: use cupy.asarray")
-        if x.dtype != np.float64:
-            raise TypeError(f"{name} must be float64, got {x.dtype}: convert with .astype(cupy.float64)")
-        if tuple(x.shape) != want:
-            raise ValueError(f"{name} has shape {tuple(x.shape)}, this plan was built for {want}: build a new plan")
-        if not x.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous (row-major): use cupy.ascontiguousarray({name.lower()})")
-    if beta != 0.0 and (c is None or tuple(c.shape) != (m, n) or c.dtype != np.float64):
-        raise ValueError(f"beta != 0 needs C: a float64 ({m}, {n}) array")
 
 
 def residues_on_gpu(x: np.ndarray, count: int, residue_factory: Any = None) -> tuple[np.ndarray, np.ndarray]:
