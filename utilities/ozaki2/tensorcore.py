@@ -49,7 +49,7 @@ class Kernels:
         return [f for f in vars(self).values() if f is not None]
 
 
-_WEIGHTED_SQUARES = None
+_WEIGHTED_SQUARES = _MAX_ABS = None
 
 
 def _weighted_squares(x: Any, scale: float, weight: Any, axis: int) -> Any:
@@ -61,15 +61,19 @@ def _weighted_squares(x: Any, scale: float, weight: Any, axis: int) -> Any:
             "float64 x, float64 s, float64 w", "float64 y", "isfinite(x) ? (x * s) * (x * s) * w : 0.0", "a + b",
             "y = a", "0", "course_weighted_squares",
         )  # fmt: skip
-    return _WEIGHTED_SQUARES(x, scale, weight, axis=axis)
+    return _WEIGHTED_SQUARES(x, cp.asarray(scale, cp.float64), cp.asarray(weight, cp.float64), axis=axis)
 
 
 def line_norms(a: Any, b: Any) -> LineNorms:
     """``precision.LineNorms`` of CuPy A and B, on the GPU (six reductions, no temporary the size of A or B)."""
 
+    global _MAX_ABS
+    if _MAX_ABS is None:
+        _MAX_ABS = cp.ReductionKernel("float64 x", "float64 y", "isfinite(x) ? fabs(x) : 0.0", "max(a, b)", "y = a",
+                                      "0", "course_max_abs")  # fmt: skip
+
     def exponent(x: Any) -> int:
-        largest = float(cp.max(cp.where(cp.isfinite(x), cp.abs(x), 0.0)))
-        return int(np.frexp(largest)[1])
+        return int(np.frexp(float(_MAX_ABS(x)))[1])
 
     ea, eb = exponent(a), exponent(b)
     sa, sb = math.ldexp(1.0, -ea), math.ldexp(1.0, -eb)
