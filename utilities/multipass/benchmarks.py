@@ -61,7 +61,8 @@ def yours_beside_ours(
     show: bool = True,
 ) -> list[bench.BenchRecord]:  # fmt: skip
     """Your kernel (``kernel_factory``, as the exercise takes it) beside the course's and cuBLAS, on the same
-    operands at ``size``^3, each result compared with cuBLAS's first (int8: exactly; a mismatch raises).
+    operands at ``size``^3, each result compared with cuBLAS's first (int8: exactly; a mismatch is printed, and the
+    record has no error entry).
 
     A phase loop that waits too often, or races on a buffer yet gives the right values at the check's small shape,
     shows here as a time. Yours builds nothing new: it is the kernel the check built (same tile, same F).
@@ -74,7 +75,13 @@ def yours_beside_ours(
     for name, factory in (("multipass.yours", kernel_factory), (f"multipass.F={fused}", None)):
         plan = PassGemm(m, n, k, cfg, kernel_factory=factory)
         out = plan(a, bt)
-        error = _agreement(out, ref, dtype, ref_name)
+        try:
+            error = _agreement(out, ref, dtype, ref_name)
+        except AssertionError as wrong:
+            if factory is None:
+                raise
+            print(f"{name}: {wrong} (the check above says where); timed all the same")  # unfinished or wrong
+            error = None
         records.append(
             bench.bench(lambda plan=plan, out=out: plan(a, bt, out=out), m=m, n=n, k=k, name=name,
                         params={"dtype": dtype, "F": fused}, repeats=repeats, error=error)
