@@ -7,8 +7,8 @@
 Each notebook runs in a fresh process (a fresh kernel, as after opening it), in ``notebooks/``. Its exercise cells
 get the solution's code (cells matched by id, so the exercise and the solution must be in sync); the "reveal"
 cells are skipped. Then each exercise is **edited** the way an attendee would (one statement added to its first
-solution region, which changes the compiled code but not the result) and re-run with the cells after it up to
-the next exercise: that is the wait for a check after an edit. Per notebook the entry records
+solution region, which changes the compiled code but not the result) and re-run with the cell after it, its
+check: that is the wait for a check after an edit. Per notebook the entry records
 
 - ``wall_s``: the whole notebook, top to bottom;
 - ``longest_build_s`` and ``build_wait_s``: the longest kernel build and the sum of all of them (the build hook of
@@ -84,17 +84,12 @@ def edited(source: str) -> str:
 
 
 def edit_runs(cells: list[tuple[str, str, bool]]) -> list[list[str]]:
-    """For each exercise cell: its edited source, then the cells after it up to the next exercise cell."""
+    """For each exercise cell: its edited source, then the cell after it (its check) unless that is an exercise."""
     runs = []
     for index, (_, source, is_exercise) in enumerate(cells):
-        if not is_exercise:
-            continue
-        run = [edited(source)]
-        for _, after, after_is_exercise in cells[index + 1 :]:
-            if after_is_exercise:
-                break
-            run.append(after)
-        runs.append(run[:2])  # the exercise and the cell that checks it
+        if is_exercise:
+            after = cells[index + 1] if index + 1 < len(cells) else None
+            runs.append([edited(source)] + ([after[1]] if after and not after[2] else []))
     return runs
 
 

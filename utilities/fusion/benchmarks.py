@@ -80,7 +80,6 @@ def b2b_records(
     b = 1 if batch is None else batch
     set_bytes = model.b2b_traffic("fused", m, k0, n0, n1, b).bytes
     sets = [_b2b_operands(m, k0, n0, n1, seed + i, batch) for i in range(bench.copies_for(set_bytes))]
-    rows = sample_rows(m, seed=seed)
     fused = BackToBack(m, k0, n0, n1, batch=batch)
     library = lib.LibraryB2B(m, k0, n0, n1, batch=batch)
     outs = [cp.empty_like(s["c1"]) for s in sets]
@@ -109,18 +108,7 @@ def b2b_records(
         "library": calls(lambda s, o: library(*s.values(), *alphas, out=o)),
     }
     results |= {"epilogue": epilogues[0](), "library": library(*sets[0].values(), *alphas)}
-    peak = peaks.current_hbm_tbs()
-    records = []
-    for path, fns in paths.items():
-        t = model.b2b_traffic("fused" if path in ("persistent", "pipelined") else path, m, k0, n0, n1, b)
-        params = {"k0": k0, "n0": n0, "n1": n1, "batch": batch, "bytes": t.bytes, "kernels": t.kernels}
-        first = {k: v if batch is None else v[0] for k, v in sets[0].items()}  # batch 0's operands
-        d1 = results[path] if batch is None else results[path][0]
-        rec = bench.bench(
-            fns, hold=True, repeats=repeats, name=f"b2b.{RECORD_NAMES.get(path, path)}", m=m, n=n1, k=k0,
-            params=params, flops=t.flops, bytes_moved=t.bytes, error=_b2b_error(d1, first, alphas, rows),
-        )  # fmt: skip
-        records.append(_with_hbm_fraction(rec, peak))
+    records = _b2b_path_records(paths, results, sets, alphas, (m, k0, n0, n1), batch, repeats, seed)
     for e in epilogues:
         e.free()
     return records
@@ -148,19 +136,36 @@ def b2b_yours_beside_ours(kernel_factory: Any, m: int = 2**17, k0: int = 576, n0
     paths["epilogue"] = [e.__call__ for e in epilogues]
     results = {name: p(*sets[0].values(), *alphas) for name, p in plans.items()}
     results["epilogue"] = epilogues[0]()
-    rows, peak = sample_rows(m, seed=seed), peaks.current_hbm_tbs()
-    records = []
-    for path, fns in paths.items():
-        t = model.b2b_traffic("epilogue" if path == "epilogue" else "fused", m, k0, n0, n1)
-        moved = t.bytes + (0 if path == "epilogue" else extra)
-        params = {"k0": k0, "n0": n0, "n1": n1, "batch": None, "bytes": moved, "kernels": t.kernels}
-        rec = bench.bench(
-            fns, hold=True, repeats=repeats, name=f"b2b.{path}", m=m, n=n1, k=k0, params=params, flops=t.flops,
-            bytes_moved=moved, error=_b2b_error(results[path], sets[0], alphas, rows),
-        )  # fmt: skip
-        records.append(_with_hbm_fraction(rec, peak))
+    records = _b2b_path_records(paths, results, sets, alphas, (m, k0, n0, n1), None, repeats, seed,
+                                extra_bytes=dict.fromkeys(plans, extra))  # fmt: skip
     for e in epilogues:
         e.free()
+    return records
+
+
+def _b2b_path_records(
+    paths: dict[str, list[Callable[[], object]]], results: dict[str, Any], sets: list[dict[str, Any]],
+    alphas: tuple[float, float, float], shape: tuple[int, int, int, int], batch: int | None, repeats: int, seed: int,
+    extra_bytes: dict[str, int] | None = None,
+) -> list[bench.BenchRecord]:  # fmt: skip
+    """Time each path's calls (held) and check its first result against the FP64 reference on sampled rows; bytes
+    and FLOPs from ``model.b2b_traffic`` (the fused kernels' variants count as ``fused``), plus ``extra_bytes``."""
+    m, k0, n0, n1 = shape
+    rows, peak = sample_rows(m, seed=seed), peaks.current_hbm_tbs()
+    first = {k: v if batch is None else v[0] for k, v in sets[0].items()}  # batch 0's operands
+    records = []
+    for path, fns in paths.items():
+        t = model.b2b_traffic(
+            path if path in model.B2B_PATHS else "fused", m, k0, n0, n1, 1 if batch is None else batch
+        )
+        moved = t.bytes + (extra_bytes or {}).get(path, 0)
+        params = {"k0": k0, "n0": n0, "n1": n1, "batch": batch, "bytes": moved, "kernels": t.kernels}
+        d1 = results[path] if batch is None else results[path][0]
+        rec = bench.bench(
+            fns, hold=True, repeats=repeats, name=f"b2b.{RECORD_NAMES.get(path, path)}", m=m, n=n1, k=k0,
+            params=params, flops=t.flops, bytes_moved=moved, error=_b2b_error(d1, first, alphas, rows),
+        )  # fmt: skip
+        records.append(_with_hbm_fraction(rec, peak))
     return records
 
 

@@ -24,8 +24,9 @@ bound the error rigorously, far above them.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,7 +115,7 @@ def representation_estimate(
     return math.sqrt(worst) / U
 
 
-def _eps2(exponents: np.ndarray, live: np.ndarray) -> np.ndarray:
+def line_eps2(exponents: np.ndarray, live: np.ndarray) -> np.ndarray:
     """``(2^x)^2`` for each line's error exponent x, 0 where the line is zero or not finite."""
     x = np.where(live, np.asarray(exponents, np.int64), 0)
     return np.where(live, np.ldexp(1.0, 2 * x), 0.0)
@@ -127,8 +128,8 @@ def ozaki1_estimate(e: np.ndarray, f: np.ndarray, slices: int, norms: LineNorms,
     e, f = np.asarray(e, np.int64), np.asarray(f, np.int64)
     rows_live = (e != NONFINITE_SHIFT) & (norms.a_rows > 0)
     cols_live = (f != NONFINITE_SHIFT) & (norms.b_cols > 0)
-    row_eps2 = _eps2(e - norms.ea - 8 * slices, rows_live)
-    col_eps2 = _eps2(f - norms.eb - 8 * slices, cols_live)
+    row_eps2 = line_eps2(e - norms.ea - 8 * slices, rows_live)
+    col_eps2 = line_eps2(f - norms.eb - 8 * slices, cols_live)
     if slices < 2:
         return representation_estimate(row_eps2, col_eps2, norms)
     # the dropped diagonal S on entry (i, j): 4^(e_i + f_j - 8S) k (S - 1) DIGIT_RMS_SQ = eps_i^2 eps_j^2 2^(16 S) ...
@@ -146,18 +147,21 @@ def slices_needed(a: np.ndarray, b: np.ndarray, *, low: int = 4, high: int = 12)
     k = a.shape[1]
     e, f = row_shifts(a), col_shifts(b)
     norms = LineNorms.of(a, b)
-    goal, tried = target(k), {}
-    for s in range(low, high + 1):
-        if k > max_k_int32(s):
-            break
-        tried[s] = ozaki1_estimate(e, f, s, norms, k)
-        if tried[s] <= goal:
-            break
-    return _choose("Ozaki-I", tried, goal, lambda s: s * (s + 1) // 2)
+    counts = itertools.takewhile(lambda s: k <= max_k_int32(s), range(low, high + 1))  # the diagonals fit int32
+    return fewest(
+        "Ozaki-I", counts, lambda s: ozaki1_estimate(e, f, s, norms, k), target(k), lambda s: s * (s + 1) // 2
+    )
 
 
-def _choose(scheme: str, tried: dict[int, float], goal: float, products: Callable[[int], int]) -> Choice:
-    """The first count tried that meets the goal, else the one with the lowest estimate."""
-    met = [count for count, estimate in tried.items() if estimate <= goal]
-    count = met[0] if met else min(tried, key=tried.__getitem__)
+def fewest(scheme: str, counts: Iterable[int], estimate: Callable[[int], float], goal: float,
+           products: Callable[[int], int]) -> Choice:  # fmt: skip
+    """Try ``counts`` in order and take the first whose estimate meets ``goal`` (the later ones are not computed),
+    else the one with the lowest estimate."""
+    tried: dict[int, float] = {}
+    for count in counts:
+        tried[count] = estimate(count)
+        if tried[count] <= goal:
+            break
+    else:
+        count = min(tried, key=tried.__getitem__)
     return Choice(scheme, count, products(count), tried[count], goal, tried)

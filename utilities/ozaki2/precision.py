@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ozaki.precision import Choice, LineNorms, _choose, _eps2, representation_estimate, target
+from ..ozaki.precision import Choice, LineNorms, fewest, line_eps2, representation_estimate, target
 from . import reference as ref
 
 
@@ -20,20 +20,16 @@ def moduli_estimate(row_terms: tuple[np.ndarray, np.ndarray], col_terms: tuple[n
     t = ref.crt(count).t
     mu = ref.exponent_from_terms(*row_terms, t)
     nu = ref.exponent_from_terms(*col_terms, t)
-    row_eps2 = _eps2(-mu - norms.ea, row_terms[1] > 0)
-    col_eps2 = _eps2(-nu - norms.eb, col_terms[1] > 0)
+    row_eps2 = line_eps2(-mu - norms.ea, row_terms[1] > 0)
+    col_eps2 = line_eps2(-nu - norms.eb, col_terms[1] > 0)
     return representation_estimate(row_eps2, col_eps2, norms)
 
 
 def moduli_needed_from(rows: tuple[np.ndarray, np.ndarray], cols: tuple[np.ndarray, np.ndarray], norms: LineNorms,
                        k: int, *, low: int = 8, high: int = ref.MAX_MODULI) -> Choice:  # fmt: skip
     """The fewest moduli whose estimate meets the target, from the lines' statistics and the norms."""
-    goal, tried = target(k), {}
-    for count in range(low, high + 1):
-        tried[count] = moduli_estimate(rows, cols, count, norms)
-        if tried[count] <= goal:
-            break
-    return _choose("Ozaki-II", tried, goal, lambda count: count)
+    estimate = lambda count: moduli_estimate(rows, cols, count, norms)  # noqa: E731
+    return fewest("Ozaki-II", range(low, high + 1), estimate, target(k), lambda count: count)
 
 
 def moduli_needed(a: np.ndarray, b: np.ndarray, *, low: int = 8, high: int = ref.MAX_MODULI) -> Choice:
