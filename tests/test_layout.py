@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 UTILITIES = ROOT / "utilities"
-TRACKS = ("multipass", "fusion", "ozaki", "ozaki2")
+TRACKS = ("multipass", "fusion", "conv", "ozaki", "ozaki2")
 ROLES = ("reference", "check", "model", "figures", "tensorcore", "benchmarks")  # every track has these files
 CORE = ("checker", "bench", "report", "plots", "peaks", "inputs", "exact", "errors", "smem", "operands", "cublas",
         "preflight", "machinery.versions")  # fmt: skip

@@ -205,6 +205,24 @@ def crt_exercise() -> tuple[str, Callable, Callable, Callable]:
     return text, build, lambda fn: check.check_crt(fn, seed=14), differs
 
 
+def neighbor_exercise() -> tuple[str, Callable, Callable, Callable]:
+    """2c's index map ``neighbor(m, r, s, height, width)``, a device function, through its Python body."""
+    from utilities.conv import check, reference, simt
+
+    text, build = module_exercise(simt, "neighbor", device=True)
+
+    def differs(fn: Any) -> bool:
+        f = getattr(fn, "py_func", fn)
+        for b, height, width in ((1, 1, 1), (2, 3, 1), (1, 1, 5), (2, 4, 4), (3, 9, 7), (1, 12, 2)):
+            for m in range(b * height * width):
+                for t in range(9):
+                    if f(m, t // 3, t % 3, height, width) != reference.neighbor(m, t // 3, t % 3, height, width):
+                        return True
+        return False
+
+    return text, build, lambda fn: check.check_neighbor(fn, seed=21), differs
+
+
 def residue_device_exercise() -> tuple[str, Callable, Callable, Callable]:
     """4b's device function ``residue(x, t)``, through its Python body: the course's scaling, the attendee's
     residues."""
@@ -313,6 +331,7 @@ def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
 
 
 EXERCISES: dict[str, Callable[[], tuple[str, Callable, Callable, Callable]]] = {
+    "2c neighbor (device function)": neighbor_exercise,
     "3a slice_number": slice_number_exercise,
     "3a diagonal_terms": diagonal_terms_exercise,
     "3b split_digits (device function)": split_digits_exercise,

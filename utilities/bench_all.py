@@ -11,7 +11,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="2048,4096,8192")
     parser.add_argument("--slices", type=int, default=7)
-    parser.add_argument("--tracks", default="ozaki,ozaki2,fusion,multipass")
+    parser.add_argument("--tracks", default="ozaki,ozaki2,fusion,conv,multipass")
     parser.add_argument("--plots", default="", help="folder for the PNG figures (none if empty)")
     parser.add_argument("--accuracy", choices=["yes", "no", "only"], default="yes", help="accuracy sweeps (2048^3)")
     args = parser.parse_args(argv)
@@ -52,6 +52,13 @@ def main(argv: list[str] | None = None) -> int:
         records = fusion_records()
         if args.plots:
             print("plots:", ", ".join(save_fusion_plots(records, args.plots, current_hbm_tbs())))
+    if "conv" in args.tracks.split(","):
+        from utilities.conv.benchmarks import conv_benchmarks
+        from utilities.conv.figures import save_plots as save_conv_plots
+
+        records = conv_benchmarks()
+        if args.plots:
+            print("plots:", ", ".join(save_conv_plots(records, args.plots)))
     return 0
 
 

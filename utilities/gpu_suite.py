@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", default=None, help="folder for logs (default: a temporary one)")
     parser.add_argument("--sizes", default="2048,4096,8192")
     parser.add_argument("--accuracy", default="yes", choices=["yes", "no", "only"])
-    parser.add_argument("--tracks", default="ozaki,ozaki2,fusion,multipass", help="benchmarks of these tracks")
+    parser.add_argument("--tracks", default="ozaki,ozaki2,fusion,conv,multipass", help="benchmarks of these tracks")
     parser.add_argument("--jobs", default="", help="prebuild only these kind:shape jobs (default: all the course's)")
     parser.add_argument("--select", default="", help="tests, notebooks, exercises: names containing one of these")
     args = parser.parse_args(argv)

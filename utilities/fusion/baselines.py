@@ -29,7 +29,7 @@ _RELU_AXPBY = cp.ElementwiseKernel(
     "float v = alpha * (float)x + beta * (float)c; y = (T)(v > 0.0f ? v : 0.0f)",
     "fusion_relu_axpby",
 )
-_BIAS_RELU = cp.ElementwiseKernel(
+BIAS_RELU = cp.ElementwiseKernel(
     "T x, T bias", "T y", "float v = (float)x + (float)bias; y = (T)(v > 0.0f ? v : 0.0f)", "fusion_bias_relu"
 )
 
@@ -106,7 +106,7 @@ class SeparateGemmBiasRelu:
         _need_fp16(a=a, b=b, bias=bias)
         out = cp.empty_like(self.p) if out is None else out
         cp.matmul(a, b, out=self.p)
-        _BIAS_RELU(self.p, bias, out)
+        BIAS_RELU(self.p, bias, out)
         return out
 
 

@@ -138,8 +138,8 @@ def _fast_launcher(kernel: Any, shared: int, args: tuple[Any, ...]) -> Any:
     entries = _fast.setdefault(kernel, {})
     key = (shared, signature)
     if key not in entries:
-        if shared > 48 * 1024:
-            allow_shared_memory(kernel, shared, *args)  # once: the limit stays with the compiled function
+        if shared > 0:  # static shared memory counts towards the 48 KiB default too: raise the limit, once
+            allow_shared_memory(kernel, shared, *args)
         overload = compiled(kernel, *args)
         packers = _packers(tuple(overload.argument_types))
         if packers is None or overload.debug or kernel.targetoptions.get("extensions"):
@@ -153,7 +153,7 @@ def launch(kernel: Any, grid: Any, block: Any, shared: int, *args: Any) -> None:
     """Launch with ``shared`` bytes of dynamic shared memory, raising the limit first when needed."""
     fast = _fast_launcher(kernel, shared, args)  # (each step that types the arguments runs once per signature)
     if fast is None:
-        if shared > 48 * 1024:
+        if shared > 0:
             allow_shared_memory(kernel, shared, *args)
         kernel[grid, block, 0, shared](*args)
         return

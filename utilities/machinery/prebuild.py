@@ -87,6 +87,18 @@ def _gemm_bias_relu(kind: str, spec: str, slices: int) -> None:
     GemmBiasRelu(m, n, k)(cp.zeros((m, k), cp.float16), cp.zeros((k, n), cp.float16), cp.zeros(n, cp.float16))
 
 
+def _conv(kind: str, spec: str, slices: int) -> None:
+    import cupy as cp
+
+    from utilities.conv.reference import ConvShape
+    from utilities.conv.tensorcore import Conv3x3, ConvTile
+
+    c_out, c_in = parse_shape(spec)  # conv:64x64 -> the 64-wide tiles; one build serves every image size
+    shape = ConvShape(1, 8, 16, c_in, c_out)
+    x, w = cp.zeros((1, 8, 16, c_in), cp.float16), cp.zeros((3, 3, c_in, c_out), cp.float16)
+    Conv3x3(shape, fused=kind == "conv", tile=ConvTile.for_shape(shape))(x, w, cp.zeros(c_out, cp.float16))
+
+
 def _multipass(kind: str, spec: str, slices: int) -> None:
     from utilities.multipass.benchmarks import TEST_SHAPE, random_operands
     from utilities.multipass.config import PassConfig
@@ -111,13 +123,27 @@ BUILDERS: dict[str, Callable[[str, str, int], None]] = {
     "b2b_persistent": _b2b,
     "b2b_pipelined": _b2b_pipelined,
     "gemm_bias_relu": _gemm_bias_relu,
+    "conv": _conv,
+    "conv_unfused": _conv,
     "multipass": _multipass,
     "pipeline": _multipass,
 }
 # Seconds a kind took on a 16-core H100 host with 25 builds side by side (2026-11-23: 7 min 52 s in all), for the
 # order and the estimates of the first prebuild on a machine; later ones use what this machine measured.
-KIND_SECONDS = {"unfused": 185, "partial": 185, "fused": 185, "b2b": 235, "b2b_keep": 235, "b2b_persistent": 295,
-                "b2b_pipelined": 390, "gemm_bias_relu": 200, "pipeline": 190, "multipass": 130}  # fmt: skip
+KIND_SECONDS = {
+    "unfused": 185,
+    "partial": 185,
+    "fused": 185,
+    "b2b": 235,
+    "b2b_keep": 235,
+    "b2b_persistent": 295,
+    "b2b_pipelined": 390,
+    "gemm_bias_relu": 200,
+    "conv": 200,
+    "conv_unfused": 200,
+    "pipeline": 190,
+    "multipass": 130,
+}  # conv: 85 s each with 4 side by side (2026-11-23); 200 assumed among all of them
 
 # What the notebooks, the tests and the GPU report build
 OZAKI_JOBS = (
@@ -135,7 +161,8 @@ MULTIPASS_JOBS = (
     "multipass:float16:4,multipass:float16:8,pipeline:int8:256,pipeline:int8:8192,pipeline:float16:256,"
     "pipeline:float16:8192"
 )
-COURSE_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{MULTIPASS_JOBS}"
+CONV_JOBS = "conv:64x64,conv_unfused:64x64,conv:32x32,conv_unfused:32x32"  # (C_out x C_in: the tile's widths)
+COURSE_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{CONV_JOBS},{MULTIPASS_JOBS}"
 
 
 def build_one(job: str, slices: int) -> None:

@@ -24,6 +24,7 @@ PINS = {
 BUILD_CACHE = ("nvmath-python", "nvidia-libmathdx-cu13", "numba-cuda")  # libmathdx binding, numba's linker
 ALIGNED_COPY = ("nvmath-python",)  # nvmath's layout and descriptor classes
 FAST_LAUNCH = ("numba-cuda",)  # numba's kernel argument layout and its compiled-kernel objects
+SWIZZLE = ("nvmath-python", "nvidia-libmathdx-cu13")  # the suggested shared-memory layout, written by hand
 
 _warned: set[str] = set()
 

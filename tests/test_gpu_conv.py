@@ -1,0 +1,100 @@
+"""The implicit-GEMM convolution on the GPU against the FP64 reference within the derived bound (skipped without a
+GPU): fused and unfused, 64- and 32-wide tiles, images whose rows do not line up with the row tiles, several
+column tiles; the library baselines against the same reference; the plan's errors for shapes it cannot take."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from utilities.conv import check as ccheck
+from utilities.conv import reference as ref
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [ref.ConvShape(2, 24, 24, 64, 64), ref.ConvShape(3, 8, 16, 32, 32), ref.ConvShape(1, 16, 40, 64, 128),
+          ref.ConvShape(2, 32, 12, 32, 64)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    import cupy as cp
+
+    from utilities.machinery import buildcache
+
+    buildcache.install(quiet=True)
+    from utilities.conv import baselines, tensorcore
+
+    return cp, tensorcore, baselines
+
+
+def runner(cp, plan):
+    """NumPy in and out around a plan, into a NaN-poisoned output."""
+
+    def run(x, w, bias):
+        s = ref.shape_of(x, w)
+        out = cp.full((s.batch, s.height, s.width, s.c_out), np.nan, cp.float16)
+        return cp.asnumpy(plan(*(cp.asarray(v) for v in (x, w, bias)), out=out))
+
+    return run
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.label)
+def test_fused_conv_matches_reference(gpu, shape):
+    cp, tc, _ = gpu
+    assert ccheck.check_conv(runner(cp, tc.Conv3x3(shape)), shape=shape, seed=7).status == "passed"
+
+
+@pytest.mark.parametrize("shape", SHAPES[:2], ids=lambda s: s.label)
+def test_unfused_path_matches_reference(gpu, shape):
+    cp, _, lib = gpu
+    plan = lib.UnfusedConv(shape)
+    assert ccheck.check_conv(runner(cp, plan), shape=shape, fused=False, seed=8).status == "passed"
+
+
+def test_unfused_kernel_stores_the_convolution_alone(gpu):
+    cp, tc, _ = gpu
+    shape = SHAPES[0]
+    x = ref.conv_inputs(shape, "random", 3)
+    got = cp.asnumpy(tc.Conv3x3(shape, fused=False)(*(cp.asarray(v) for v in x.args()))).reshape(shape.m, -1)
+    r = ref.conv_ref(*x.args())
+    assert np.all(np.abs(got.astype(np.float64) - r.conv) <= r.bound_conv)
+    assert (got < 0).any(), "no ReLU: the convolution alone has negative entries"
+
+
+def test_im2col_path_matches_reference(gpu):
+    cp, _, lib = gpu
+    shape = SHAPES[0]
+    plan = lib.Im2colConv(shape)
+    assert ccheck.check_conv(runner(cp, plan), shape=shape, fused=False, seed=9).status == "passed"
+
+
+def test_cudnn_path_matches_reference_where_it_loads(gpu):
+    cp, _, lib = gpu
+    why = lib.CudnnConv.available()
+    if why is not None:
+        pytest.skip(why)
+    shape = SHAPES[0]
+
+    def run(x, w, bias):
+        plan = lib.CudnnConv(shape, cp.asarray(w), cp.asarray(bias))
+        return cp.asnumpy(cp.ascontiguousarray(plan(cp.asarray(x))))
+
+    assert ccheck.check_conv(run, shape=shape, fused=False, seed=10).status == "passed"
+
+
+def test_a_broken_epilogue_is_rejected_with_its_stage(gpu):
+    """The checker sees a kernel without the bias: the exercise's skeleton, built for real."""
+    cp, tc, _ = gpu
+    shape = SHAPES[1]
+    plan = tc.Conv3x3(shape, fused=False)  # stores acc: what the skeleton's epilogue does
+    with pytest.raises(ccheck.CheckFailure, match="bias and ReLU missing"):
+        ccheck.check_conv(runner(cp, plan), shape=shape, seed=11)
+
+
+def test_plan_rejects_shapes_it_cannot_take(gpu):
+    _, tc, _ = gpu
+    with pytest.raises(ValueError, match="multiple of 32"):
+        tc.Conv3x3(ref.ConvShape(1, 16, 16, 48, 64))
+    with pytest.raises(ValueError, match="multiple of the row tile"):
+        tc.Conv3x3(ref.ConvShape(1, 5, 5, 64, 64))

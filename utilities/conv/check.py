@@ -1,0 +1,148 @@
+"""Checkers of notebook 2c (3x3 convolution + bias + ReLU as an implicit GEMM), built on ``utilities.checker``.
+
+- :func:`check_neighbor` runs the attendee's index map (a numba device function, through its Python source
+  ``py_func``) on a CPU, on small odd-sized images where every border pixel is visited, before any kernel is
+  built; it names the first wrong pixel (b, h, w), tap (r, s), and the usual mistake.
+- :func:`check_conv` runs a convolution (a plan or any callable) on fresh random and adversarial inputs
+  (``reference.CONV_CASES``) and compares every output with the FP64 reference within the derived bound,
+  naming the first wrong outputs as (b, h, w, c), with a hint found by testing the usual mistakes (bias or ReLU
+  missing, taps read outside the image, r and s swapped, a border handled wrong).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..checker import CheckFailure, CheckResult, checker, compare, fresh_seed, not_yet, passed, untouched
+from ..fusion.reference import relu
+from . import reference as ref
+
+# (batch, height, width): odd sizes, a single row and a single column, and images smaller than a row tile
+NEIGHBOR_GEOMETRIES = ((2, 5, 7), (1, 1, 1), (3, 4, 1), (2, 1, 6), (1, 3, 3))
+CONV_SHAPE = ref.ConvShape(2, 24, 24, 64, 128)  # 9 row tiles of 128 pixels, starting mid-row; 2 column tiles of 64
+NAMES = ("b", "h", "w", "c")
+
+
+def _python(fn: Any) -> Callable[..., int]:
+    """The Python function under a numba device function (``py_func``), or ``fn`` itself."""
+    return getattr(fn, "py_func", fn)
+
+
+def _neighbor_hint(got: int, want: int, m: int, r: int, s: int, height: int, width: int) -> str:
+    if want == -1:
+        return ("this tap falls outside the image: it must read the zero padding, -1 (check both the row, h + r - 1, "
+                "and the column, w + s - 1, against the image)")  # fmt: skip
+    if got == -1:
+        return "this tap lies inside the image: only taps with h + r - 1 or w + s - 1 outside it read the padding"
+    if got == ref.neighbor(m, s, r, height, width):
+        return "r and s are swapped: r moves along the height (a whole image row, width pixels), s along the width"
+    if got == m - (r - 1) * width - (s - 1):
+        return "the wrong direction: tap (r, s) reads pixel (h + r - 1, w + s - 1), so tap (0, 0) is above and left"
+    return "tap (r, s) of pixel (b, h, w) reads (b, h + r - 1, w + s - 1), whose flat index is m + (r - 1) W + (s - 1)"
+
+
+@checker("index map")
+def check_neighbor(fn: Callable[..., int], *, seed: int | None = None) -> CheckResult:
+    """``fn(m, r, s, height, width)``: the input pixel tap (r, s) of output pixel m reads, or -1 in the padding."""
+    name, seed = "index map", fresh_seed(seed)
+    rng = np.random.default_rng(seed)
+    f = _python(fn)
+    geometries = [*NEIGHBOR_GEOMETRIES, tuple(int(v) for v in rng.integers(1, 9, 3))]
+    results = []
+    for b, height, width in geometries:
+        shape = ref.ConvShape(b, height, width, 1, 1)
+        got = np.array([[f(m, t // 3, t % 3, height, width) for t in range(ref.TAPS)] for m in range(shape.m)],
+                       dtype=np.int64)  # fmt: skip
+        results.append((shape, got, ref.neighbor_table(shape)))
+    if all(np.array_equal(got, np.arange(s.m)[:, None].repeat(ref.TAPS, 1)) for s, got, _ in results):
+        return not_yet(name, "every tap reads the pixel itself, as the skeleton does")
+    for shape, got, want in results:
+        bad = np.argwhere(got != want)
+        if len(bad):
+            m, t = (int(v) for v in bad[0])
+            r, s = divmod(t, 3)
+            b, h, w = shape.pixel(m)
+            hint = _neighbor_hint(int(got[m, t]), int(want[m, t]), m, r, s, shape.height, shape.width)
+            raise CheckFailure(
+                "index map",
+                f"stage 'index map' on {shape.batch} images of {shape.height} x {shape.width}: pixel m = {m} "
+                f"(b {b}, h {h}, w {w}), tap (r {r}, s {s}): got {got[m, t]}, expected {want[m, t]} "
+                f"({len(bad)} of {got.size} entries wrong)\nhint: {hint}",
+            )
+    return passed(name, len(results), seed)
+
+
+def _candidates(x: ref.ConvInputs, r: ref.ConvReference) -> dict[str, np.ndarray]:
+    """Results of the usual mistakes, on the reference's pixels."""
+    bias = x.bias.astype(np.float64)
+    swapped = ref.conv_ref(x.x, x.w.transpose(1, 0, 2, 3), x.bias, r.rows).out
+    out = {
+        "ReLU missing: out = relu(acc + bias)": r.conv + bias,
+        "bias and ReLU missing: the epilogue stores the accumulator as it is": r.conv,
+        "bias missing: out = relu(acc + bias[c]), with c the output channel": relu(r.conv),
+        "ReLU applied before the bias: relu(acc) + bias": relu(r.conv) + bias,
+        "r and s swapped: the filters are (r, s, c_in, c_out), r along the height": swapped,
+    }
+    n = len(bias)
+    for tile in (32, 64):  # the bias indexed by the column within the block's tile
+        if n > tile and n % tile == 0:
+            local = np.tile(bias[:tile], n // tile)
+            out[f"bias indexed by the column within a {tile}-wide block tile: add the block's column offset"] = relu(
+                r.conv + local
+            )
+    return out
+
+
+def _border_hint(bad: np.ndarray) -> str:
+    """A hint when the wrong outputs lie on the images' borders only."""
+    border = np.zeros(bad.shape[:3], bool)
+    border[:, [0, -1], :] = border[:, :, [0, -1]] = True
+    wrong = bad.any(axis=3)
+    if wrong.any() and not (wrong & ~border).any():
+        return ("only pixels on an image's border are wrong: the taps that fall outside the image must read zeros "
+                "(padding 1), not a neighbouring row or image")  # fmt: skip
+    return ""
+
+
+@checker("3x3 convolution + bias + ReLU")
+def check_conv(
+    run: Callable[..., Any],
+    *,
+    shape: ref.ConvShape = CONV_SHAPE,
+    fused: bool = True,
+    seed: int | None = None,
+    cases: Sequence[str] = ref.CONV_CASES,
+) -> CheckResult:
+    """``run(x, w, bias)`` returns ``relu(conv3x3(x, w) + bias)`` (NHWC, FP16, as NumPy); ``fused=False`` allows the
+    unfused path's one rounding more."""
+    name, seed = "3x3 convolution + bias + ReLU", fresh_seed(seed)
+    count = 0
+    dims = (shape.batch, shape.height, shape.width, shape.c_out)
+    for x in ref.conv_cases(shape, seed, tuple(cases)):
+        got = np.asarray(run(*(v.copy() for v in x.args())))
+        r = ref.conv_ref(*x.args())
+        if count == 0 and (untouched(got) or untouched(got, float("nan"))):
+            return not_yet(name, "the output is all zero or was not written")
+        label = f"{x.name}, {shape.label}"
+        if got.shape == dims and got.dtype != np.float16:
+            raise CheckFailure("out", f"stage 'out' on input '{label}': dtype {got.dtype}, expected float16")
+        want, bound = r.out.reshape(dims), (r.bound if fused else r.bound_unfused).reshape(dims)
+        hint = ""
+        if got.shape == dims:
+            flat = got.reshape(-1, shape.c_out).astype(np.float64)
+            for text, value in _candidates(x, r).items():
+                slack = bound.reshape(flat.shape) + 4 * ref.U16 * np.abs(value)
+                near = np.abs(flat - value) <= slack
+                differs = ~(np.abs(value - r.out) <= bound.reshape(flat.shape))
+                if near.mean() > 0.99 and differs.mean() > 0.01:
+                    hint = text
+                    break
+            if not hint:
+                with np.errstate(invalid="ignore"):
+                    hint = _border_hint(~(np.abs(got.astype(np.float64) - want) <= bound))
+        compare("out", got, want, bound=bound, names=NAMES, hint=hint, case=label)
+        count += 1
+    return passed(name, count, seed)

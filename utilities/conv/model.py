@@ -1,0 +1,71 @@
+"""Bytes each convolution path must move through HBM, its FLOPs, and the gain fusion can give (plain Python).
+
+Compulsory traffic, FP16 (2 bytes an element), as in ``utilities.fusion.model``: each kernel reads its operands
+once and writes its result once. The 3x3 halo is not counted: a block's neighbouring rows come from L2, not HBM.
+Paths (those of ``utilities.conv.tensorcore`` and ``utilities.conv.baselines``):
+
+- ``fused``: one kernel reads x, the filters and the bias and writes the output (cuDNN's fused convolution too);
+- ``unfused``: the convolution writes its FP16 result P (B H W C_out), and a bias + ReLU kernel reads P and
+  writes the output: P-sized traffic twice more (PyTorch's convolution followed by ReLU moves the same);
+- ``im2col``: nine copies build the (M x 9 C_in) matrix A in HBM (each reads x and writes its ninth of A), cuBLAS
+  reads A, then the bias + ReLU kernel: A, nine times the input, is written and read once.
+
+The ratio unfused / fused bytes bounds what fusion can save on a memory-bound convolution: with C_in = C_out
+it is 2, since x, P and the output are the same size. FLOPs grow as 9 C_in C_out per pixel and bytes as
+C_in + C_out, so wide channels make the convolution compute-bound and the epilogue's bytes a rounding error.
+"""
+
+from __future__ import annotations
+
+from ..fusion.model import FP16_BYTES, Traffic, bound_by, time_floor
+from .reference import TAPS, ConvShape
+
+CONV_PATHS = ("fused", "unfused", "im2col")
+
+
+def conv_flops(shape: ConvShape) -> int:
+    """2 M N K: the implicit GEMM's multiply-adds (the padding's zeros included, as every library counts them)."""
+    return 2 * shape.m * shape.n * shape.k
+
+
+def conv_traffic(path: str, shape: ConvShape, *, e: int = FP16_BYTES) -> Traffic:
+    """Bytes of ``path`` (one of ``CONV_PATHS``)."""
+    if path not in CONV_PATHS:
+        raise ValueError(f"path must be one of {CONV_PATHS}, got {path!r}")
+    x, w, bias = shape.m * shape.c_in, TAPS * shape.c_in * shape.c_out, shape.c_out
+    out = shape.m * shape.c_out
+    read, written, kernels = x + w + bias, out, 1
+    if path == "unfused":
+        read, written, kernels = read + out, written + out, 2
+    elif path == "im2col":
+        a = TAPS * x
+        read, written, kernels = read + TAPS * x - x + a + out, written + a + out, TAPS + 2
+    return Traffic(path, e * read, e * written, conv_flops(shape), kernels)
+
+
+def fusion_gain_bound(shape: ConvShape) -> float:
+    """Unfused bytes / fused bytes: the most fusion can save where both paths run at HBM bandwidth."""
+    return conv_traffic("unfused", shape).bytes / conv_traffic("fused", shape).bytes
+
+
+def conv_prediction(shape: ConvShape, *, bandwidth_tbs: float, tflops: float) -> list[dict[str, float | str]]:
+    """One row per path: MB moved, GFLOP, its roofline floor (us), what bounds it, and its floor / fused floor."""
+    fused = conv_traffic("fused", shape)
+    fused_floor = time_floor(fused.flops, fused.bytes, bandwidth_tbs, tflops)
+    rows = []
+    for path in CONV_PATHS:
+        t = conv_traffic(path, shape)
+        floor = time_floor(t.flops, t.bytes, bandwidth_tbs, tflops)
+        rows.append({"path": path, "MB": t.bytes / 1e6, "GFLOP": t.flops / 1e9, "floor_us": floor * 1e6,
+                     "bound": bound_by(t.flops, t.bytes, bandwidth_tbs, tflops),
+                     "vs_fused": floor / fused_floor})  # fmt: skip
+    return rows
+
+
+def format_prediction(rows: list[dict[str, float | str]]) -> str:
+    """The rows of ``conv_prediction`` as a small text table."""
+    lines = [f"{'path':>8} {'MB':>9} {'GFLOP':>8} {'floor us':>9} {'bound':>8} {'floor/fused':>12}"]
+    for r in rows:
+        lines.append(f"{r['path']:>8} {r['MB']:9.1f} {r['GFLOP']:8.2f} {r['floor_us']:9.1f} {r['bound']:>8} "
+                     f"{r['vs_fused']:12.2f}")  # fmt: skip
+    return "\n".join(lines)
