@@ -26,7 +26,7 @@ def implicit_gemm_picture(height: int = 5, width: int = 6, pixel: tuple[int, int
 
     shape = ConvShape(1, height, width, 1, 1)
     h0, w0 = pixel
-    taps = neighbor_table(shape)[h0 * width + w0]
+    taps = neighbor_table(shape, np.array([h0 * width + w0]))[0]
     fig = Figure(figsize=(10.0, 3.8))
     ax, row = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for h in range(-1, height + 1):

@@ -75,11 +75,12 @@ def neighbor(m: int, r: int, s: int, height: int, width: int) -> int:
     return m + (r - 1) * width + (s - 1)
 
 
-def neighbor_table(shape: ConvShape) -> np.ndarray:
-    """``neighbor`` for every output pixel and tap: an (M, 9) int64 array, tap t = 3 r + s."""
-    m = np.arange(shape.m, dtype=np.int64)
+def neighbor_table(shape: ConvShape, rows: np.ndarray | None = None) -> np.ndarray:
+    """``neighbor`` for the output pixels ``rows`` (every pixel if None) and every tap: an (len(rows), 9) int64
+    array, tap t = 3 r + s."""
+    m = np.arange(shape.m, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     h, w = (m // shape.width) % shape.height, m % shape.width
-    table = np.empty((shape.m, TAPS), np.int64)
+    table = np.empty((len(m), TAPS), np.int64)
     for t in range(TAPS):
         r, s = divmod(t, 3)
         inside = (h + r - 1 >= 0) & (h + r - 1 < shape.height) & (w + s - 1 >= 0) & (w + s - 1 < shape.width)
@@ -100,7 +101,7 @@ def im2col_rows(x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """Rows of the implicit GEMM's A (FP64): for each output pixel in ``rows`` (all if None), its 9 taps' channels."""
     b, hgt, wid, c = x.shape
     shape = ConvShape(b, hgt, wid, c, 1)
-    table = neighbor_table(shape) if rows is None else neighbor_table(shape)[rows]
+    table = neighbor_table(shape, rows)
     flat = np.concatenate([np.asarray(x, np.float64).reshape(-1, c), np.zeros((1, c))])  # row -1: the padding
     return flat[table].reshape(len(table), TAPS * c)
 

@@ -124,6 +124,8 @@ def _packers(argument_types: tuple[Any, ...]) -> list[Any] | None:
 # kernel -> {(shared, signature): entry}. Weak keys: an entry lives as long as its kernel, and a kernel built
 # later (an edited exercise, say) can never be served the compiled code of one that was freed.
 _fast: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
+# kernel -> {(shared, signature)} whose limit the dispatcher path has raised (weak keys, as above)
+_raised_for: weakref.WeakKeyDictionary[Any, set[tuple[int, Any]]] = weakref.WeakKeyDictionary()
 
 
 def _fast_launcher(kernel: Any, shared: int, args: tuple[Any, ...]) -> Any:
@@ -153,8 +155,12 @@ def launch(kernel: Any, grid: Any, block: Any, shared: int, *args: Any) -> None:
     """Launch with ``shared`` bytes of dynamic shared memory, raising the limit first when needed."""
     fast = _fast_launcher(kernel, shared, args)  # (each step that types the arguments runs once per signature)
     if fast is None:
-        if shared > 0:
-            allow_shared_memory(kernel, shared, *args)
+        if shared > 0:  # static shared memory counts towards the 48 KiB default too: raise the limit
+            signature = _signature(args)
+            done = _raised_for.setdefault(kernel, set())
+            if signature is None or (shared, signature) not in done:  # once per signature where it can be keyed
+                allow_shared_memory(kernel, shared, *args)
+                done.add((shared, signature))
         kernel[grid, block, 0, shared](*args)
         return
     import cupy as cp

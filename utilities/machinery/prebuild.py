@@ -91,12 +91,11 @@ def _conv(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
     from utilities.conv.reference import ConvShape
-    from utilities.conv.tensorcore import Conv3x3, ConvTile
+    from utilities.conv.tensorcore import Conv3x3
 
     c_out, c_in = parse_shape(spec)  # conv:64x64 -> the 64-wide tiles; one build serves every image size
-    shape = ConvShape(1, 8, 16, c_in, c_out)
     x, w = cp.zeros((1, 8, 16, c_in), cp.float16), cp.zeros((3, 3, c_in, c_out), cp.float16)
-    Conv3x3(shape, fused=kind == "conv", tile=ConvTile.for_shape(shape))(x, w, cp.zeros(c_out, cp.float16))
+    Conv3x3(ConvShape(1, 8, 16, c_in, c_out), fused=kind == "conv")(x, w, cp.zeros(c_out, cp.float16))
 
 
 def _multipass(kind: str, spec: str, slices: int) -> None:
