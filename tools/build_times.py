@@ -4,7 +4,7 @@ Each figure is the wall time from nothing to a finished first launch (build, lin
 
 - first: a fresh process, empty cache;
 - edit: the same process, the kernel's source edited (same tile configuration, same libmathdx functions);
-- new_shape: the same process, a problem shape it has not built (a new DevicePipeline type);
+- new_shape: the same process, a problem shape it has not run (with shape-generic pipelines, no new build);
 - warm_restart: a fresh process, the cache left by the first one (a notebook restart).
 
 Each build also runs the kernel on fixed random inputs and records the SHA-256 of its output, so that the suite
@@ -97,6 +97,7 @@ def main() -> None:
     parser.add_argument("--shape", default="2048x2048x2048")
     parser.add_argument("--new-shape", default="4096x4096x4096")
     parser.add_argument("--slices", type=int, default=7)
+    parser.add_argument("--profile-edit", default="", help="write a cProfile of the edit build to this file")
     args = parser.parse_args()
     os.environ["COURSE_BUILD_CACHE"] = "off" if args.mode == "before" else args.cache
     from utilities.machinery import buildcache
@@ -107,12 +108,25 @@ def main() -> None:
     result = {"mode": args.mode, "restart": args.restart, "shape": args.shape}
     digests: dict[str, str] = {}
     result["first_s"], check = _timed(lambda: run_plan(shape, args.slices), digests, "first")
+    result["first_breakdown_s"] = buildcache.seconds()  # where the first build blocked (with the cache only)
     result["checks"] = check()
     if not args.restart:
         from utilities.ozaki import tensorcore as ozaki
 
         ozaki.make_fused_kernel = edited_fused_factory()  # the plan picks the edited kernel up
-        result["edit_s"], _ = _timed(lambda: run_plan(shape, args.slices), digests, "edit")
+        before = buildcache.seconds()
+        edit = lambda: run_plan(shape, args.slices)  # noqa: E731
+        if args.profile_edit:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            edit = lambda: profiler.runcall(run_plan, shape, args.slices)  # noqa: E731
+        result["edit_s"], _ = _timed(edit, digests, "edit")
+        result["edit_breakdown_s"] = {k: round(v - before.get(k, 0.0), 1) for k, v in buildcache.seconds().items()}
+        if args.profile_edit:
+            with open(args.profile_edit, "w") as out:
+                pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(40)
         result["new_shape_s"], _ = _timed(lambda: run_plan(new_shape, args.slices), digests, "new_shape")
     stats = buildcache.stats()
     result["cache"] = stats.summary() if stats else "off"

@@ -35,7 +35,7 @@ from nvmath.device import Matmul
 from nvmath.device.common import copy, copy_fragment, copy_wait, make_tensor
 from nvmath.device.cublasdx_numba import pipeline_extensions
 
-from ..machinery import cp_async, launch
+from ..machinery import cp_async, launch, pipelines
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
 from . import layout
@@ -334,7 +334,7 @@ class PipelinedBackToBack:
         self.a0, self.b0 = a0, b0
         self.MMP = fp16_matmul(c.tile_m, n0, c.tile_k, c.threads, pipeline=True)
         self.MM1 = fp16_matmul(c.tile_m, n1, n0, c.threads)
-        self.pipeline = self.MMP.suggest_device_pipeline(c.depth, a0.transpose(1, 2, 0), b0.transpose(1, 2, 0))
+        self.pipeline = pipelines.device_pipeline(self.MMP, c.depth, a0.transpose(1, 2, 0), b0.transpose(1, 2, 0))
         p = self.pipeline
         if p.buffer_alignment > 1024:
             raise RuntimeError(f"the pipeline asks for {p.buffer_alignment}-byte aligned shared memory, the kernel "

@@ -25,6 +25,7 @@ BUILD_CACHE = ("nvmath-python", "nvidia-libmathdx-cu13", "numba-cuda")  # libmat
 ALIGNED_COPY = ("nvmath-python",)  # nvmath's layout and descriptor classes
 FAST_LAUNCH = ("numba-cuda",)  # numba's kernel argument layout and its compiled-kernel objects
 SWIZZLE = ("nvmath-python", "nvidia-libmathdx-cu13")  # the suggested shared-memory layout, written by hand
+SHAPE_GENERIC_PIPELINE = ("nvmath-python", "nvidia-libmathdx-cu13")  # DevicePipeline internals, run-time extents
 
 _warned: set[str] = set()
 

@@ -105,8 +105,8 @@ def multipass_records(
 ) -> list[bench.BenchRecord]:
     """Time every F (and the library pipeline, and cuBLAS) at m = n = k = size, checking each result first.
 
-    Each kernel builds once per (dtype, F) whatever the size; the pipeline builds per size (its TMA
-    descriptors are part of its type).
+    Each kernel builds once per (dtype, F) whatever the size, and the pipeline's once per dtype (its shapes are
+    run-time values: ``utilities.machinery.pipelines``).
     """
     records: list[bench.BenchRecord] = []
     for dtype in dtypes:

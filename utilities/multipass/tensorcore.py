@@ -25,7 +25,7 @@ from nvmath.device.common import clear, copy, copy_fragment, copy_wait, make_ten
 from nvmath.device.cublasdx_numba import pipeline_extensions
 
 from .. import smem
-from ..machinery import launch
+from ..machinery import launch, pipelines
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
 from .config import PassConfig, validate_problem
@@ -235,7 +235,7 @@ class PipelineGemm:
         self.m, self.n, self.k, self.dtype = m, n, k, dtype
         self.MM = pipeline_matmul(dtype, *tile)
         self.a, self.bt = a, bt
-        self.pipeline = self.MM.suggest_device_pipeline(depth, a, bt.T)
+        self.pipeline = pipelines.device_pipeline(self.MM, depth, a, bt.T)
         self.kernel = make_pipeline_kernel(self.MM)
         self.grid = (m // tile[0], n // tile[1])
 

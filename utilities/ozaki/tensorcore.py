@@ -27,7 +27,7 @@ from nvmath.device import Matmul
 from nvmath.device.common import make_tensor
 from nvmath.device.cublasdx_numba import pipeline_extensions
 
-from ..machinery import launch
+from ..machinery import launch, pipelines
 from ..multipass.tensorcore import pipeline_matmul
 from ..operands import require_fp64_gemm
 from ..smem import ceil_to
@@ -262,8 +262,8 @@ class OzakiGemm:
             )
         self.MM = int8_matmul(self.cfg)
         S = slices
-        # Room for SLICE_CAPACITY slices whatever S is: the pipeline's type (and so its build) depends on the
-        # buffers' shapes, and a fixed capacity lets one build serve every slice count for this problem shape.
+        # Room for SLICE_CAPACITY slices whatever S is: the slice buffers keep one shape for every slice count
+        # (which matters where pipelines are per shape: with another stack than the verified one).
         capacity = max(S, SLICE_CAPACITY)
         self.a_slices = cp.zeros((capacity, self.mp, self.kp), dtype=cp.int8)
         self.b_slices = cp.zeros((capacity, self.np_, self.kp), dtype=cp.int8)
@@ -273,8 +273,8 @@ class OzakiGemm:
         self._mu = cp.zeros(n, dtype=cp.float64)
         self._bad = cp.zeros(n, dtype=cp.int32)
         # the pipeline sees (m, k, S) and (k, n, S) views of the slice buffers
-        self.pipeline = self.MM.suggest_device_pipeline(
-            c.depth, self.a_slices.transpose(1, 2, 0), self.b_slices.transpose(2, 1, 0)
+        self.pipeline = pipelines.device_pipeline(
+            self.MM, c.depth, self.a_slices.transpose(1, 2, 0), self.b_slices.transpose(2, 1, 0)
         )
         terms = product_terms(S)
         self.term_s = cp.asarray([s for s, _ in terms], dtype=cp.int32)

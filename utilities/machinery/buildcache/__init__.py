@@ -49,6 +49,7 @@ __all__ = [
     "install",
     "make_key",
     "resolve_placeholders",
+    "seconds",
     "stats",
     "workers",
 ]
@@ -108,6 +109,12 @@ def workers() -> int:
     """Worker processes generating code for this process's cache (0: in place, or no cache)."""
     lazy = _STATE.get("lazy")
     return lazy.pool.workers if lazy is not None and lazy.pool is not None else 0
+
+
+def seconds() -> dict[str, float]:
+    """Seconds this process has spent blocked in each kind of build work (empty without the cache)."""
+    lazy = _STATE.get("lazy")
+    return {k: round(v, 1) for k, v in sorted(lazy.seconds.items())} if lazy is not None else {}
 
 
 def stats() -> CacheStats | None:

@@ -12,12 +12,14 @@ LTO-IR at link time.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,7 +137,18 @@ class LazyMathdx:
         self.served: dict[int, _Code] = {}
         self.real: dict[str, Callable[..., Any]] = {}
         self.stage = ""
+        # seconds this process spent blocked in each kind of build work (the build report's breakdown)
+        self.seconds: Counter[str] = Counter()
         self._lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def timed(self, activity: str) -> Iterator[None]:
+        """Add the block's wall time to ``seconds[activity]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[activity] += time.perf_counter() - start
 
     # -- installation ------------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -250,7 +263,8 @@ class LazyMathdx:
         if handle in self.pending:
             finalize = self.pending.pop(handle)
             self.stage = f"finalizing {finalize.removeprefix('cublasdx_finalize_')} (libmathdx)"
-            self.real[finalize](1, [handle])
+            with self.timed("finalizing descriptors here"):
+                self.real[finalize](1, [handle])
 
     # -- traits ------------------------------------------------------------------------------------------------
     def _trait(self, name: str, args: tuple[Any, ...]) -> Any:
@@ -268,7 +282,8 @@ class LazyMathdx:
             # after; the workers check it again), and the workers generate code without them.
             if not symbol:
                 self.realize(handle)
-            value = self._trait_real(name, style, args)
+            with self.timed("trait queries here"):
+                value = self._trait_real(name, style, args)
             self.cache.put(key, json.dumps(value).encode())
         else:
             value = json.loads(blob)
@@ -335,7 +350,8 @@ class LazyMathdx:
         for h in targets:
             self.realize(h)
         start = time.perf_counter()
-        self.real[name](*args)
+        with self.timed("generating code here"):
+            self.real[name](*args)
         seconds = time.perf_counter() - start
         size = int(self.real["commondx_get_code_ltoir_size"](code))
         ltoir = bytearray(size)
@@ -401,7 +417,8 @@ class LazyMathdx:
             waiting = sum(not f.done() for f in self.futures.values())
             if waiting:
                 self.stage = f"waiting for {waiting} libmathdx functions from {self.pool.workers} worker processes"
-            return self._result(key).ltoir
+            with self.timed("waiting for worker processes"):
+                return self._result(key).ltoir
         blob = self.cache.get(key)
         if blob is None:
             raise RuntimeError(

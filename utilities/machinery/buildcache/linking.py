@@ -54,7 +54,8 @@ def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy:
         data = cache.get(key)
         if data is None:
             lazy.stage = "linking with nvJitLink"
-            cubin = original(self, cc)
+            with lazy.timed("linking kernels (nvJitLink)"):
+                cubin = original(self, cc)
             cache.put(key, bytes(getattr(cubin, "code", cubin)))  # numba-cuda 0.30 returns a cuda.core ObjectCode
         else:
             from cuda.core import ObjectCode
