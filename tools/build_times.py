@@ -115,14 +115,12 @@ def main() -> None:
 
         ozaki.make_fused_kernel = edited_fused_factory()  # the plan picks the edited kernel up
         before = buildcache.seconds()
-        edit = lambda: run_plan(shape, args.slices)  # noqa: E731
-        if args.profile_edit:
-            import cProfile
-            import pstats
+        import cProfile
+        import pstats
 
-            profiler = cProfile.Profile()
-            edit = lambda: profiler.runcall(run_plan, shape, args.slices)  # noqa: E731
-        result["edit_s"], _ = _timed(edit, digests, "edit")
+        profiler = cProfile.Profile() if args.profile_edit else None
+        call = profiler.runcall if profiler else lambda fn, *a: fn(*a)
+        result["edit_s"], _ = _timed(lambda: call(run_plan, shape, args.slices), digests, "edit")
         result["edit_breakdown_s"] = {k: round(v - before.get(k, 0.0), 1) for k, v in buildcache.seconds().items()}
         if args.profile_edit:
             with open(args.profile_edit, "w") as out:

@@ -11,6 +11,7 @@ mode=${1:-poll}; shift || true
 case $mode in
 start)
     mkdir -p "$SESSION"
+    rm -f "$SESSION/exit"  # a warm machine keeps the last run's: poll would stop at once
     if [ ! -f /tmp/site/.course-installed ]; then
         source .whl/setup.sh > "$SESSION/setup.log" 2>&1 || { cat "$SESSION/setup.log"; exit 1; }
         touch /tmp/site/.course-installed

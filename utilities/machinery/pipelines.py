@@ -39,35 +39,38 @@ RUNTIME = -(2**63)  # libmathdx's LIBMATHDX_RUNTIME: "this extent is known at ru
 
 
 class Extents(NamedTuple):
-    """A global tensor as the pipeline's code sees it (``marked``) and as its init kernel is given it."""
+    """A global tensor as its init kernel is given it, and as the pipeline's code sees it (``marked``): every
+    extent and every stride but the unit one run-time (the unit stride stays: it decides how the pipeline loads,
+    and it is the same for every shape of one kernel)."""
 
     shape: tuple[int, ...]
     strides: tuple[int, ...]
-    marked_shape: tuple[int, ...]
-    marked_strides: tuple[int, ...]
+
+    @property
+    def marked_shape(self) -> tuple[int, ...]:
+        return (RUNTIME,) * len(self.shape)
+
+    @property
+    def marked_strides(self) -> tuple[int, ...]:
+        return tuple(1 if s == 1 else RUNTIME for s in self.strides)
 
     @property
     def counts(self) -> tuple[int, int]:
         """How many strides and how many extents are run-time: all that the init kernel's source depends on."""
-        return self.marked_strides.count(RUNTIME), self.marked_shape.count(RUNTIME)
+        return self.marked_strides.count(RUNTIME), len(self.shape)
 
     def runtime_values(self) -> tuple[list[int], list[int]]:
         """The values of the run-time strides and extents, in order: what the init kernel passes for them."""
-        strides = [s for s, m in zip(self.strides, self.marked_strides, strict=True) if m == RUNTIME]
-        shape = [e for e, m in zip(self.shape, self.marked_shape, strict=True) if m == RUNTIME]
-        return strides, shape
+        return [s for s in self.strides if s != 1], list(self.shape)
 
 
 def extents(shape: tuple[int, ...], strides: tuple[int, ...]) -> Extents:
-    """Mark every extent and every stride but the unit one as run-time (the unit stride stays: it decides how
-    the pipeline loads, and it is the same for every shape of one kernel)."""
+    """An operand's :class:`Extents`, refused with the reason if a pipeline cannot take it."""
     if len(shape) != len(strides):
         raise ValueError(f"shape {shape} and strides {strides} differ in rank")
     if 1 not in strides:
         raise ValueError(f"a pipeline operand needs one unit stride (a contiguous dimension), got strides {strides}")
-    shape, strides = tuple(int(e) for e in shape), tuple(int(s) for s in strides)
-    marked_strides = tuple(1 if s == 1 else RUNTIME for s in strides)
-    return Extents(shape, strides, (RUNTIME,) * len(shape), marked_strides)
+    return Extents(tuple(int(e) for e in shape), tuple(int(s) for s in strides))
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
