@@ -72,7 +72,7 @@ def test_automatic_count_matches_the_cpu_choice_and_is_fp64_class(gpu):
 
 def test_line_norms_on_the_gpu_match_numpy(gpu):
     cp, T = gpu
-    from utilities.ozaki.precision import LineNorms
+    from utilities.precision import LineNorms
 
     a, b = inputs.exponent_spread(70, 90, 2.0, 5) * 2.0**700, inputs.exponent_spread(90, 40, 2.0, 6)
     a[3, 4], b[5, 6] = np.nan, -np.inf

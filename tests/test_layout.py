@@ -3,6 +3,7 @@ GPU modules stay out of CPU import paths, and the GPU stack's pins are written o
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -16,7 +17,11 @@ UTILITIES = ROOT / "utilities"
 TRACKS = ("multipass", "fusion", "conv", "ozaki", "ozaki2")
 ROLES = ("reference", "check", "model", "figures", "tensorcore", "benchmarks")  # every track has these files
 CORE = ("checker", "bench", "report", "plots", "peaks", "inputs", "exact", "errors", "smem", "operands", "cublas",
-        "preflight", "machinery.versions")  # fmt: skip
+        "preflight", "rounding", "roofline", "precision", "machinery.versions")  # fmt: skip
+# The house's floors, lowest first: a module imports from its own floor or below, never above; a track imports no
+# other track. Course tooling (notebooks, run-throughs, the prebuild, reports) is the top floor.
+TOOLING = ("notebooks", "mutants", "workshop", "gpu_suite", "bench_all", "prebuild", "emulations", "execution")
+FLOORS = ("machinery", "core", "track", "tooling")
 GPU_ONLY = ("tensorcore", "tensorcore_persistent", "baselines", "benchmarks")
 
 # Runs in a fresh interpreter in which only the standard library, NumPy and Matplotlib can be imported: the
@@ -48,6 +53,69 @@ def test_every_track_has_the_same_roles() -> None:
         missing = [role for role in ROLES if not (UTILITIES / track / f"{role}.py").is_file()]
         assert not missing, f"utilities/{track} lacks {missing}: every track keeps each role in the same file"
     assert not (UTILITIES / "gpu").exists(), "GPU modules live in their track (tensorcore.py, benchmarks.py)"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """The ``utilities`` modules (or packages) that the file imports, absolute or relative, at any depth."""
+    module = _module(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "utilities"}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join([*base, *([node.module] if node.module else [])])
+            if target.split(".")[0] == "utilities":  # ``from utilities import prebuild`` imports a module
+                found |= {f"{target}.{a.name}" if _is_module(f"{target}.{a.name}") else target for a in node.names}
+    return found
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def floor(module: str) -> tuple[int, str]:
+    """The floor of a ``utilities`` module (an index into ``FLOORS``) and its track, if it is in one."""
+    part = module.split(".")[1] if "." in module else ""
+    if part == "machinery":
+        return 0, ""
+    if part in TRACKS:
+        return 2, part
+    if part in TOOLING:
+        return 3, ""
+    return 1, ""
+
+
+def test_no_import_climbs_a_floor_and_no_track_imports_another() -> None:
+    climbing, sideways = [], []
+    for path in sorted(UTILITIES.rglob("*.py")):
+        here, track = floor(_module(path))
+        for target in sorted(_imports(path)):
+            there, other = floor(target)
+            if there > here:
+                climbing.append(f"{_module(path)} ({FLOORS[here]}) -> {target} ({FLOORS[there]})")
+            elif track and other and other != track:
+                sideways.append(f"{_module(path)} -> {target}")
+    assert not climbing, "imports that climb a floor (move the importer up, or what it needs down):\n" + "\n".join(
+        climbing
+    )
+    assert not sideways, "a track imports another (move what they share to the core):\n" + "\n".join(sideways)
+
+
+def test_the_floor_check_sees_relative_and_absolute_imports(tmp_path: Path) -> None:
+    """The scan above must not pass for want of seeing: it resolves both import forms to the same module."""
+    shared = UTILITIES / "conv" / "model.py"
+    assert "utilities.roofline" in _imports(shared)
+    assert "utilities.machinery.buildcache" in _imports(UTILITIES / "bench_all.py")  # ``from ... import <module>``
+    assert floor("utilities.fusion.model") == (2, "fusion") and floor("utilities.prebuild")[0] == 3
+    assert floor("utilities.machinery.versions")[0] == 0 and floor("utilities.rounding")[0] == 1
 
 
 def test_the_core_and_the_cpu_modules_of_every_track_need_only_the_base_dependencies() -> None:

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from utilities import errors, exact, inputs
 from utilities.checker import CheckFailure
 from utilities.ozaki import ozaki_gemm_ref
-from utilities.ozaki.precision import LineNorms, slices_needed
+from utilities.ozaki.precision import slices_needed
 from utilities.ozaki2 import check, model
 from utilities.ozaki2 import reference as ref
 from utilities.ozaki2.precision import moduli_needed
+from utilities.precision import LineNorms
 
 
 @given(st.lists(st.integers(-(2**78) + 1, 2**78 - 1), min_size=1, max_size=40), st.sampled_from(ref.MODULI))

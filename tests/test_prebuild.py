@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from utilities.machinery import prebuild
+from utilities import prebuild
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ def test_measured_seconds_survive_a_run_and_a_corrupt_file(tmp_path, monkeypatch
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
     env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "utilities.machinery.prebuild", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "utilities.prebuild", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 

@@ -134,8 +134,8 @@ def diagonal_terms_exercise() -> tuple[str, Callable, Callable, Callable]:
 
 def split_digits_exercise() -> tuple[str, Callable, Callable, Callable]:
     """3b's device function, through its Python body: the course's slicing, the attendee's digits."""
+    from utilities.operands import NONFINITE_SHIFT
     from utilities.ozaki import check, row_shifts, simt, slice_rows
-    from utilities.ozaki.slicing import NONFINITE_SHIFT
 
     text, build = module_exercise(simt, "make_split_digits", device=True)
 
@@ -265,10 +265,10 @@ def simulate(step: Any, arrays: tuple[np.ndarray, ...], alpha: float, beta: floa
 
 def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
     """3b's FP64 epilogue kernel, whole, in numba's CUDA simulator (small shapes: a launch takes about a second)."""
+    from utilities.operands import NONFINITE_SHIFT
     from utilities.ozaki import check, simt
-    from utilities.ozaki.check import epilogue_bound
+    from utilities.rounding import epilogue_bound
     from utilities.ozaki.epilogue import reconstruct
-    from utilities.ozaki.slicing import NONFINITE_SHIFT
 
     text, build = module_exercise(simt, "make_epilogue_kernel", device=False)
 

@@ -13,19 +13,26 @@ Every track has the same shape: the same file name holds the same role in each o
 | library baselines (GPU) | ``baselines.py`` (where the track has its own) |
 | benchmarks (GPU) | ``benchmarks.py`` |
 
-Tracks: ``multipass`` (1), ``fusion`` (2a, 2b), ``ozaki`` (3a-3d), ``ozaki2`` (4). Importing a track imports its CPU
-modules only; GPU modules are imported by name, after the preflight.
+Tracks: ``multipass`` (1), ``fusion`` (2a, 2b), ``conv`` (2c), ``ozaki`` (3a-3d), ``ozaki2`` (4a, 4b). Importing a
+track imports its CPU modules only; GPU modules are imported by name, after the preflight.
 
-The core, importable with NumPy and Matplotlib alone: ``checker`` (how checkers compare and report, the
-placeholder marker), ``bench`` (timing, records, tables), ``report`` (the GPU report), ``plots``, ``peaks``,
-``inputs``, ``exact`` (double-double products), ``errors``, ``smem`` (shared-memory segments), ``operands``
-(checks on GPU arrays), ``cublas`` (cuBLAS baselines), ``preflight``. Course tooling: ``notebooks`` (exercises
-from solutions), ``mutants`` (how ``tools/mutation_test.py`` proves the checkers), ``gpu_suite`` and ``bench_all``
-(the GPU report), ``workshop`` (the run-through of the day).
+The house has four floors, and an import never climbs (``tests/test_layout.py`` holds it so):
 
-``machinery`` is apart: the build cache, code-generation workers, the prebuild, the fast launch path, aligned
-copies and cp.async intrinsics, the only code that reaches into nvmath-python's and numba-cuda's internals,
-behind the version pins of ``machinery.versions``.
+1. ``machinery``: the build cache, code-generation workers, shape-generic device pipelines, the fast launch path,
+   aligned copies and cp.async intrinsics: the only code that reaches into nvmath-python's and numba-cuda's
+   internals, behind the version pins of ``machinery.versions``. It imports nothing else of the course.
+2. the core, what more than one track needs. Importable with NumPy and Matplotlib alone: ``checker`` (how
+   checkers compare and report, the placeholder marker), ``bench`` (timing, records, tables), ``report`` (the GPU
+   report), ``plots``, ``peaks``, ``inputs``, ``exact`` (double-double products), ``errors`` (error measures,
+   sampled errors), ``rounding`` (unit roundoffs, gamma, shared error bounds), ``roofline`` (operations, bytes and
+   the floor they set), ``precision`` (the emulations' precision search), ``smem`` (shared-memory segments),
+   ``operands`` (checks on operands), ``cublas`` (library baselines), ``preflight``. For GPU modules only:
+   ``tiles`` (the block-GEMM factory) and ``simt`` (device helpers).
+3. the tracks: each imports the core and the machinery, never another track.
+4. course tooling: ``notebooks`` (exercises from solutions), ``execution`` (a notebook in a fresh Jupyter kernel),
+   ``mutants`` (how ``tools/mutation_test.py`` proves the checkers), ``gpu_suite`` and ``bench_all`` (the GPU
+   report), ``emulations`` (Ozaki-I as the Ozaki-II benchmarks compare with it), ``workshop`` (the run-through of
+   the day), ``prebuild`` (every course kernel built ahead of a workshop).
 """
 
 __version__ = "0.1.0"

@@ -361,6 +361,16 @@ def against_prediction(what: str, predicted: float | None, measured: float, unit
     return f"{what}: you predicted {predicted:.3g}{u}, measured {measured:.3g}{u} ({ratio})"
 
 
+def claim(statement: str, holds: bool, otherwise: str = "") -> bool:
+    """A takeaway checked against this run's numbers, printed as one line: ``✓ <statement>`` when it holds, else
+    ``✗ not on this GPU today: <otherwise>`` (what was measured instead, and where the notebook says why). Returns
+    whether it held; it never raises: a takeaway that does not hold on another GPU or another day is a finding,
+    not an error."""
+    line = f"✓ {statement}" if holds else f"✗ not on this GPU today: {otherwise or statement}"
+    print(line)
+    return bool(holds)
+
+
 def _fmt(v: float) -> str:
     return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
 

@@ -30,13 +30,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.plots and args.accuracy != "only":
             print("plots:", ", ".join(save_plots(records, args.plots)))
     if "ozaki2" in args.tracks.split(","):
+        from utilities.emulations import ozaki1_auto, ozaki1_fused
         from utilities.ozaki2.benchmarks import accuracy_records as accuracy2
         from utilities.ozaki2.benchmarks import ozaki2_records
 
         for size in sizes if args.accuracy != "only" else []:
-            ozaki2_records(size, "auto")
+            ozaki2_records(size, "auto", ozaki1=ozaki1_fused(args.slices))
         if args.accuracy != "no":
-            accuracy2()
+            accuracy2(ozaki1=ozaki1_auto)
     if "multipass" in args.tracks.split(","):
         from utilities.multipass.benchmarks import multipass_records
         from utilities.multipass.figures import save_plots as save_multipass_plots

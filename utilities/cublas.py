@@ -1,5 +1,6 @@
 """The course's cuBLAS baselines, ``cublas.dgemm`` and ``cublas.igemm``, on CuPy arrays (CuPy imported lazily),
-and their benchmark providers (``dgemm_provider``, ``igemm_provider``: zero-argument callables for ``bench``).
+and their benchmark providers (``dgemm_provider``, ``igemm_provider``: zero-argument callables for ``bench``);
+``bias_relu``, the elementwise kernel that the unfused library paths (2a, 2c) run after their GEMM.
 
 ``igemm`` is cuBLAS's int8 x int8 -> int32 GEMM (``cublasGemmEx``) with B column-major: on an H100 integer
 GEMM in cuBLAS is fast only in that layout (964 TOPS at 8192^3, against 125 with a row-major B).
@@ -7,6 +8,7 @@ GEMM in cuBLAS is fast only in that layout (964 TOPS at 8192^3, against 125 with
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -128,3 +130,17 @@ def igemm_provider(a8: Any, b8_colmajor: Any) -> Callable[[], object]:
     """``igemm`` on CuPy int8 ``a8`` (m, k) and ``b8_colmajor`` (n, k) = B^T, into one int32 buffer."""
     out = igemm(a8, b8_colmajor)
     return lambda: igemm(a8, b8_colmajor, out=out)
+
+
+@functools.cache
+def _bias_relu_kernel() -> Any:
+    import cupy
+
+    return cupy.ElementwiseKernel(
+        "T x, T bias", "T y", "float v = (float)x + (float)bias; y = (T)(v > 0.0f ? v : 0.0f)", "fusion_bias_relu"
+    )
+
+
+def bias_relu(x: Any, bias: Any, out: Any) -> Any:
+    """``out = relu(x + bias)`` in FP32, stored as ``out``'s type; ``bias`` broadcasts along the last axis."""
+    return _bias_relu_kernel()(x, bias, out)

@@ -5,9 +5,12 @@ The GPU report uses the keys of ``error_report``: ``normwise``, ``max_elementwis
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .exact import matmul_dd
+from .inputs import sample_rows
 
 
 def _difference(c: np.ndarray, ref_hi: np.ndarray, ref_lo: np.ndarray | None) -> np.ndarray:
@@ -121,3 +124,18 @@ def bounded_error(got: np.ndarray, want: np.ndarray, bound: np.ndarray, against:
         "max_elementwise": min(float(np.max(ratio)), 1e300),
         "against": against + "; max_elementwise = max |error| / derived bound",
     }
+
+
+def error_rows(m: int, count: int = 16, seed: int = 0) -> np.ndarray | None:
+    """Rows on which to measure errors: all of them (None) up to 1024, else ``count`` of them."""
+    return None if m <= 1024 else sample_rows(m, count, seed)
+
+
+def sampled_error(c: Any, a: np.ndarray, b: np.ndarray, rows: np.ndarray | None = None) -> dict[str, Any]:
+    """Errors of ``c`` against the double-double product, on every row, or on ``rows`` only (large sizes)."""
+    c = c.get() if hasattr(c, "get") else np.asarray(c)  # a CuPy array comes to the host
+    if rows is None:
+        hi, lo = matmul_dd(a, b)
+        return error_report(c, hi, lo, against="double-double")
+    hi, lo = matmul_dd(a[rows], b)
+    return error_report(c[rows], hi, lo, against=f"double-double, {len(rows)} sampled rows")

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     if "prebuild" in parts:
         jobs = ["--jobs", args.jobs] if args.jobs else []
         began = time.perf_counter()
-        code = _run([sys.executable, "-m", "utilities.machinery.prebuild", *jobs], logs / "prebuild.log")
+        code = _run([sys.executable, "-m", "utilities.prebuild", *jobs], logs / "prebuild.log")
         failures += ["prebuild"] if code else []
         if not code and not args.jobs:
             prebuilt.append({"kernel": "prebuild", "prebuild_s": round(time.perf_counter() - began, 1),

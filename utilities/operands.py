@@ -1,10 +1,44 @@
-"""Checks on the GPU arrays a plan is called with: the error names the problem and the fix (CuPy imported lazily)."""
+"""Checks on the operands a plan or a reference is called with: the error names the problem and the fix.
+
+- host FP64 matrices of the DGEMM emulations (``check_matrix``), and the sentinel exponent of a line that holds a
+  NaN or an Inf (``NONFINITE_SHIFT``), which both emulations' kernels and references share;
+- GPU arrays of the plans (``require``, ``require_fp64_gemm``; CuPy imported lazily).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+
+NONFINITE_SHIFT = int(np.iinfo(np.int32).max)
+"""Exponent shift of a row (column) that holds a NaN or an Inf; its digits are all zero."""
+
+
+class InputDtypeError(TypeError):
+    """An input matrix is not a NumPy float64 array."""
+
+
+class InputShapeError(ValueError):
+    """An input matrix is not 2-D, or the inner dimensions of A and B differ."""
+
+
+class NonFiniteError(ValueError):
+    """An input holds a NaN or an Inf and the policy is ``nonfinite="raise"``."""
+
+
+def check_matrix(x: object, name: str) -> np.ndarray:
+    """Return ``x`` if it is a 2-D float64 ndarray, else raise InputDtypeError or InputShapeError."""
+    if not isinstance(x, np.ndarray):
+        raise InputDtypeError(f"{name} must be a NumPy float64 array, got {type(x).__name__}: use np.asarray(...)")
+    if x.dtype != np.float64:
+        raise InputDtypeError(
+            f"{name} has dtype {x.dtype}, the emulation needs float64: convert with .astype(np.float64)"
+        )
+    if x.ndim != 2:
+        raise InputShapeError(f"{name} must be 2-D, got {x.ndim}-D with shape {x.shape}")
+    return x
+
 
 ALIGNMENT = 16  # bytes: every operand's first element (CuPy allocations start on 256)
 

@@ -1,11 +1,15 @@
 """The course's plots: one line per provider, as in Triton's ``perf_report``; each returns its Figure.
 
-Figures are built without pyplot (no global state, safe under the Agg backend and in a notebook, where the
-returned Figure displays itself). Pass ``path`` to also save one (PNG, SVG, PDF: by the suffix).
+Figures are built without pyplot (no global state, safe under any backend) as :class:`CourseFigure`, which
+renders itself as a PNG wherever IPython displays it: a cell's last value, ``display(fig)``, nbconvert, nbval.
+(A bare ``matplotlib.figure.Figure`` has no PNG representation of its own: ipykernel shows it as the text
+``<Figure size ... with 1 Axes>`` unless pyplot's inline backend has registered a formatter.) Pass ``path`` to
+also save one (PNG, SVG, PDF: by the suffix).
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 from collections.abc import Mapping, Sequence
@@ -18,16 +22,31 @@ from utilities.peaks import MeasuredCeilings, Peaks
 
 PathLike = str | os.PathLike[str]
 FP64_UNIT_ROUNDOFF = 2.0**-53
+PNG_DPI = 100
 
 
-def _finish(fig: Figure, path: PathLike | None) -> Figure:
+class CourseFigure(Figure):
+    """A Matplotlib ``Figure`` that IPython displays as a PNG image (``_repr_png_``), with or without pyplot."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", dpi=PNG_DPI, bbox_inches="tight")
+        return buffer.getvalue()
+
+
+def new_figure(**kwargs: Any) -> CourseFigure:
+    """A :class:`CourseFigure` (``figsize`` and the rest as ``matplotlib.figure.Figure`` takes them)."""
+    return CourseFigure(**kwargs)
+
+
+def finish(fig: Figure, path: PathLike | None) -> Figure:
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig
 
 
-def _record(r: BenchRecord | Mapping[str, Any]) -> BenchRecord:
+def as_record(r: BenchRecord | Mapping[str, Any]) -> BenchRecord:
     return r if isinstance(r, BenchRecord) else BenchRecord.from_dict(r)
 
 
@@ -43,9 +62,9 @@ def throughput_vs_size(
     if x not in ("m", "n", "k"):
         raise ValueError(f"x must be 'm', 'n' or 'k', got {x!r}")
     by_name: dict[str, list[BenchRecord]] = {}
-    for r in map(_record, records):
+    for r in map(as_record, records):
         by_name.setdefault(r.name, []).append(r)
-    fig = Figure(figsize=(7, 4.5))
+    fig = new_figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     for name, recs in by_name.items():
         recs.sort(key=lambda r: getattr(r, x))
@@ -63,7 +82,7 @@ def throughput_vs_size(
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    return _finish(fig, path)
+    return finish(fig, path)
 
 
 def _error_plot(
@@ -76,7 +95,7 @@ def _error_plot(
     unit_roundoff: bool,
     path: PathLike | None,
 ) -> Figure:
-    fig = Figure(figsize=(7, 4.5))
+    fig = new_figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     for name, errs in errors.items():
         if len(errs) != len(xs):
@@ -93,7 +112,7 @@ def _error_plot(
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    return _finish(fig, path)
+    return finish(fig, path)
 
 
 def accuracy_vs_slices(
@@ -145,7 +164,7 @@ def roofline(
         raise ValueError("arithmetic intensities must be positive")
     lo, hi = min(intensities) / 8, max(intensities) * 8
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    fig = Figure(figsize=(7, 4.5))
+    fig = new_figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
 
     def roof(label: str, rate: float, bandwidth: float | None, style: str) -> None:
@@ -169,7 +188,7 @@ def roofline(
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
-    return _finish(fig, path)
+    return finish(fig, path)
 
 
 def time_breakdown(
@@ -186,7 +205,7 @@ def time_breakdown(
     order = list(stages or ("slicing", "products", "epilogue"))
     for parts in variants.values():
         order += [s for s in parts if s not in order]
-    fig = Figure(figsize=(7, 4.5))
+    fig = new_figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     names = list(variants)
     bottoms = [0.0] * len(names)
@@ -200,7 +219,7 @@ def time_breakdown(
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_ylim(0, 1.4 * max(bottoms))  # room above the bars for the legend
     ax.legend(ncols=2, loc="upper right")
-    return _finish(fig, path)
+    return finish(fig, path)
 
 
 SWEEP_PANELS = (
@@ -231,7 +250,7 @@ def registers_occupancy(
             raise KeyError(f"sweep[{i}] lacks {missing}")
     rows = sorted(sweep, key=lambda e: e[x])
     xs = [e[x] for e in rows]
-    fig = Figure(figsize=(9, 6))
+    fig = new_figure(figsize=(9, 6))
     axes = fig.subplots(2, 2, sharex=True)
     for ax, (key, label) in zip(axes.flat, SWEEP_PANELS, strict=True):
         ax.plot(xs, [e[key] for e in rows], marker="o")
@@ -240,4 +259,4 @@ def registers_occupancy(
     for ax in axes[1]:
         ax.set_xlabel(x)
     fig.suptitle(title)
-    return _finish(fig, path)
+    return finish(fig, path)

@@ -22,3 +22,8 @@ def segments(*sizes: int, align: int = ALIGN_BYTES) -> tuple[list[int], int]:
         offsets.append(end)
         end = ceil_to(end + size, align)
     return offsets, end
+
+
+def fp16_segments(*sizes: int) -> tuple[list[int], int]:
+    """:func:`segments` in FP16 elements (2 bytes each): offsets and end of segments of these many elements."""
+    return segments(*sizes, align=ALIGN_BYTES // 2)

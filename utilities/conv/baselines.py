@@ -1,7 +1,7 @@
 """The other paths of the convolution (GPU only): unfused course path, im2col + cuBLAS, and cuDNN through PyTorch.
 
 - ``UnfusedConv``: the course's kernel storing the convolution in FP16, then one CuPy elementwise kernel,
-  ``relu(p + bias)`` (``utilities.fusion.baselines.BIAS_RELU``).
+  ``relu(p + bias)`` (``utilities.cublas.bias_relu``).
 - ``Im2colConv``: nine strided copies build A (B H W x 9 C_in) in HBM, ``cupy.matmul`` (cuBLAS, FP32 compute),
   then the same elementwise kernel. A's padding entries are zeroed once, when the plan is made.
 - ``CudnnConv``: PyTorch's cuDNN convolution on channels-last FP16 tensors (zero-copy views of the CuPy arrays
@@ -19,7 +19,7 @@ from typing import Any
 
 import cupy as cp
 
-from ..fusion.baselines import BIAS_RELU
+from .. import cublas
 from .reference import TAPS, ConvShape
 from .tensorcore import Conv3x3
 
@@ -35,7 +35,7 @@ class UnfusedConv:
     def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
         out = cp.empty_like(self.p) if out is None else out
         self.conv(x, w, bias, out=self.p)
-        BIAS_RELU(self.p, bias, out)
+        cublas.bias_relu(self.p, bias, out)
         return out
 
 
@@ -56,7 +56,7 @@ class Im2colConv:
             src_rows, src_cols = slice(max(0, dr), s.height + min(0, dr)), slice(max(0, ds), s.width + min(0, ds))
             self.a[:, rows, cols, t, :] = x[:, src_rows, src_cols, :]
         cp.matmul(self.a.reshape(s.m, s.k), w.reshape(s.k, s.c_out), out=self.p)
-        BIAS_RELU(self.p, bias, out.reshape(s.m, s.c_out))
+        cublas.bias_relu(self.p, bias, out.reshape(s.m, s.c_out))
         return out
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..checker import CheckFailure, CheckResult, checker, compare, fresh_seed, not_yet, passed, untouched
-from ..fusion.reference import relu
+from ..rounding import relu
 from . import reference as ref
 
 # (batch, height, width): odd sizes, a single row and a single column, and images smaller than a row tile

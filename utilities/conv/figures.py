@@ -1,4 +1,4 @@
-"""Figures of the convolution track (Matplotlib, no pyplot; each returns its Figure)."""
+"""Figures of the convolution track (no pyplot: each returns a ``plots.CourseFigure``, shown as a PNG)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from .. import plots
 from ..bench import BenchRecord
-from ..plots import _finish, _record
 from .reference import ConvShape, neighbor_table
 
 PATHS = ("fused", "unfused", "cudnn", "im2col", "yours")
@@ -27,7 +27,7 @@ def implicit_gemm_picture(height: int = 5, width: int = 6, pixel: tuple[int, int
     shape = ConvShape(1, height, width, 1, 1)
     h0, w0 = pixel
     taps = neighbor_table(shape, np.array([h0 * width + w0]))[0]
-    fig = Figure(figsize=(10.0, 3.8))
+    fig = plots.new_figure(figsize=(10.0, 3.8))
     ax, row = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for h in range(-1, height + 1):
         for w in range(-1, width + 1):
@@ -58,7 +58,7 @@ def implicit_gemm_picture(height: int = 5, width: int = 6, pixel: tuple[int, int
                   fontsize=9)  # fmt: skip
     row.text(4.5, -0.4, "the kernel gathers these from the input through a table of the 9 pixels; A is never stored",
              ha="center", fontsize=8)  # fmt: skip
-    return _finish(fig, path)
+    return plots.finish(fig, path)
 
 
 def _shape(r: BenchRecord) -> tuple[int, ...]:
@@ -68,11 +68,11 @@ def _shape(r: BenchRecord) -> tuple[int, ...]:
 
 def times_bars(records: Sequence[BenchRecord | Mapping[str, Any]], title: str = "") -> Figure:
     """Each path's time relative to the fused kernel's, per shape (lower is faster)."""
-    recs = [_record(r) for r in records if _record(r).name.startswith("conv.") and _record(r).name != "conv.library"]
+    recs = [r for r in map(plots.as_record, records) if r.name.startswith("conv.") and r.name != "conv.library"]
     shapes = list(dict.fromkeys(_shape(r) for r in recs))
     times = {(_shape(r), r.name.split(".", 1)[1]): r.time.median for r in recs}
     present = [p for p in PATHS if any((s, p) in times for s in shapes)]
-    fig = Figure(figsize=(max(6.0, 1.6 * len(shapes) + 2), 3.8))
+    fig = plots.new_figure(figsize=(max(6.0, 1.6 * len(shapes) + 2), 3.8))
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / max(1, len(present))
     for i, p in enumerate(present):

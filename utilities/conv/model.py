@@ -1,6 +1,6 @@
 """Bytes each convolution path must move through HBM, its FLOPs, and the gain fusion can give (plain Python).
 
-Compulsory traffic, FP16 (2 bytes an element), as in ``utilities.fusion.model``: each kernel reads its operands
+Compulsory traffic, FP16 (2 bytes an element), as in ``utilities.roofline``: each kernel reads its operands
 once and writes its result once. The 3x3 halo is not counted: a block's neighbouring rows come from L2, not HBM.
 Paths (those of ``utilities.conv.tensorcore`` and ``utilities.conv.baselines``):
 
@@ -17,7 +17,7 @@ C_in + C_out, so wide channels make the convolution compute-bound and the epilog
 
 from __future__ import annotations
 
-from ..fusion.model import FP16_BYTES, Traffic, bound_by, time_floor
+from ..roofline import FP16_BYTES, Traffic, bound_by, time_floor
 from .reference import TAPS, ConvShape
 
 CONV_PATHS = ("fused", "unfused", "im2col")

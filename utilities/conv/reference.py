@@ -10,7 +10,7 @@ where that pixel lies outside the image (the padding). The filters reshaped to (
 index map :func:`neighbor` says which input pixel each (m, tap) reads; the kernel never builds A.
 
 Bounds: the fused kernel computes ``fp16(relu(fp32(A B) + bias))``, exactly the GEMM + bias + ReLU of notebook 2a
-on the rows of A, so its bound is ``utilities.fusion.reference.gemm_bias_relu_ref``'s. The unfused path stores
+on the rows of A, so its bound is ``utilities.rounding.gemm_bias_relu_ref``'s. The unfused path stores
 the convolution in FP16 first, one rounding more: ``U16 |A B| + ETA16`` (bounded with ``|A||B|``).
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..fusion.reference import ETA16, SAFETY, U16, U32, U64, gamma, gemm_bias_relu_ref
+from ..rounding import ETA16, SAFETY, U16, U32, U64, gamma, gemm_bias_relu_ref
 
 TAPS = 9  # a 3x3 filter
 F16 = np.float16

@@ -33,10 +33,11 @@ from numba import cuda, float32, int32, int64, uint64
 from nvmath.device import Matmul
 from nvmath.device.common import copy, copy_fragment, copy_wait, make_tensor
 
-from ..fusion.layout import segments
 from ..machinery import launch, swizzle
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
+from ..smem import fp16_segments
+from ..tiles import block_matmul
 from .reference import TAPS, ConvShape
 from .simt import neighbor as course_neighbor
 
@@ -61,22 +62,13 @@ class ConvTile:
 @functools.cache
 def conv_matmul(tile: ConvTile) -> Matmul:
     """The block GEMM: FP16 row-major operands, FP32 accumulator."""
-    return Matmul(
-        size=(tile.tile_m, tile.tile_n, tile.tile_k),
-        precision=(np.float16, np.float16, np.float32),
-        data_type="real",
-        arrangement=("row_major", "row_major", "row_major"),
-        execution="Block",
-        block_size=tile.threads,
-        alignment=(16, 16, 16),
-        static_block_dim=True,
-    )
+    return block_matmul("float16", (tile.tile_m, tile.tile_n, tile.tile_k), tile.threads, b="row_major")
 
 
 def smem_plan(MM: Matmul) -> tuple[list[int], int]:
     """Offsets (FP16 elements) of the two A and two B stages in dynamic shared memory, and where they end."""
     sa, sb = MM.suggest_layout_smem_a().cosize, MM.suggest_layout_smem_b().cosize
-    return segments(sa, sb, sa, sb)
+    return fp16_segments(sa, sb, sa, sb)
 
 
 @functools.cache

@@ -20,6 +20,8 @@ import numpy as np
 import nvmath
 from nvmath.linalg.advanced import Matmul, MatmulEpilog, MatmulOptions
 
+from .. import cublas
+
 _RELU_SCALE = cp.ElementwiseKernel(
     "T x, float32 alpha", "T y", "float v = alpha * (float)x; y = (T)(v > 0.0f ? v : 0.0f)", "fusion_relu_scale"
 )
@@ -28,9 +30,6 @@ _RELU_AXPBY = cp.ElementwiseKernel(
     "T y",
     "float v = alpha * (float)x + beta * (float)c; y = (T)(v > 0.0f ? v : 0.0f)",
     "fusion_relu_axpby",
-)
-BIAS_RELU = cp.ElementwiseKernel(
-    "T x, T bias", "T y", "float v = (float)x + (float)bias; y = (T)(v > 0.0f ? v : 0.0f)", "fusion_bias_relu"
 )
 
 
@@ -106,7 +105,7 @@ class SeparateGemmBiasRelu:
         _need_fp16(a=a, b=b, bias=bias)
         out = cp.empty_like(self.p) if out is None else out
         cp.matmul(a, b, out=self.p)
-        BIAS_RELU(self.p, bias, out)
+        cublas.bias_relu(self.p, bias, out)
         return out
 
 

@@ -1,4 +1,4 @@
-"""Figures of the block-resident fusion track (Matplotlib, no pyplot; each returns its Figure)."""
+"""Figures of the block-resident fusion track (no pyplot: each returns a ``plots.CourseFigure``, shown as a PNG)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from utilities.bench import BenchRecord
+from .. import plots
+from ..bench import BenchRecord
 
 PATH_ORDER = ("yours", "fused_keep_d0", "fused", "persistent", "pipelined", "epilogue", "library", "plain", "separate")
 LABELS = {
@@ -23,10 +24,6 @@ LABELS = {
     "plain": "library GEMMs + elementwise",
     "separate": "library GEMM + elementwise",
 }
-
-
-def _record(r: BenchRecord | Mapping[str, Any]) -> BenchRecord:
-    return r if isinstance(r, BenchRecord) else BenchRecord.from_dict(r)
 
 
 def shape_label(r: BenchRecord) -> str:
@@ -46,13 +43,13 @@ def bandwidth_bars(
     path: str | os.PathLike[str] | None = None,
 ) -> Figure:
     """Grouped bars of achieved GB/s, one group per shape and one bar per path, with the HBM ceiling drawn."""
-    recs = [_record(r) for r in records if _record(r).bandwidth_tbs is not None]
+    recs = [r for r in map(plots.as_record, records) if r.bandwidth_tbs is not None]
     shapes: list[str] = []
     for r in recs:
         if shape_label(r) not in shapes:
             shapes.append(shape_label(r))
     paths = [p for p in PATH_ORDER if any(r.name.endswith("." + p) for r in recs)]
-    fig = Figure(figsize=(max(6.0, 1.6 * len(shapes) + 2) + 2.5, 4.5))
+    fig = plots.new_figure(figsize=(max(6.0, 1.6 * len(shapes) + 2) + 2.5, 4.5))
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(paths))
     for j, p in enumerate(paths):
@@ -92,7 +89,7 @@ def b2b_dataflow_picture(path: str | os.PathLike[str] | None = None) -> Figure:
     """Back-to-back GEMMs: what goes through HBM on the library path, and what stays in one block when fused."""
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-    fig = Figure(figsize=(10.0, 4.6))
+    fig = plots.new_figure(figsize=(10.0, 4.6))
     for k, (title, fused) in enumerate((("library: two GEMMs, D0 through HBM", False),
                                         ("fused: one kernel, D0 stays in the block", True))):  # fmt: skip
         ax = fig.add_subplot(1, 2, k + 1)

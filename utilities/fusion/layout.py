@@ -14,10 +14,7 @@ from ..smem import ceil_to
 SMEM_ALIGN = smem.ALIGN_BYTES // 2  # FP16 elements: 1 KiB
 
 
-def segments(*sizes: int) -> tuple[list[int], int]:
-    """Offsets (FP16 elements) of shared-memory segments of these sizes, each 1 KiB aligned, and where the last
-    one ends (``utilities.smem.segments`` in FP16 elements)."""
-    return smem.segments(*sizes, align=SMEM_ALIGN)
+segments = smem.fp16_segments  # offsets (FP16 elements) of 1 KiB aligned segments, and where the last one ends
 
 
 def c_buffers_needed(stages: int, depth: int) -> int:

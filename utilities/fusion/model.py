@@ -18,31 +18,10 @@ GEMM + bias + ReLU: ``fused`` (and the library's RELU_BIAS epilogue) reads A, B,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..roofline import FP16_BYTES, Traffic, bound_by, time_floor
 
-FP16_BYTES = 2
 B2B_PATHS = ("fused", "epilogue", "library")
 GEMM_PATHS = ("fused", "epilogue", "separate")
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """Bytes read and written through HBM and the FLOPs of one path."""
-
-    path: str
-    bytes_read: int
-    bytes_written: int
-    flops: int
-    kernels: int
-
-    @property
-    def bytes(self) -> int:
-        return self.bytes_read + self.bytes_written
-
-    @property
-    def intensity(self) -> float:
-        """FLOPs per byte moved."""
-        return self.flops / self.bytes
 
 
 def b2b_flops(m: int, k0: int, n0: int, n1: int, batch: int = 1) -> int:
@@ -79,18 +58,6 @@ def gemm_bias_relu_traffic(path: str, m: int, n: int, k: int, *, e: int = FP16_B
     if path == "separate":
         read, written, kernels = read + m * n, written + m * n, 2
     return Traffic(path, e * read, e * written, 2 * m * n * k, kernels)
-
-
-def time_floor(flops: float, nbytes: float, bandwidth_tbs: float, tflops: float) -> float:
-    """Roofline floor in seconds: the longer of moving ``nbytes`` at ``bandwidth_tbs`` and ``flops`` at ``tflops``."""
-    if bandwidth_tbs <= 0 or tflops <= 0:
-        raise ValueError("bandwidth and rate must be positive")
-    return max(nbytes / (bandwidth_tbs * 1e12), flops / (tflops * 1e12))
-
-
-def bound_by(flops: float, nbytes: float, bandwidth_tbs: float, tflops: float) -> str:
-    """ "memory" or "compute": which roof sets ``time_floor``."""
-    return "memory" if nbytes / (bandwidth_tbs * 1e12) >= flops / (tflops * 1e12) else "compute"
 
 
 def b2b_prediction(

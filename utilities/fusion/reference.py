@@ -18,57 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-U16 = 2.0**-11  # unit roundoff of FP16 (round to nearest): |fp16(x) - x| <= U16 |x| in the normal range
-ETA16 = 2.0**-25  # half the spacing of FP16 subnormals: the absolute rounding error near zero
-U32 = 2.0**-24  # unit roundoff of FP32
-U64 = 2.0**-53  # unit roundoff of FP64 (the reference's own GEMM)
-FP16_MAX = 65504.0
-SAFETY = 2.0  # see b2b_bound
+from ..rounding import ETA16, FP16_MAX, SAFETY, U16, U32, U64, as_f64, fp32_dot_bound, gamma, gemm_bias_relu_ref, relu  # noqa: F401 - 2a's reference too (the core holds it for 2c)
 
 F16 = np.float16
-
-
-def gamma(n: int, u: float) -> float:
-    """Higham's gamma_n = n u / (1 - n u): the relative error bound of any order of n - 1 additions (and n products)."""
-    if n * u >= 1:
-        raise ValueError(f"gamma_{n} is unbounded for u = {u}")
-    return n * u / (1 - n * u)
-
-
-def _acc(k: int) -> float:
-    """Relative bound of an FP32-accumulated dot product of length k, plus that of the FP64 reference."""
-    return gamma(k, U32) + gamma(k, U64)
-
-
-def _f64(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x, dtype=np.float64)
-
-
-def relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0.0)
 
 
 # ------------------------------------------------------------------------------------------------------------
 # GEMM + bias + ReLU
 # ------------------------------------------------------------------------------------------------------------
-
-
-def gemm_bias_relu_ref(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``relu(A @ B + bias)`` in FP64, and the elementwise bound on a GPU result's difference from it.
-
-    Bound (first order, times ``SAFETY``): the FP32 sum ``s`` of K exact products is within
-    ``gamma_K |A||B|`` of ``A @ B`` in any order; adding the bias in FP32 rounds once more
-    (``U32 |s + bias|``); ReLU is 1-Lipschitz; the final FP16 rounding adds ``U16 |out| + ETA16``.
-    """
-    a64, b64, bias64 = _f64(a), _f64(b), _f64(bias)
-    k = a64.shape[-1]
-    p = a64 @ b64
-    e_acc = _acc(k) * (np.abs(a64) @ np.abs(b64))
-    pre = p + bias64
-    y = relu(pre)
-    e_pre = e_acc + U32 * (np.abs(pre) + e_acc)
-    bound = SAFETY * (e_pre + U16 * (y + e_pre) + ETA16)
-    return y, bound
 
 
 def gemm_bias_relu_fp16(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -124,16 +81,16 @@ def b2b_bound(
     behavior of NVIDIA tensor cores", PeerJ CS 2021); second-order terms (``U16 U32`` and the like) are dropped.
     The FP64 reference's own error (``gamma_K U64``) is included. Values must stay below FP16's overflow.
     """
-    a64, b064, b164, c64 = _f64(a0), _f64(b0), _f64(b1), _f64(c1)
+    a64, b064, b164, c64 = as_f64(a0), as_f64(b0), as_f64(b1), as_f64(c1)
     k0, n0 = a64.shape[-1], b164.shape[-2]
     al0, al1, be1 = abs(float(alpha0)), abs(float(alpha1)), abs(float(beta1))
-    g0 = _acc(k0) * (np.abs(a64) @ np.abs(b064))
+    g0 = fp32_dot_bound(k0) * (np.abs(a64) @ np.abs(b064))
     e0 = al0 * (g0 + U32 * (np.abs(p0) + g0))
     bound0 = e0 + U16 * (d0 + e0) + ETA16
     b1_abs = np.abs(b164)
     d0_hi = d0 + bound0  # the largest |D0| the GPU may hold
     x_abs = d0_hi @ b1_abs  # bounds |D0 @ B1| and |d0 @ B1|
-    e_x = bound0 @ b1_abs + _acc(n0) * x_abs
+    e_x = bound0 @ b1_abs + fp32_dot_bound(n0) * x_abs
     e1 = al1 * e_x + 2 * U32 * (al1 * (x_abs + e_x) + be1 * np.abs(c64))
     bound1 = e1 + U16 * (d1 + e1) + ETA16
     return SAFETY * bound0, SAFETY * bound1
@@ -149,7 +106,7 @@ def b2b_ref(
     beta1: float,
 ) -> B2BReference:
     """The FP64 back-to-back GEMM on the FP16 inputs (batched when they carry a leading axis), with its bounds."""
-    a64, b064, b164, c64 = _f64(a0), _f64(b0), _f64(b1), _f64(c1)
+    a64, b064, b164, c64 = as_f64(a0), as_f64(b0), as_f64(b1), as_f64(c1)
     p0 = a64 @ b064
     d0 = relu(float(alpha0) * p0)
     p1 = float(alpha1) * (d0 @ b164) + float(beta1) * c64
@@ -194,13 +151,13 @@ def matmul_acc(a: np.ndarray, b: np.ndarray, accumulate: str = "fp32") -> np.nda
         raise ValueError(f"accumulate must be one of {ACCUMULATIONS}, got {accumulate!r}")
     acc = np.zeros((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), np.float64)
     for k in range(a.shape[-1]):
-        exact = acc + _f64(a32[..., :, k : k + 1]) * _f64(b32[..., k : k + 1, :])  # exact: 24 + 22 bits
+        exact = acc + as_f64(a32[..., :, k : k + 1]) * as_f64(b32[..., k : k + 1, :])  # exact: 24 + 22 bits
         if accumulate == "fp16":
-            acc = _f64(exact.astype(F16))
+            acc = as_f64(exact.astype(F16))
             continue
         nearest = exact.astype(np.float32)
         away = np.abs(nearest.astype(np.float64)) > np.abs(exact)
-        acc = _f64(np.where(away, np.nextafter(nearest, np.float32(0)), nearest))
+        acc = as_f64(np.where(away, np.nextafter(nearest, np.float32(0)), nearest))
     return acc.astype(np.float32)
 
 
@@ -275,10 +232,10 @@ def b2b_inputs(
         alpha0, alpha1, beta1 = 0.125, 3.0, 1.0
     elif case == "large magnitudes":
         alpha0, alpha1, beta1 = 1.0, 1.0, 1.0
-        b0 = b0 * _pow2_to(float(np.abs(_f64(_h(a0)) @ _f64(_h(b0))).max()), 2.0**14 * 0.9)
-        d0 = relu(_f64(_h(a0)) @ _f64(_h(b0)))
+        b0 = b0 * _pow2_to(float(np.abs(as_f64(_h(a0)) @ as_f64(_h(b0))).max()), 2.0**14 * 0.9)
+        d0 = relu(as_f64(_h(a0)) @ as_f64(_h(b0)))
         c1 = c1 * 2.0**10
-        b1 = b1 * _pow2_to(float(np.abs(d0 @ _f64(_h(b1))).max()), 2.0**14 * 0.9)
+        b1 = b1 * _pow2_to(float(np.abs(d0 @ as_f64(_h(b1))).max()), 2.0**14 * 0.9)
     return B2BInputs(case, _h(a0), _h(b0), _h(b1), _h(c1), alpha0, alpha1, beta1)
 
 
@@ -318,7 +275,7 @@ def gemm_inputs(m: int, n: int, k: int, case: str = "random", seed: int = 0) -> 
     elif case == "mixed signs near zero":
         a, b, bias = a / 32, b / 32, bias / 2**10
     elif case == "large magnitudes":
-        b = b * _pow2_to(float(np.abs(_f64(_h(a)) @ _f64(_h(b))).max()), 2.0**15 * 0.9)
+        b = b * _pow2_to(float(np.abs(as_f64(_h(a)) @ as_f64(_h(b))).max()), 2.0**15 * 0.9)
         bias = bias * 2.0**10
     elif case == "bias dominates":
         bias = np.where(rng.random(n) < 0.5, -8.0, 8.0)

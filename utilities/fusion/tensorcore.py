@@ -41,6 +41,7 @@ from nvmath.device.common import copy, copy_fragment, copy_wait, make_tensor
 from ..machinery import launch
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
+from ..tiles import block_matmul
 from .layout import SMEM_ALIGN, ceil_to, segments
 
 MAX_N = 256  # widest N0 / N1 a block holds: a 128 x 256 FP32 accumulator is 256 registers per thread at 128 threads
@@ -59,18 +60,7 @@ class BlockConfig:
 @functools.cache
 def fp16_matmul(m: int, n: int, k: int, threads: int, pipeline: bool = False) -> Matmul:
     """A block GEMM of FP16 row-major operands with an FP32 accumulator (``pipeline``: for a device pipeline)."""
-    streaming = {"with_pipeline": True, "enable_input_streaming": True} if pipeline else {}
-    return Matmul(
-        size=(m, n, k),
-        precision=(np.float16, np.float16, np.float32),
-        data_type="real",
-        arrangement=("row_major", "row_major", "row_major"),
-        execution="Block",
-        block_size=threads,
-        alignment=(16, 16, 16),
-        static_block_dim=True,
-        **streaming,
-    )
+    return block_matmul("float16", (m, n, k), threads, b="row_major", pipeline=pipeline)
 
 
 def kloop_smem(MM: Matmul) -> tuple[int, int]:

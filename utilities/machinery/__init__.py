@@ -7,7 +7,6 @@ nvmath-python's and numba-cuda's internals.
   utilities.machinery.buildcache`` shows or clears it), split by job: ``store``, ``interposer``, ``linking``,
   ``progress``;
 - ``codegen_workers``: libmathdx code generation in worker processes;
-- ``prebuild``: every course kernel built ahead of a workshop, in parallel processes;
 - ``launch``: large dynamic shared memory, and a launch path that packs arguments itself;
 - ``pipelines``: cuBLASDx device pipelines with run-time shapes, so that one kernel build serves every shape;
 - ``aligned_copy``: global-memory layouts that promise cuBLASDx 16-byte alignment;

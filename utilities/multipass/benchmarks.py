@@ -17,8 +17,9 @@ from typing import Any
 import cupy as cp
 
 from .. import bench, cublas
+from ..tiles import OUT_DTYPE
 from .config import DTYPES, PassConfig
-from .tensorcore import OUT_DTYPE, PassGemm, PipelineGemm
+from .tensorcore import PassGemm, PipelineGemm
 
 COURSE_FS = (1, 2, 4, 8)
 TEST_SHAPE = (256, 256, 1024)  # tests/test_gpu_multipass.py and the notebook's checks

@@ -44,7 +44,7 @@ def phase_timeline_picture(fused: int = 2, phases: int = 4, path: str | Path | N
     MMAs of phase g; each phase is ``fused`` passes; a barrier (copy_wait) starts every phase."""
     from matplotlib.patches import Rectangle
 
-    fig = Figure(figsize=(9.0, 2.8))
+    fig = plots.new_figure(figsize=(9.0, 2.8))
     ax = fig.add_subplot()
     copy_len, mma_len = 1.0, 0.6 * fused
     t = 0.0
@@ -67,4 +67,4 @@ def phase_timeline_picture(fused: int = 2, phases: int = 4, path: str | Path | N
     ax.set_xticks([])
     ax.set_xlabel("time (one block)")
     ax.set_title(f"F = {fused}: a phase's MMAs hide the next phase's copy only if they last as long", fontsize=9)
-    return plots._finish(fig, path)
+    return plots.finish(fig, path)

@@ -28,28 +28,16 @@ from .. import smem
 from ..machinery import launch, pipelines
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
+from ..tiles import OUT_DTYPE, PIPELINE_TILE_K, block_matmul, pipeline_matmul
 from .config import PassConfig, validate_problem
 
 SMEM_ALIGN = smem.ALIGN_BYTES  # every shared buffer starts on 1 KiB: enough for any swizzled layout cuBLASDx suggests
-PRECISION = {"int8": (np.int8, np.int8, np.int32), "float16": (np.float16, np.float16, np.float32)}
-OUT_DTYPE = {"int8": np.int32, "float16": np.float32}
-PIPELINE_TILE_K = {"int8": 128, "float16": 64}  # the library pipeline's stage depth (32 KiB a stage)
 
 
 @functools.cache
 def matmul_for(cfg: PassConfig, sm: Any = None) -> Matmul:
     """The block-level ``Matmul`` of one phase: (tile_m, tile_n, F * PK), A row-major, B column-major."""
-    return Matmul(
-        size=(cfg.tile_m, cfg.tile_n, cfg.phase_k),
-        precision=PRECISION[cfg.dtype],
-        data_type="real",
-        arrangement=("row_major", "col_major", "row_major"),
-        execution="Block",
-        block_size=cfg.threads,
-        alignment=(16, 16, 16),
-        static_block_dim=True,
-        sm=sm,
-    )
+    return block_matmul(cfg.dtype, (cfg.tile_m, cfg.tile_n, cfg.phase_k), cfg.threads, sm=sm)
 
 
 def smem_offsets(MM: Matmul) -> tuple[tuple[int, int, int, int], int]:
@@ -170,29 +158,6 @@ class PassGemm:
 # ------------------------------------------------------------------------------------------------------------
 # Reference point: the same GEMM through cuBLASDx's own pipeline (TMA + mbarriers)
 # ------------------------------------------------------------------------------------------------------------
-
-
-@functools.cache
-def pipeline_matmul(
-    dtype: str, tile_m: int = 128, tile_n: int = 128, threads: int = 256, sm: Any = None, tile_k: int | None = None
-) -> Matmul:
-    """The pipelined block GEMM (also the Ozaki-I kernels'), for int8 or FP16: K stages of ``PIPELINE_TILE_K``.
-
-    A row-major, B column-major (both K-contiguous), C row-major.
-    """
-    return Matmul(
-        size=(tile_m, tile_n, tile_k or PIPELINE_TILE_K[dtype]),
-        precision=PRECISION[dtype],
-        data_type="real",
-        arrangement=("row_major", "col_major", "row_major"),
-        execution="Block",
-        block_size=threads,
-        alignment=(16, 16, 16),
-        with_pipeline=True,
-        enable_input_streaming=True,
-        static_block_dim=True,
-        sm=sm,
-    )
 
 
 @functools.cache

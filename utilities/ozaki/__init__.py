@@ -17,6 +17,7 @@ Importing this package imports the NumPy reference only: 1. ``row_shifts`` / ``c
 ``ozaki_stages`` for stage-by-stage checks, ``error_bound``.
 """
 
+from ..operands import NONFINITE_SHIFT, InputDtypeError, InputShapeError, NonFiniteError
 from .epilogue import NONFINITE_POLICIES, reconstruct, reconstruct_from_products
 from .products import (
     Int32OverflowError,
@@ -30,10 +31,6 @@ from .reference import OzakiStages, error_bound, ozaki_gemm_ref, ozaki_stages
 from .slicing import (
     MAX_SLICES,
     MIN_SLICES,
-    NONFINITE_SHIFT,
-    InputDtypeError,
-    InputShapeError,
-    NonFiniteError,
     SlicesError,
     col_shifts,
     exponent_shifts,

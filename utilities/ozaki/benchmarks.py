@@ -14,23 +14,9 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from .. import bench, cublas, errors, exact, inputs
+from .. import bench, cublas, inputs
+from ..errors import error_rows, sampled_error
 from .tensorcore import OzakiGemm
-
-
-def sampled_error(c: Any, a: np.ndarray, b: np.ndarray, rows: np.ndarray | None = None) -> dict[str, Any]:
-    """Errors of ``c`` against the double-double product, on every row, or on ``rows`` only (large sizes)."""
-    c = cp.asnumpy(c)
-    if rows is None:
-        hi, lo = exact.matmul_dd(a, b)
-        return errors.error_report(c, hi, lo, against="double-double")
-    hi, lo = exact.matmul_dd(a[rows], b)
-    return errors.error_report(c[rows], hi, lo, against=f"double-double, {len(rows)} sampled rows")
-
-
-def sample_rows(m: int, count: int = 16, seed: int = 0) -> np.ndarray | None:
-    """Rows on which to measure errors: all of them (None) up to 1024, else ``count`` of them."""
-    return None if m <= 1024 else inputs.sample_rows(m, count, seed)
 
 
 def baseline_records(a: Any, b: Any, *, repeats: int = 10, error: dict | None = None) -> list[bench.BenchRecord]:
@@ -90,7 +76,7 @@ def ozaki_benchmarks(
     m = n = k = size
     a_h, b_h = inputs.normal(m, k, seed), inputs.normal(k, n, seed + 1)
     a, b = cp.asarray(a_h), cp.asarray(b_h)
-    rows = sample_rows(m, seed=seed)
+    rows = error_rows(m, seed=seed)
     dgemm_error = sampled_error(cublas.dgemm(a, b), a_h, b_h, rows)
     plans = {variant: OzakiGemm(m, n, k, slices, variant) for variant in variants}
     errors = {variant: sampled_error(plan(a, b), a_h, b_h, rows) for variant, plan in plans.items()}
@@ -125,7 +111,7 @@ def accuracy_records(n: int = 2048, *, seed: int = 4, record: bool = True) -> li
 
     One kernel build serves every slice count (the count is a run-time argument of the fused kernel).
     """
-    rows = sample_rows(n, count=16, seed=seed)
+    rows = error_rows(n, count=16, seed=seed)
     records: list[bench.BenchRecord] = []
 
     def measure(a_h: np.ndarray, b_h: np.ndarray, slices: int, phi: float, native: bool) -> None:

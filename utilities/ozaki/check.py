@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import inputs
 from ..checker import CheckFailure, CheckResult, checker, compare, fresh_seed, not_yet, passed, untouched
+from ..rounding import epilogue_bound
 from . import products as _products
 from . import reference as _reference
 from . import slicing as _slicing
@@ -170,12 +171,6 @@ def check_diagonals(
         )  # fmt: skip
         count += 1
     return passed(name, count, seed)
-
-
-def epilogue_bound(x: np.ndarray, c: np.ndarray | None, alpha: float, beta: float) -> np.ndarray:
-    """Allowed difference in the epilogue: none but the final alpha/beta rounding (a fused multiply-add)."""
-    scale = np.abs(alpha * x) + (np.abs(beta * c) if beta != 0 and c is not None else 0.0)
-    return 2 * U * scale + np.finfo(np.float64).smallest_subnormal
 
 
 def _large_odd_diagonals(slices: int, m: int, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .slicing import NONFINITE_SHIFT, InputShapeError, NonFiniteError, check_matrix
+from ..operands import NONFINITE_SHIFT, InputShapeError, NonFiniteError, check_matrix
 
 NONFINITE_POLICIES = ("raise", "propagate")
 

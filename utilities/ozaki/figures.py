@@ -70,7 +70,7 @@ def digits_picture(x: float = 3.14159265358979, row_max: float = 3.5, slices: in
     row = np.array([[x, row_max]])
     e = int(row_shifts(row)[0])
     digits = slice_rows(row, slices)[0][:, 0, 0].astype(int)
-    fig = Figure(figsize=(7.5, 3.4))
+    fig = plots.new_figure(figsize=(7.5, 3.4))
     ax = fig.add_subplot()
     colors = ["tab:blue" if d >= 0 else "tab:red" for d in digits]
     ax.bar(range(slices), digits, color=colors)
@@ -82,7 +82,7 @@ def digits_picture(x: float = 3.14159265358979, row_max: float = 3.5, slices: in
     ax.set_xticks(range(slices), [f"slice {s}" for s in range(slices)])
     ax.set_ylabel("digit (int8)")
     ax.set_title(f"x = {x!r} with row maximum {row_max}: e = {e}, x = sum_s digit_s 2^(e - 7 - 8s)", fontsize=9)
-    return plots._finish(fig, path)
+    return plots.finish(fig, path)
 
 
 def anti_diagonals_picture(slices: int = 7, path: str | Path | None = None) -> Figure:
@@ -92,7 +92,7 @@ def anti_diagonals_picture(slices: int = 7, path: str | Path | None = None) -> F
     from matplotlib import colormaps
     from matplotlib.patches import Rectangle
 
-    fig = Figure(figsize=(5.6, 5.0))
+    fig = plots.new_figure(figsize=(5.6, 5.0))
     ax = fig.add_subplot()
     cmap = colormaps["viridis"]
     for s in range(slices):
@@ -110,7 +110,7 @@ def anti_diagonals_picture(slices: int = 7, path: str | Path | None = None) -> F
     ax.set_title(f"{slices * (slices + 1) // 2} products kept, {slices * (slices - 1) // 2} dropped (grey): "
                  "one anti-diagonal d sums in int32", fontsize=9)  # fmt: skip
     ax.set_aspect("equal")
-    return plots._finish(fig, path)
+    return plots.finish(fig, path)
 
 
 def launch_order(tiles_m: int, tiles_n: int, group: int | None) -> list[tuple[int, int]]:
@@ -136,7 +136,7 @@ def grouped_order_picture(tiles_m: int = 16, tiles_n: int = 12, group: int = 8, 
 
     orders = {"the grid's order": launch_order(tiles_m, tiles_n, None),
               f"grouped, {group} row tiles a group": launch_order(tiles_m, tiles_n, group)}  # fmt: skip
-    fig = Figure(figsize=(9.5, 4.6))
+    fig = plots.new_figure(figsize=(9.5, 4.6))
     for k, (title, order) in enumerate(orders.items()):
         ax = fig.add_subplot(1, 2, k + 1)
         grid = np.full((tiles_m, tiles_n), np.nan)
@@ -151,4 +151,4 @@ def grouped_order_picture(tiles_m: int = 16, tiles_n: int = 12, group: int = 8, 
                      f"of B", fontsize=9)  # fmt: skip
         ax.set_xlabel("column tile of C")
         ax.set_ylabel("row tile of C")
-    return plots._finish(fig, path)
+    return plots.finish(fig, path)

@@ -13,28 +13,9 @@ the kernels and the intermediate bytes that disappear:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..roofline import KernelWork, predicted_ms
 
 VARIANTS = ("unfused", "partial", "fused")
-
-
-@dataclass(frozen=True)
-class KernelWork:
-    """One kernel of a design: its name, int8 operations (2 per multiply-add) and compulsory bytes."""
-
-    name: str
-    ops: float
-    bytes: float
-
-    def floor_ms(self, int8_tops: float, bandwidth_tbs: float) -> float:
-        """The kernel's time floor in ms: the longer of its operations and its bytes at the given ceilings."""
-        if int8_tops <= 0 or bandwidth_tbs <= 0:
-            raise ValueError("the ceilings must be positive")
-        return max(self.ops / (int8_tops * 1e12), self.bytes / (bandwidth_tbs * 1e12)) * 1e3
-
-    def bound(self, int8_tops: float, bandwidth_tbs: float) -> str:
-        """ "compute" or "memory": which ceiling sets the floor."""
-        return "compute" if self.ops / int8_tops >= self.bytes / bandwidth_tbs else "memory"
 
 
 def design(variant: str, m: int, n: int, k: int, slices: int = 7, *, reads_c: bool = False) -> list[KernelWork]:
@@ -58,12 +39,6 @@ def design(variant: str, m: int, n: int, k: int, slices: int = 7, *, reads_c: bo
     planes = terms if variant == "unfused" else slices  # int32 matrices between the products and the epilogue
     middle = 4.0 * m * n * planes
     return [*kernels, KernelWork("products", ops, digits + middle), KernelWork("epilogue", 0.0, middle + c_bytes)]
-
-
-def predicted_ms(kernels: list[KernelWork], int8_tops: float, bandwidth_tbs: float) -> dict[str, float]:
-    """Each kernel's floor in ms, and their sum as ``"total"`` (kernels run one after another)."""
-    times = {w.name: w.floor_ms(int8_tops, bandwidth_tbs) for w in kernels}
-    return times | {"total": sum(times.values())}
 
 
 def design_table(m: int, n: int, k: int, slices: int, int8_tops: float, bandwidth_tbs: float) -> list[dict]:

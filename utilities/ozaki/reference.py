@@ -6,17 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..operands import NONFINITE_SHIFT, InputShapeError, NonFiniteError, check_matrix
 from .epilogue import check_nonfinite_policy, reconstruct
 from .products import diagonal_sums
-from .slicing import (
-    NONFINITE_SHIFT,
-    InputShapeError,
-    NonFiniteError,
-    check_matrix,
-    check_slices,
-    slice_cols,
-    slice_rows,
-)
+from .slicing import check_slices, slice_cols, slice_rows
 
 _U = 2.0**-53  # unit roundoff of FP64
 

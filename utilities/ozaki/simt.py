@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import config, cuda, float64, int8, int32, int64
 
-from .slicing import NONFINITE_SHIFT  # the sentinel for rows/columns holding NaN or Inf
+from ..operands import NONFINITE_SHIFT  # the sentinel for rows/columns holding NaN or Inf
+from ..simt import pack_digits
 
 _MAX_FINITE = np.finfo(np.float64).max
 ROWS_THREADS = 512  # threads per row of A in slice_rows_kernel
@@ -79,13 +80,6 @@ def make_split_digits(slices: int):
         # END SOLUTION
 
     return split_digits
-
-
-@cuda.jit(device=True)
-def pack_digits(d0, d1, d2, d3):
-    """Four int8 digits as one little-endian int32 word: four bytes stored with one instruction."""
-    w = (int(d0) & 255) | ((int(d1) & 255) << 8) | ((int(d2) & 255) << 16) | ((int(d3) & 255) << 24)
-    return int32(w - 4294967296 if w >= 2147483648 else w)
 
 
 @functools.cache

@@ -14,8 +14,7 @@ from numbers import Integral
 
 import numpy as np
 
-NONFINITE_SHIFT = int(np.iinfo(np.int32).max)
-"""Exponent shift of a row (column) that holds a NaN or an Inf; its digits are all zero."""
+from ..operands import NONFINITE_SHIFT
 
 MIN_SLICES = 1
 MAX_SLICES = 12
@@ -23,20 +22,8 @@ MAX_SLICES = 12
 _MARGIN = 127.0 / 128.0
 
 
-class InputDtypeError(TypeError):
-    """An input matrix is not a NumPy float64 array."""
-
-
-class InputShapeError(ValueError):
-    """An input matrix is not 2-D, or the inner dimensions of A and B differ."""
-
-
 class SlicesError(ValueError):
     """The number of slices is not an integer in [MIN_SLICES, MAX_SLICES]."""
-
-
-class NonFiniteError(ValueError):
-    """An input holds a NaN or an Inf and the policy is ``nonfinite="raise"``."""
 
 
 def check_slices(slices: object) -> int:
@@ -49,19 +36,6 @@ def check_slices(slices: object) -> int:
             "(7 slices give about 55 bits per row, close to FP64's 53)"
         )
     return int(slices)
-
-
-def check_matrix(x: object, name: str) -> np.ndarray:
-    """Return ``x`` if it is a 2-D float64 ndarray, else raise InputDtypeError or InputShapeError."""
-    if not isinstance(x, np.ndarray):
-        raise InputDtypeError(f"{name} must be a NumPy float64 array, got {type(x).__name__}: use np.asarray(...)")
-    if x.dtype != np.float64:
-        raise InputDtypeError(
-            f"{name} has dtype {x.dtype}, the emulation needs float64: convert with .astype(np.float64)"
-        )
-    if x.ndim != 2:
-        raise InputShapeError(f"{name} must be 2-D, got {x.ndim}-D with shape {x.shape}")
-    return x
 
 
 def exponent_shifts(x: np.ndarray, axis: int) -> np.ndarray:

@@ -28,9 +28,9 @@ from nvmath.device.common import make_tensor
 from nvmath.device.cublasdx_numba import pipeline_extensions
 
 from ..machinery import launch, pipelines
-from ..multipass.tensorcore import pipeline_matmul
 from ..operands import require_fp64_gemm
 from ..smem import ceil_to
+from ..tiles import pipeline_matmul
 from . import simt as plain
 from .products import check_int32_budget, product_terms
 from .simt import grouped_tile
@@ -101,8 +101,8 @@ def tile_config(variant: str, cc: tuple[int, int] | None = None) -> TileConfig:
 def int8_matmul(cfg: TileConfig, sm: int | None = None) -> Matmul:
     """The block-level int8 x int8 -> int32 GEMM: A row-major, B column-major (both K-contiguous), C row-major.
 
-    The pipelined GEMM of track 1 (``utilities.multipass.tensorcore.pipeline_matmul``): each slice product is one more
-    pass over the same tiles.
+    The pipelined block GEMM (``utilities.tiles.pipeline_matmul``, as track 1's library reference): each slice
+    product is one more pass over the same tiles.
     """
     return pipeline_matmul("int8", cfg.tile_m, cfg.tile_n, cfg.threads, sm, tile_k=cfg.tile_k)
 

@@ -10,14 +10,14 @@ moduli count and whether it was chosen automatically), and its stages ``ozaki2.s
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cupy as cp
 import numpy as np
 
 from .. import bench, cublas, inputs
-from ..ozaki.benchmarks import sample_rows, sampled_error
+from ..errors import error_rows, sampled_error
 from . import model
 from .tensorcore import Ozaki2Gemm
 
@@ -26,18 +26,19 @@ def ozaki2_records(
     size: int,
     moduli: int | str = "auto",
     *,
-    ozaki1_slices: int | None = 7,
+    ozaki1: Callable[[int, int, int], Any] | None = None,
     repeats: int = 10,
     seed: int = 0,
     record: bool = True,
     show: bool = True,
 ) -> list[bench.BenchRecord]:
-    """Ozaki-II at m = n = k = ``size`` beside cuBLAS DGEMM (and Ozaki-I fused with ``ozaki1_slices``, unless
-    None), interleaved; then cuBLAS's int8 GEMM and each Ozaki-II stage alone."""
+    """Ozaki-II at m = n = k = ``size`` beside cuBLAS DGEMM, interleaved; then cuBLAS's int8 GEMM and each Ozaki-II
+    stage alone. ``ozaki1``: a factory ``(m, n, k) -> plan`` of the fused Ozaki-I (with its
+    ``slices``), timed beside them as ``ozaki.fused`` (this track does not import the other: the caller passes it)."""
     m = n = k = size
     a_h, b_h = inputs.normal(m, k, seed), inputs.normal(k, n, seed + 1)
     a, b = cp.asarray(a_h), cp.asarray(b_h)
-    rows = sample_rows(m, seed=seed)
+    rows = error_rows(m, seed=seed)
     plan = Ozaki2Gemm(m, n, k, moduli)
     c2 = plan(a, b)
     count = plan.count
@@ -48,10 +49,8 @@ def ozaki2_records(
     providers: dict[str, Any] = {"cublas.dgemm": cublas.dgemm_provider(a, b)}
     errors["cublas.dgemm"] = sampled_error(cublas.dgemm(a, b), a_h, b_h, rows)
     providers["ozaki2.unfused"] = functools.partial(plan, a, b, out=c2)
-    if ozaki1_slices is not None:
-        from ..ozaki.tensorcore import OzakiGemm
-
-        plan1 = OzakiGemm(m, n, k, ozaki1_slices, "fused")
+    if ozaki1 is not None:
+        plan1 = ozaki1(m, n, k)
         c1 = plan1(a, b)
         errors["ozaki.fused"] = sampled_error(c1, a_h, b_h, rows)
         providers["ozaki.fused"] = functools.partial(plan1, a, b, out=c1)
@@ -59,7 +58,7 @@ def ozaki2_records(
     for r in records:
         r.error = errors[r.name]
         if r.name == "ozaki.fused":
-            r.params = {"slices": ozaki1_slices, "timing": "interleaved"}
+            r.params = {"slices": plan1.slices, "timing": "interleaved"}
         elif r.name == "cublas.dgemm":
             r.params = {"timing": "interleaved"}
     del providers
@@ -88,14 +87,14 @@ def ozaki2_records(
 
 def accuracy_records(
     n: int = 2048, phis: Sequence[float] = (0.0, 0.5, 1.0, 2.0, 4.0), counts: Sequence[int] = range(10, 19), *,
-    ozaki1: bool = True, seed: int = 4, record: bool = True,
+    ozaki1: Callable[[np.ndarray, np.ndarray], tuple[Any, Any]] | None = None, seed: int = 4, record: bool = True,
 ) -> list[bench.BenchRecord]:  # fmt: skip
     """Errors against the exact product on 16 sampled rows of n^3 products: Ozaki-II against the moduli count
-    (normal inputs), and at each phi both schemes with their automatic counts (Ozaki-I fused, one kernel build for
-    every slice count) beside cuBLAS DGEMM on the same inputs. Times are per call, 5 repeats."""
-    from ..ozaki.precision import slices_needed
+    (normal inputs), and at each phi its automatic count beside cuBLAS DGEMM on the same inputs. ``ozaki1``: a
+    function ``(A, B) -> (plan, choice)`` giving Ozaki-I's plan with its automatic slice count, timed beside them as
+    ``ozaki.fused``. Times are per call, 5 repeats."""
 
-    rows = sample_rows(n, count=16, seed=seed)
+    rows = error_rows(n, count=16, seed=seed)
     records: list[bench.BenchRecord] = []
 
     def measure(name: str, fn: Any, a_h: np.ndarray, b_h: np.ndarray, params: dict[str, Any]) -> None:
@@ -118,11 +117,8 @@ def accuracy_records(
         params = {"moduli": auto.count, "phi": phi, "auto": True, "estimate_u": auto.choice.estimate,
                   "target_u": auto.choice.target}  # fmt: skip
         measure("ozaki2.unfused", lambda plan=auto, a=a, b=b: plan(a, b), a_h, b_h, params)
-        if ozaki1:
-            from ..ozaki.tensorcore import OzakiGemm
-
-            choice = slices_needed(a_h, b_h)
-            plan1 = OzakiGemm(n, n, n, choice.count, "fused")
+        if ozaki1 is not None:
+            plan1, choice = ozaki1(a_h, b_h)
             params = {"slices": choice.count, "phi": phi, "auto": True, "estimate_u": choice.estimate,
                       "target_u": choice.target}  # fmt: skip
             measure("ozaki.fused", lambda plan=plan1, a=a, b=b: plan(a, b), a_h, b_h, params)

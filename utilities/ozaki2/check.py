@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import inputs
 from ..checker import CheckFailure, CheckResult, checker, compare, fresh_seed, not_yet, passed, untouched
-from ..ozaki.check import epilogue_bound
+from ..rounding import epilogue_bound
 from . import reference as ref
 
 U = 2.0**-53

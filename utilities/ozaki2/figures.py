@@ -1,4 +1,4 @@
-"""Figures of the Ozaki-II track (Matplotlib, no pyplot; each returns its Figure)."""
+"""Figures of the Ozaki-II track (no pyplot: each returns a ``plots.CourseFigure``, shown as a PNG)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping, Sequence
 
 from matplotlib.figure import Figure
+
+from .. import plots
 
 U = 2.0**-53
 
@@ -15,7 +17,7 @@ def error_vs_products(curves: Mapping[str, Sequence[tuple[int, float]]], *, nati
                       path: str | os.PathLike[str] | None = None) -> Figure:  # fmt: skip
     """Normwise error (log scale) against the number of int8 products, one curve per scheme, ``(products, error)``
     points; FP64 GEMM's error as a dashed line."""
-    fig = Figure(figsize=(7.0, 4.2))
+    fig = plots.new_figure(figsize=(7.0, 4.2))
     ax = fig.add_subplot()
     for label, points in curves.items():
         xs, ys = zip(*points, strict=True)

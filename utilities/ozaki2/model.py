@@ -1,6 +1,6 @@
 """What each Ozaki-II design must do, kernel by kernel, and the time that sets (plain Python, no GPU).
 
-The same accounting as Ozaki-I's (``utilities.ozaki.model``: operations and compulsory bytes per kernel, each
+The same accounting as Ozaki-I's (``utilities.roofline``: operations and compulsory bytes per kernel, each
 kernel's floor the longer of the two at the measured ceilings, kernels one after another add up):
 
 - unfused: scaling and residues (A read once, B read, transposed and read again; N int8 residues written per
@@ -10,7 +10,7 @@ kernel's floor the longer of the two at the measured ceilings, kernels one after
 
 from __future__ import annotations
 
-from ..ozaki.model import KernelWork, predicted_ms
+from ..roofline import KernelWork, predicted_ms
 
 VARIANTS = ("unfused", "fused")
 

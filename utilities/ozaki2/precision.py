@@ -1,6 +1,6 @@
 """Automatic precision for Ozaki-II: the fewest moduli whose error estimate is FP64 class.
 
-The estimate is Ozaki-I's (``utilities.ozaki.precision``): rows of A are represented with an absolute error below
+The estimate is the core's (``utilities.precision``): rows of A are represented with an absolute error below
 ``2^-mu_i``, columns of B below ``2^-nu_j``, and the exponents for N moduli follow from the lines' exact integer
 statistics (``reference.line_terms``) without touching the matrices again, so every count costs a few vector
 operations to try.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ozaki.precision import Choice, LineNorms, fewest, line_eps2, representation_estimate, target
+from ..precision import Choice, LineNorms, fewest, line_eps2, representation_estimate, target
 from . import reference as ref
 
 

@@ -26,7 +26,7 @@ from numbers import Integral
 
 import numpy as np
 
-from ..ozaki.slicing import NONFINITE_SHIFT, InputShapeError, NonFiniteError, check_matrix
+from ..operands import NONFINITE_SHIFT, InputShapeError, NonFiniteError, check_matrix
 
 # Pairwise coprime, at most 256, largest first: 256 = 2^8, 255 = 3 5 17, 253 = 11 23, 247 = 13 19, 217 = 7 31, the
 # rest primes. Residues modulo each fit an int8 symmetrically.

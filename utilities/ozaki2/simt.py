@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import config, cuda, float64, int32, int64
 
-from ..ozaki.simt import pack_digits
-from ..ozaki.slicing import NONFINITE_SHIFT
+from ..operands import NONFINITE_SHIFT
+from ..simt import pack_digits
 from . import reference as ref
 
 ROWS_THREADS = 512  # threads per row in residue_rows_kernel

@@ -25,7 +25,7 @@ import numpy as np
 from .. import cublas
 from ..machinery import launch
 from ..operands import require_fp64_gemm
-from ..ozaki.precision import Choice, LineNorms
+from ..precision import Choice, LineNorms
 from ..smem import ceil_to
 from . import reference as ref
 from . import simt

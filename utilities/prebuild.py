@@ -4,9 +4,9 @@ libmathdx generates code in one thread per process, so a many-core GPU host buil
 from several processes. An instructor runs this once before a workshop (``./course prebuild``); the notebooks
 then find every kernel in the cache (``utilities.machinery.buildcache``)::
 
-    python -m utilities.machinery.prebuild                     # every kernel the notebooks and tests use
-    python -m utilities.machinery.prebuild --jobs fused:2048x2048x2048,b2b:576x64x128
-    python -m utilities.machinery.prebuild --list              # the jobs, one a line, and stop
+    python -m utilities.prebuild                     # every kernel the notebooks and tests use
+    python -m utilities.prebuild --jobs fused:2048x2048x2048,b2b:576x64x128
+    python -m utilities.prebuild --list              # the jobs, one a line, and stop
 
 It checks the machine first (the preflight table, then one line saying why it cannot build here), prints a line
 as each kernel finishes (kernels done of all, elapsed time, an estimate of what is left), and a table of build
@@ -267,7 +267,7 @@ def _cannot_build_here() -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m utilities.machinery.prebuild", description=__doc__.splitlines()[0],
+        prog="python -m utilities.prebuild", description=__doc__.splitlines()[0],
         epilog="kinds: unfused|partial|fused:MxNxK, b2b|b2b_keep|b2b_persistent:K0xN0xN1[@TMxTHREADS[xDEPTH]], "
         "b2b_pipelined:[BATCHx]MxK0xN0xN1@TMxTHREADSxTKxDEPTH, gemm_bias_relu:MxNxK, "
         "multipass:int8|float16:F, pipeline:int8|float16:SIZE",
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     def worker(job: str) -> tuple[str, float, bool]:
         began = time.perf_counter()
         running[job] = began
-        cmd = [sys.executable, "-m", "utilities.machinery.prebuild", "--one", "--jobs", job, "--slices",
+        cmd = [sys.executable, "-m", "utilities.prebuild", "--one", "--jobs", job, "--slices",
                str(args.slices)]  # fmt: skip
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         running.pop(job, None)
