@@ -267,8 +267,8 @@ def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
     """3b's FP64 epilogue kernel, whole, in numba's CUDA simulator (small shapes: a launch takes about a second)."""
     from utilities.operands import NONFINITE_SHIFT
     from utilities.ozaki import check, simt
-    from utilities.rounding import epilogue_bound
     from utilities.ozaki.epilogue import reconstruct
+    from utilities.rounding import epilogue_bound
 
     text, build = module_exercise(simt, "make_epilogue_kernel", device=False)
 
