@@ -6,7 +6,16 @@
 - :func:`check_conv` runs a convolution (a plan or any callable) on fresh random and adversarial inputs
   (``reference.CONV_CASES``) and compares every output with the FP64 reference within the derived bound,
   naming the first wrong outputs as (b, h, w, c), with a hint found by testing the usual mistakes (bias or ReLU
-  missing, taps read outside the image, r and s swapped, a border handled wrong).
+  missing, taps read outside the image, r and s swapped, a border handled wrong, the FP32 sum rounded to FP16
+  before the bias).
+- :func:`check_conv_b2b` (notebook 2d) runs the back-to-back convolutions and compares D0 (when the plan keeps
+  it) with the FP64 reference, then D1 with the 1x1 convolution of the kernel's own D0: a sharper bound than
+  from the inputs, so that rounding order in the second epilogue shows.
+
+What the checks feed, on every run (the domain): images whose rows and sizes do not line up with the row tiles
+(a tile starts mid-row and straddles two images), several row tiles and several column tiles, odd image sizes, a
+single row and a single column for the index map, and fixed corner inputs beside the random ones (``ones``,
+ReLU zeroing everything, large magnitudes, a dominant bias, a bias that nearly cancels the sum).
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..checker import CheckFailure, CheckResult, checker, compare, fresh_seed, not_yet, passed, untouched
-from ..rounding import relu
+from ..rounding import gemm_bias_relu_ref, relu
 from . import reference as ref
 
 # (batch, height, width): odd sizes, a single row and a single column, and images smaller than a row tile
@@ -85,6 +94,8 @@ def _candidates(x: ref.ConvInputs, r: ref.ConvReference) -> dict[str, np.ndarray
         "bias missing: out = relu(acc + bias[c]), with c the output channel": relu(r.conv),
         "ReLU applied before the bias: relu(acc) + bias": relu(r.conv) + bias,
         "r and s swapped: the filters are (r, s, c_in, c_out), r along the height": swapped,
+        "the FP32 sum was rounded to FP16 before the bias: add the bias and apply ReLU to the FP32 accumulator, "
+        "and round once, at the store": relu(r.conv.astype(np.float16).astype(np.float64) + bias),
     }
     n = len(bias)
     for tile in (32, 64):  # the bias indexed by the column within the block's tile
@@ -148,5 +159,100 @@ def check_conv(
         want, bound = r.out.reshape(dims), (r.bound if fused else r.bound_unfused).reshape(dims)
         hint = _hint(got, x, r, bound) if got.shape == dims else ""
         compare("out", got, want, bound=bound, names=NAMES, hint=hint, case=label)
+        count += 1
+    return passed(name, count, seed)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Back-to-back convolutions (notebook 2d)
+# ------------------------------------------------------------------------------------------------------------
+
+# 2 images of 24 x 24 (a row tile of 128 pixels straddles two images), 64 -> 64 -> 128: two column tiles of 64 for
+# the unfused second kernel; the fused kernel holds all 64 middle channels and all 128 outputs in one block
+B2B_SHAPE = ref.B2BShape(2, 24, 24, 64, 64, 128)
+B2B_NAMES = ("b", "h", "w", "c")
+
+
+def _d0_candidates(conv0: np.ndarray) -> dict[str, np.ndarray]:
+    return {"ReLU missing in the first epilogue: D0 = relu(acc0)": conv0}
+
+
+def _d1_candidates(d0: np.ndarray, w1: np.ndarray, bias1: np.ndarray, conv0: np.ndarray | None) -> dict[str, Any]:
+    p = d0 @ w1
+    out = {
+        "ReLU missing in the second epilogue: D1 = relu(acc1 + bias1)": p + bias1,
+        "bias1 missing: D1 = relu(acc1 + bias1[c])": relu(p),
+        "ReLU applied before the bias: relu(acc1) + bias1": relu(p) + bias1,
+        "the second FP32 sum was rounded to FP16 before the bias: add bias1 and apply ReLU to the FP32 "
+        "accumulator, and round once, at the store": relu(p.astype(np.float16).astype(np.float64) + bias1),
+    }
+    if conv0 is not None:
+        out["D0 without its ReLU fed the second GEMM (ReLU missing in the first epilogue)"] = relu(conv0 @ w1 + bias1)
+    return out
+
+
+def _b2b_hint(got: np.ndarray, want: np.ndarray, bound: np.ndarray, candidates: dict[str, np.ndarray]) -> str:
+    flat = got.reshape(want.shape).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        if not (~(np.abs(flat - want) <= bound)).any():
+            return ""
+        for text, value in candidates.items():
+            near = np.abs(flat - value) <= bound + 4 * ref.U16 * np.abs(value)
+            if near.mean() > 0.99 and (~(np.abs(value - want) <= bound)).mean() > 0.001:
+                return text
+    return ""
+
+
+B2B_NEEDS = {"d0": 1}  # D0 is written by the first TODO region; D1 needs them all
+
+
+@checker("back-to-back convolutions", needs=B2B_NEEDS)
+def check_conv_b2b(
+    run: Callable[..., Any],
+    *,
+    stages: Callable[[], dict[str, Any]] | None = None,
+    shape: ref.B2BShape = B2B_SHAPE,
+    seed: int | None = None,
+    cases: Sequence[str] = ref.B2B_CASES,
+) -> CheckResult:
+    """``run(x, w0, w1, bias1)`` returns D1 = relu(conv1x1(relu(conv3x3(x, w0)), w1) + bias1) (NHWC FP16, NumPy);
+    ``stages()`` returns ``{"d0": D0}`` (NHWC) when the plan keeps it.
+
+    D0 first, against the FP64 reference. Then D1: with D0 kept, against the 1x1 convolution of the kernel's own
+    D0 (``utilities.rounding.gemm_bias_relu_ref``: the second stage's rounding alone); without it, against the
+    FP64 chain (whose bound carries D0's rounding too).
+    """
+    name, seed = "back-to-back convolutions", fresh_seed(seed)
+    count = 0
+    dims = (shape.batch, shape.height, shape.width)
+    for x in ref.b2b_cases(shape, seed, tuple(cases)):
+        got = np.asarray(run(*(v.copy() for v in x.args())))
+        kept = {k: np.asarray(v) for k, v in (stages() if stages is not None else {}).items()}
+        if count == 0:
+            if "d0" in kept and (untouched(kept["d0"]) or untouched(kept["d0"], float("nan"))):
+                return not_yet(name, "stage 'd0' was not written")
+            if untouched(got) or untouched(got, float("nan")):
+                return not_yet(name, "D1 is all zero or was not written")
+        label = f"{x.name}, {shape.label}"
+        r = ref.conv_b2b_ref(*x.args())
+        w1, bias1 = x.w1.astype(np.float64), x.bias1.astype(np.float64)
+        if "d0" in kept:
+            d0 = kept["d0"]
+            if d0.shape == (*dims, shape.c_mid) and d0.dtype != np.float16:
+                raise CheckFailure("d0", f"stage 'd0' on input '{label}': dtype {d0.dtype}, expected float16")
+            want0, bound0 = r.d0.reshape(*dims, -1), r.bound_d0.reshape(*dims, -1)
+            hint = _b2b_hint(d0, r.d0, r.bound_d0, _d0_candidates(r.conv0)) if d0.shape == want0.shape else ""
+            compare("d0", d0, want0, bound=bound0, names=B2B_NAMES, hint=hint, case=label)
+            d0_64 = d0.reshape(shape.m, shape.c_mid).astype(np.float64)
+            want1, bound1 = gemm_bias_relu_ref(d0_64, w1, bias1)
+            candidates = _d1_candidates(d0_64, w1, bias1, None)
+        else:
+            want1, bound1 = r.d1, r.bound_d1
+            candidates = _d1_candidates(r.d0, w1, bias1, r.conv0)
+        if got.shape == (*dims, shape.c_out) and got.dtype != np.float16:
+            raise CheckFailure("d1", f"stage 'd1' on input '{label}': dtype {got.dtype}, expected float16")
+        hint = _b2b_hint(got, want1, bound1, candidates) if got.shape == (*dims, shape.c_out) else ""
+        compare("d1", got, want1.reshape(*dims, -1), bound=bound1.reshape(*dims, -1), names=B2B_NAMES, hint=hint,
+                case=label)  # fmt: skip
         count += 1
     return passed(name, count, seed)

@@ -18,7 +18,7 @@ C_in + C_out, so wide channels make the convolution compute-bound and the epilog
 from __future__ import annotations
 
 from ..roofline import FP16_BYTES, Traffic, bound_by, time_floor
-from .reference import TAPS, ConvShape
+from .reference import TAPS, B2BShape, ConvShape
 
 CONV_PATHS = ("fused", "unfused", "im2col")
 
@@ -69,3 +69,47 @@ def format_prediction(rows: list[dict[str, float | str]]) -> str:
         lines.append(f"{r['path']:>8} {r['MB']:9.1f} {r['GFLOP']:8.2f} {r['floor_us']:9.1f} {r['bound']:>8} "
                      f"{r['vs_fused']:12.2f}")  # fmt: skip
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Back-to-back convolutions (notebook 2d)
+# ------------------------------------------------------------------------------------------------------------
+
+B2B_PATHS = ("fused", "unfused")
+
+
+def b2b_flops(shape: B2BShape) -> int:
+    """Both convolutions' multiply-adds: 2 M C_mid 9 C_in, then 2 M C_out C_mid."""
+    return 2 * shape.m * shape.c_mid * TAPS * shape.c_in + 2 * shape.m * shape.c_out * shape.c_mid
+
+
+def b2b_traffic(path: str, shape: B2BShape, *, e: int = FP16_BYTES) -> Traffic:
+    """Bytes of ``path`` (one of ``B2B_PATHS``): ``fused`` reads x and the filters once and writes D1; ``unfused``
+    also writes D0 (B H W C_mid) and reads it back, in two kernels (cuDNN twice moves the same bytes)."""
+    if path not in B2B_PATHS:
+        raise ValueError(f"path must be one of {B2B_PATHS}, got {path!r}")
+    x, d0, d1 = shape.m * shape.c_in, shape.m * shape.c_mid, shape.m * shape.c_out
+    filters = TAPS * shape.c_in * shape.c_mid + shape.c_mid * shape.c_out + shape.c_out
+    read, written, kernels = x + filters, d1, 1
+    if path == "unfused":
+        read, written, kernels = read + d0, written + d0, 2
+    return Traffic(path, e * read, e * written, b2b_flops(shape), kernels)
+
+
+def b2b_gain_bound(shape: B2BShape) -> float:
+    """Unfused bytes / fused bytes: what keeping D0 in the block can save where both paths are memory-bound."""
+    return b2b_traffic("unfused", shape).bytes / b2b_traffic("fused", shape).bytes
+
+
+def b2b_prediction(shape: B2BShape, *, bandwidth_tbs: float, tflops: float) -> list[dict[str, float | str]]:
+    """One row per path, as :func:`conv_prediction`'s."""
+    fused = b2b_traffic("fused", shape)
+    fused_floor = time_floor(fused.flops, fused.bytes, bandwidth_tbs, tflops)
+    rows = []
+    for path in B2B_PATHS:
+        t = b2b_traffic(path, shape)
+        floor = time_floor(t.flops, t.bytes, bandwidth_tbs, tflops)
+        rows.append({"path": path, "MB": t.bytes / 1e6, "GFLOP": t.flops / 1e9, "floor_us": floor * 1e6,
+                     "bound": bound_by(t.flops, t.bytes, bandwidth_tbs, tflops),
+                     "vs_fused": floor / fused_floor})  # fmt: skip
+    return rows

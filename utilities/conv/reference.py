@@ -12,6 +12,10 @@ index map :func:`neighbor` says which input pixel each (m, tap) reads; the kerne
 Bounds: the fused kernel computes ``fp16(relu(fp32(A B) + bias))``, exactly the GEMM + bias + ReLU of notebook 2a
 on the rows of A, so its bound is ``utilities.rounding.gemm_bias_relu_ref``'s. The unfused path stores
 the convolution in FP16 first, one rounding more: ``U16 |A B| + ETA16`` (bounded with ``|A||B|``).
+
+Back-to-back (notebook 2d): ``D0 = fp16(relu(conv3x3(x, w0)))``, then the 1x1 convolution, a GEMM over the
+channels, ``D1 = fp16(relu(D0 W1 + bias1))``. :func:`conv_b2b_ref` gives both stages in FP64 and their bounds;
+the fused kernel and the unfused path round D0 to FP16 alike, so one bound serves both.
 """
 
 from __future__ import annotations
@@ -163,7 +167,7 @@ class ConvInputs:
 
 
 CONV_CASES = ("random", "ones: counts the taps inside the image", "relu zeroes everything", "large magnitudes",
-              "bias dominates")  # fmt: skip
+              "bias dominates", "bias cancels the sum")  # fmt: skip
 
 
 def conv_inputs(shape: ConvShape, case: str = "random", seed: int = 0) -> ConvInputs:
@@ -184,10 +188,159 @@ def conv_inputs(shape: ConvShape, case: str = "random", seed: int = 0) -> ConvIn
         x, w, bias = x * 64, w * 64, bias * 2.0**10  # |out| stays near 2^12, well below FP16's 65504
     elif case == "bias dominates":
         bias = np.where(rng.random(shape.c_out) < 0.5, -8.0, 8.0)
+    elif case == "bias cancels the sum":
+        x, w, bias = cancelling_inputs(shape, rng)
     return ConvInputs(case, x.astype(F16), w.astype(F16), bias.astype(F16))
+
+
+def cancelling_inputs(shape: ConvShape, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x in [1, 1.25), w > 0 with inside sums near 48 whatever C_in, and a bias of minus a typical inside sum (FP16):
+    about half the inside outputs are positive and much smaller than the sum."""
+    x = (1 + rng.random((shape.batch, shape.height, shape.width, shape.c_in)) / 4).astype(F16)
+    w = (rng.random((3, 3, shape.c_in, shape.c_out)) * (96 / (1.125 * shape.k))).astype(F16)
+    inside = 1.125 * w.astype(np.float64).reshape(shape.k, shape.c_out).sum(axis=0)  # E[x] times the filter's sum
+    return x, w, -inside.astype(F16)
 
 
 def conv_cases(shape: ConvShape, seed: int, cases: tuple[str, ...] = CONV_CASES) -> Iterator[ConvInputs]:
     rng = np.random.default_rng(seed)
     for case in cases:
         yield conv_inputs(shape, case, int(rng.integers(2**31)))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Back-to-back: 3x3 convolution + ReLU, then 1x1 convolution + bias + ReLU (notebook 2d)
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class B2BShape:
+    """Two convolutions in a row: a 3x3 one from ``c_in`` to ``c_mid`` channels, then a 1x1 one to ``c_out``."""
+
+    batch: int
+    height: int
+    width: int
+    c_in: int
+    c_mid: int
+    c_out: int
+
+    def __post_init__(self) -> None:
+        ConvShape(self.batch, self.height, self.width, self.c_in, self.c_mid)  # the same checks
+        if not isinstance(self.c_out, int | np.integer) or self.c_out <= 0:
+            raise ValueError(f"c_out must be a positive integer, got {self.c_out!r}")
+
+    @property
+    def first(self) -> ConvShape:
+        """The 3x3 convolution."""
+        return ConvShape(self.batch, self.height, self.width, self.c_in, self.c_mid)
+
+    @property
+    def m(self) -> int:
+        return self.batch * self.height * self.width
+
+    @property
+    def label(self) -> str:
+        return f"B={self.batch} {self.height}x{self.width} C {self.c_in}->{self.c_mid}->{self.c_out}"
+
+
+@dataclass
+class B2BInputs:
+    """x (B, H, W, C_in), w0 (3, 3, C_in, C_mid), w1 (C_mid, C_out): the 1x1 filters as a matrix, bias1 (C_out,)."""
+
+    name: str
+    x: np.ndarray
+    w0: np.ndarray
+    w1: np.ndarray
+    bias1: np.ndarray
+
+    def args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.x, self.w0, self.w1, self.bias1
+
+
+@dataclass
+class B2BConvReference:
+    """Both stages in FP64 on some output pixels, and the allowed differences of a GPU's D0 and D1."""
+
+    rows: np.ndarray
+    conv0: np.ndarray  # conv3x3(x, w0)
+    d0: np.ndarray  # relu(conv0)
+    d1: np.ndarray  # relu(d0 W1 + bias1)
+    bound_d0: np.ndarray
+    bound_d1: np.ndarray
+    pre1: np.ndarray  # d0 W1 + bias1
+
+
+def b2b_shape_of(x: np.ndarray, w0: np.ndarray, w1: np.ndarray) -> B2BShape:
+    first = shape_of(np.asarray(x), np.asarray(w0))
+    if np.ndim(w1) != 2 or np.shape(w1)[0] != first.c_out:
+        raise ValueError(f"w1 must be (C_mid={first.c_out}, C_out), the 1x1 filters as a matrix, got {np.shape(w1)}")
+    return B2BShape(first.batch, first.height, first.width, first.c_in, first.c_out, int(np.shape(w1)[1]))
+
+
+def conv_b2b_ref(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, bias1: np.ndarray,
+                 rows: np.ndarray | None = None) -> B2BConvReference:  # fmt: skip
+    """FP64 stages of ``relu(conv1x1(relu(conv3x3(x, w0)), w1) + bias1)`` on output pixels ``rows`` (all if None).
+
+    Stage 0 is the 3x3 convolution's fused semantics with a zero bias (``fp16(relu(fp32 sum))``), so its bound is
+    :func:`conv_ref`'s. Stage 1 multiplies the GPU's own D0, off by at most E0: ``D0 W1`` is off by ``E0 |W1|``,
+    its FP32 sum of C_mid products by ``gamma_{C_mid} (d0 + E0) |W1|``; the bias adds one FP32 rounding, ReLU is
+    1-Lipschitz, and the FP16 store rounds once more. Times ``SAFETY``, as every bound of the course.
+    """
+    shape = b2b_shape_of(x, w0, w1)
+    first = conv_ref(x, w0, np.zeros(shape.c_mid), rows)
+    w1_64, b1 = np.asarray(w1, np.float64), np.asarray(bias1, np.float64)
+    e0 = first.bound
+    x_abs = (first.out + e0) @ np.abs(w1_64)  # bounds |D0 W1| and |d0 W1|
+    e_dot = e0 @ np.abs(w1_64) + (gamma(shape.c_mid, U32) + gamma(shape.c_mid, U64)) * x_abs
+    pre = first.out @ w1_64 + b1
+    d1 = np.maximum(pre, 0)
+    e_pre = e_dot + U32 * (np.abs(pre) + e_dot)
+    bound1 = SAFETY * (e_pre + U16 * (d1 + e_pre) + ETA16)
+    return B2BConvReference(first.rows, first.conv, first.out, d1, e0, bound1, pre)
+
+
+def conv_b2b_fp16(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, bias1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The fused kernel's semantics emulated with NumPy: (D0, D1) in FP16, NHWC, FP32 sums."""
+    shape = b2b_shape_of(x, w0, w1)
+    d0 = conv_fp16(x, w0, np.zeros(shape.c_mid, F16))
+    flat = d0.reshape(shape.m, shape.c_mid).astype(np.float32)
+    d1 = np.maximum(flat @ np.asarray(w1, np.float32) + np.asarray(bias1, np.float32), 0).astype(F16)
+    return d0, d1.reshape(shape.batch, shape.height, shape.width, shape.c_out)
+
+
+B2B_CASES = ("random", "ones: counts the taps inside the image", "first ReLU zeroes half", "bias cancels the sum")
+
+
+def b2b_inputs(shape: B2BShape, case: str = "random", seed: int = 0) -> B2BInputs:
+    """Inputs of ``case`` (one of ``B2B_CASES``). ``first ReLU zeroes half``: half the middle channels have filters
+    of one sign, so D0 is zero on them wherever the input is positive: a missing first ReLU shows in D1.
+    ``bias cancels the sum``: positive D0 and W1 and a bias1 near minus the typical sum, so that rounding the second
+    sum to FP16 before the bias shows."""
+    if case not in B2B_CASES:
+        raise ValueError(f"case must be one of {B2B_CASES}, got {case!r}")
+    rng = np.random.default_rng(seed)
+    first = conv_inputs(shape.first, "random", int(rng.integers(2**31)))
+    x, w0 = first.x.astype(np.float64), first.w.astype(np.float64)
+    w1 = rng.standard_normal((shape.c_mid, shape.c_out)) / np.sqrt(shape.c_mid)
+    bias1 = rng.standard_normal(shape.c_out) / 2
+    if case.startswith("ones"):
+        x, w0 = np.ones_like(x), np.full_like(w0, 0.125)
+        w1, bias1 = np.full_like(w1, 1 / shape.c_mid), np.zeros(shape.c_out)
+    elif case == "first ReLU zeroes half":
+        x = np.abs(x)
+        half = np.arange(shape.c_mid) % 2 == 0
+        w0[..., half] = -np.abs(w0[..., half])
+        w1 = np.abs(w1)  # the zeroed channels would otherwise add a negative share
+    elif case == "bias cancels the sum":
+        x, w0, _ = cancelling_inputs(shape.first, rng)
+        d0 = conv_fp16(x, w0, np.zeros(shape.c_mid, F16)).reshape(shape.m, shape.c_mid).astype(np.float64)
+        w1 = rng.random((shape.c_mid, shape.c_out)) * (2 / shape.c_mid)
+        typical = np.median(d0[d0.sum(axis=1) > 0], axis=0) @ w1 if (d0 > 0).any() else np.zeros(shape.c_out)
+        bias1 = -typical
+    return B2BInputs(case, x.astype(F16), w0.astype(F16), w1.astype(F16), bias1.astype(F16))
+
+
+def b2b_cases(shape: B2BShape, seed: int, cases: tuple[str, ...] = B2B_CASES) -> Iterator[B2BInputs]:
+    rng = np.random.default_rng(seed)
+    for case in cases:
+        yield b2b_inputs(shape, case, int(rng.integers(2**31)))
