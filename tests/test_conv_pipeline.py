@@ -1,0 +1,167 @@
+"""The pipelined implicit GEMM's CPU side: configurations and their shared-memory plans, the gather's addressing
+(every thread's 16-byte copies of a stage fill the swizzled A tile with the implicit GEMM's rows, zeros in the
+padding), and the asynchronous copy compiled to PTX (assembled by ptxas where it is installed)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from utilities.conv import layout, simt
+from utilities.conv import reference as ref
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_spec_round_trip_and_errors():
+    for cfg in layout.sweep_configs():
+        assert layout.PipeConfig.parse(cfg.spec) == cfg
+    with pytest.raises(ValueError, match="looks like"):
+        layout.PipeConfig.parse("128x64")
+    with pytest.raises(ValueError, match="tile_k must be one of"):
+        layout.PipeConfig(tile_k=128)
+    with pytest.raises(ValueError, match="depth must be 2 to 8"):
+        layout.PipeConfig(depth=1)
+    with pytest.raises(ValueError, match="does not divide the 9 K stages"):
+        layout.check_group(layout.PipeConfig(group=2), 9)
+    with pytest.raises(ValueError, match="not a multiple of the K stage"):
+        layout.stages(9, 48, 32)
+
+
+def test_layouts_do_not_overlap_and_fit_at_the_target():
+    for cfg in layout.sweep_configs():
+        n = layout.stages(9, 64, cfg.tile_k)
+        layout.check_group(cfg, n)
+        sa, sb, sc = cfg.tile_m * cfg.tile_k, cfg.tile_k * cfg.tile_n, cfg.tile_m * cfg.tile_n
+        L = layout.pipe_layout(cfg, n, sa, sb, sc)
+        slots, b_slots = cfg.depth * cfg.group, n if cfg.resident else cfg.depth * cfg.group
+        spans = [(L.a + i * L.a_step, sa) for i in range(slots)] + [(L.b + i * L.b_step, sb) for i in range(b_slots)]
+        spans.append((L.c, sc))
+        spans.sort()
+        assert all(a + size <= b for (a, size), (b, _) in zip(spans, spans[1:], strict=False))
+        assert all(start % 512 == 0 for start, _ in spans) and spans[-1][0] + spans[-1][1] <= L.end
+        layout.check_fits(L, cfg)
+    big = layout.PipeConfig(tile_m=256, threads=256, depth=4)
+    with pytest.raises(ValueError, match="stream the filters"):
+        layout.check_fits(layout.pipe_layout(big, 9, 256 * 64, 64 * 64, 256 * 64), big)
+
+
+def swizzled(tile_k: int):
+    mask = tile_k // 8 - 1
+    return lambda chunk: chunk ^ ((chunk >> 3) & mask)  # utilities.machinery.swizzle's measured layout
+
+
+def gather_stage(x: np.ndarray, cfg: layout.PipeConfig, row0: int, k0: int) -> tuple[np.ndarray, np.ndarray]:
+    """What every thread's copies put into one A stage (the kernel's ``issue``, through the same device
+    functions), read back through the swizzle as a TM x TK tile; and how often each 16-byte chunk was written."""
+    b, height, width, c_in = x.shape
+    flat = x.reshape(-1)
+    cpr, rpp, sw = cfg.chunks_per_row, cfg.threads // cfg.chunks_per_row, swizzled(cfg.tile_k)
+    smem = np.full(cfg.tile_m * cfg.tile_k, np.nan, np.float16)
+    writes = np.zeros(cfg.tile_m * cpr, int)
+    for tid in range(cfg.threads):
+        for i in range(cfg.loads_per_thread):
+            row, unit, tap, c0 = simt.stage_chunk.py_func(tid, i, k0, c_in, cpr, rpp)
+            m = row0 + row
+            h, w = simt.pixel_coords.py_func(m, height, width)
+            src = simt.tap_source.py_func(m, h, w, tap, height, width)
+            dst = sw(row * cpr + unit) * 8
+            smem[dst : dst + 8] = flat[src * c_in + c0 : src * c_in + c0 + 8] if src >= 0 else 0
+            writes[sw(row * cpr + unit)] += 1
+    tile = np.empty((cfg.tile_m, cfg.tile_k), np.float16)
+    for row in range(cfg.tile_m):
+        for col in range(cfg.tile_k):
+            tile[row, col] = smem[sw(row * cpr + col // 8) * 8 + col % 8]
+    return tile, writes
+
+
+@pytest.mark.parametrize("spec", ["128x64x64-t128-d3-g1-r", "64x64x64-t128-d4-g1-s", "256x64x64-t256-d3-g1-r",
+                                  "128x64x32-t128-d4-g2-r"])  # fmt: skip
+def test_every_thread_s_copies_fill_the_stage_with_the_implicit_gemm_rows(spec):
+    cfg = layout.PipeConfig.parse(spec)
+    shape = ref.ConvShape(3, 9, 14, 64, 8)  # a 126-pixel image: every row tile straddles two images
+    x = ref.conv_inputs(shape, "random", 3).x
+    a = ref.im2col_rows(x)
+    tiles = [0, shape.m // cfg.tile_m - 1]
+    for row0 in (t * cfg.tile_m for t in tiles):
+        for k0 in range(0, shape.k, cfg.tile_k):
+            tile, writes = gather_stage(x, cfg, row0, k0)
+            assert (writes == 1).all(), "each 16-byte chunk of the stage is written once"
+            np.testing.assert_array_equal(tile.astype(np.float64), a[row0 : row0 + cfg.tile_m, k0 : k0 + cfg.tile_k])
+
+
+def test_tap_source_is_the_index_map():
+    for b, height, width in ((2, 5, 7), (1, 1, 1), (3, 4, 1), (1, 3, 3)):
+        for m in range(b * height * width):
+            h, w = simt.pixel_coords.py_func(m, height, width)
+            for tap in range(9):
+                assert simt.tap_source.py_func(m, h, w, tap, height, width) == ref.neighbor(m, *divmod(tap, 3),
+                                                                                           height, width)  # fmt: skip
+
+
+GATHER_KERNEL = """
+import os, sys
+os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+from types import SimpleNamespace
+import numba.cuda.dispatcher
+import numpy as np
+from numba import cuda, int32, int64, types
+numba.cuda.dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=(9, 0))
+from utilities.conv.simt import pixel_coords, stage_chunk, tap_source
+from utilities.machinery import cp_async, swizzle
+SW = swizzle.a_tile(64)
+WAIT = cp_async.wait_prior(1)
+
+def gather_kernel(x, out, height, width):
+    # the kernel's issue() without cuBLASDx: one stage of a 128 x 64 tile, 128 threads, copies and groups
+    smem = cuda.shared.array(8192, dtype=np.float16, alignment=1024)
+    tid = cuda.threadIdx.x
+    c_in = x.shape[0] // (out.shape[0] // 64)
+    for i in range(8):
+        row, unit, tap, c0 = stage_chunk(tid, i, 64 * 4, c_in, 8, 16)
+        m = int32(cuda.blockIdx.x * 128 + row)
+        h, w = pixel_coords(m, height, width)
+        src = tap_source(m, h, w, tap, height, width)
+        dst = SW(row * 8 + unit) * 8
+        if src >= 0:
+            cp_async.copy16(smem, dst, x, int64(src) * c_in + c0, 16)
+        else:
+            cp_async.copy16(smem, dst, x, 0, 0)
+    cp_async.commit()
+    cp_async.commit()
+    WAIT()
+    cuda.syncthreads()
+    out[tid] = smem[tid]
+
+for cc in ((8, 0), (9, 0)):
+    ptx, _ = cuda.compile_ptx(gather_kernel, (types.float16[::1], types.float16[::1], types.int32, types.int32), cc=cc)
+    open(sys.argv[1] + f"/gather_sm{cc[0]}{cc[1]}.ptx", "w").write(ptx)
+print("ok")
+"""
+
+
+def test_the_gather_compiles_to_cp_async_and_assembles(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", GATHER_KERNEL, str(tmp_path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    for ptx_path in sorted(tmp_path.glob("*.ptx")):
+        ptx = ptx_path.read_text()
+        assert ptx.count("cp.async.ca.shared.global") >= 2 and "16, %r" in ptx  # the copy and the zero fill
+        assert ptx.count("cp.async.commit_group;") == 2 and "cp.async.wait_group 1;" in ptx
+        ptxas = shutil.which("ptxas")
+        if ptxas:  # the PTX ISA version numba writes may be newer than this ptxas knows: the instructions are not
+            text = re.sub(r"^\.version \d+\.\d+", ".version 8.0", ptx, flags=re.M)
+            (tmp_path / "lowered.ptx").write_text(text)
+            arch = "sm_" + ptx_path.stem.split("_sm")[1]
+            out = subprocess.run([ptxas, f"-arch={arch}", str(tmp_path / "lowered.ptx"), "-o", str(tmp_path / "k.o")],
+                                 capture_output=True, text=True)  # fmt: skip
+            assert out.returncode == 0, out.stderr

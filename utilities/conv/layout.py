@@ -1,0 +1,142 @@
+"""The pipelined implicit GEMM's configuration and shared-memory plan (plain Python, no GPU).
+
+``utilities.conv.tensorcore_persistent`` runs the convolution as a stream of K stages per block: a stage is TK
+input channels of one tap (A gathered by 16-byte asynchronous copies, zeros for the padding) and the matching
+TK x TN block of the filters. ``PipeConfig`` says how: the block's tile (TM pixels by TN output channels, TK
+channels a stage), its threads, how many *phases* are in the ring (``depth``: the one the tensor cores work on and
+``depth - 1`` in flight), how many stages make a phase (``group``: one wait and one barrier per phase, track 1's
+pass groups), and whether the block's filters stay in shared memory while it walks its tiles (``resident``) or
+stream with A, one stage at a time.
+
+:func:`pipe_layout` places every buffer on a 1 KiB boundary (``utilities.smem``) and says where the plan ends;
+the plans check the total against the GPU's limit per block.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..smem import fp16_segments
+
+SWIZZLED_TK = (32, 64)  # the A layout's swizzle was measured for these (utilities.machinery.swizzle)
+SMEM_LIMIT = 227 * 1024  # bytes a block may have on sm_90 (sm_80: 163 KiB); the plans ask the GPU itself
+_SPEC = re.compile(r"^(\d+)x(\d+)x(\d+)-t(\d+)-d(\d+)-g(\d+)-([rs])$")
+
+
+@dataclass(frozen=True)
+class PipeConfig:
+    """The block of the pipelined implicit GEMM: tile, threads, ring depth (phases), stages a phase, resident B."""
+
+    tile_m: int = 128
+    tile_n: int = 64
+    tile_k: int = 64
+    threads: int = 128
+    depth: int = 3
+    group: int = 1
+    resident: bool = True
+
+    def __post_init__(self) -> None:
+        if self.tile_k not in SWIZZLED_TK:
+            raise ValueError(f"tile_k must be one of {SWIZZLED_TK} (the A swizzle was measured for these), got "
+                             f"{self.tile_k}")  # fmt: skip
+        if self.tile_m not in (64, 128, 256) or self.tile_n % 16 or not 16 <= self.tile_n <= 256:
+            raise ValueError(f"tile_m must be 64, 128 or 256 and tile_n a multiple of 16 up to 256, got "
+                             f"{self.tile_m} x {self.tile_n}")  # fmt: skip
+        if self.threads not in (128, 256):
+            raise ValueError(f"threads must be 128 or 256, got {self.threads}")
+        if not 2 <= self.depth <= 8:
+            raise ValueError(f"depth must be 2 to 8 phases (one in use, the others in flight), got {self.depth}")
+        if self.group < 1:
+            raise ValueError(f"group must be at least 1 stage a phase, got {self.group}")
+
+    @property
+    def chunks_per_row(self) -> int:
+        """16-byte chunks in a row of an A stage (8 FP16 channels each)."""
+        return self.tile_k // 8
+
+    @property
+    def loads_per_thread(self) -> int:
+        """16-byte copies each thread issues for one A stage."""
+        return self.tile_m * self.chunks_per_row // self.threads
+
+    @property
+    def spec(self) -> str:
+        """A short name, e.g. ``128x64x64-t128-d3-g1-r`` (``r``: resident filters, ``s``: streamed)."""
+        return (f"{self.tile_m}x{self.tile_n}x{self.tile_k}-t{self.threads}-d{self.depth}-g{self.group}-"
+                f"{'r' if self.resident else 's'}")  # fmt: skip
+
+    @classmethod
+    def parse(cls, spec: str) -> PipeConfig:
+        """The inverse of :attr:`spec`."""
+        match = _SPEC.match(spec.strip())
+        if not match:
+            raise ValueError(f"a tile spec looks like 128x64x64-t128-d3-g1-r (TMxTNxTK, threads, depth, group, "
+                             f"r = resident filters or s = streamed), got {spec!r}")  # fmt: skip
+        tm, tn, tk, threads, depth, group = (int(v) for v in match.groups()[:6])
+        return cls(tm, tn, tk, threads, depth, group, match.group(7) == "r")
+
+
+def stages(taps: int, c_in: int, tile_k: int) -> int:
+    """K stages of one tile: ``taps`` times ``c_in / tile_k`` (a stage never spans two taps)."""
+    if c_in % tile_k:
+        raise ValueError(f"C_in = {c_in} is not a multiple of the K stage {tile_k}: pad the channels with zeros, or "
+                         "use tile_k = 32")  # fmt: skip
+    return taps * c_in // tile_k
+
+
+def check_group(cfg: PipeConfig, n_stages: int) -> None:
+    """A phase holds ``group`` stages of one tile: the group must divide the tile's stages."""
+    if n_stages % cfg.group:
+        raise ValueError(f"group = {cfg.group} does not divide the {n_stages} K stages of a tile: use a divisor "
+                         f"({', '.join(str(g) for g in range(1, n_stages + 1) if n_stages % g == 0)})")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PipeLayout:
+    """FP16 offsets in dynamic shared memory: the A ring (``depth * group`` slots), the filters (every stage when
+    resident, else a ring like A's), the output tile, and, for back-to-back, D0 and the 1x1 filters W1."""
+
+    a: int
+    a_step: int
+    b: int
+    b_step: int
+    c: int
+    d0: int
+    w1: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.end
+
+
+def pipe_layout(cfg: PipeConfig, n_stages: int, sa: int, sb: int, sc: int, sd: int = 0, sw: int = 0) -> PipeLayout:
+    """Where each buffer starts; ``sa``, ``sb``, ``sc`` (and ``sd``, ``sw``) are the FP16 sizes of an A stage, a B
+    stage, the output tile (D0's tile and W1) in the layouts cuBLASDx suggests (their ``cosize``)."""
+    slots = cfg.depth * cfg.group
+    b_slots = n_stages if cfg.resident else slots
+    extra = [sd, sw] if sd else []
+    offsets, end = fp16_segments(*([sa] * slots), *([sb] * b_slots), sc, *extra)
+    a_step = offsets[1] - offsets[0] if slots > 1 else 0
+    b0 = offsets[slots]
+    b_step = offsets[slots + 1] - b0 if b_slots > 1 else 0
+    c = offsets[slots + b_slots]
+    d0, w1 = (offsets[-2], offsets[-1]) if sd else (-1, -1)
+    return PipeLayout(offsets[0], a_step, b0, b_step, c, d0, w1, end)
+
+
+def check_fits(layout: PipeLayout, cfg: PipeConfig, limit: int = SMEM_LIMIT) -> None:
+    """ValueError, naming the fix, when the plan needs more shared memory than a block may have."""
+    if layout.nbytes > limit:
+        fix = "stream the filters (s)" if cfg.resident else "a smaller depth or group"
+        raise ValueError(f"tile {cfg.spec} needs {layout.nbytes // 1024} KiB of shared memory, a block may have "
+                         f"{limit // 1024} KiB: use {fix}, or a smaller tile_m")  # fmt: skip
+
+
+def sweep_configs() -> list[PipeConfig]:
+    """The tile settings the speed run measures side by side at the target shape (64 -> 64 channels)."""
+    return [PipeConfig.parse(s) for s in (
+        "128x64x64-t128-d3-g1-r", "128x64x64-t256-d4-g1-r", "128x64x64-t128-d2-g3-r", "64x64x64-t128-d4-g1-r",
+        "128x64x64-t128-d3-g1-s", "128x64x64-t128-d4-g1-s", "64x64x64-t128-d4-g1-s", "256x64x64-t256-d3-g1-r",
+    )]  # fmt: skip
