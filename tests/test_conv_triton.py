@@ -48,6 +48,7 @@ def test_the_triton_peer_passes_the_course_checker_in_the_interpreter():
 def test_without_triton_the_peer_says_why():
     code = ("import sys; sys.modules['triton'] = None\n"
             "from utilities.conv import triton_peer\n"
-            "assert 'Triton is not installed' in triton_peer.available(), triton_peer.available()\nprint('ok')")  # fmt: skip
+            "why = triton_peer.available()\n"
+            "assert 'Triton is not installed' in why, why\nprint('ok')")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -88,7 +88,8 @@ def conv3x3_bias_relu(x: Any, w: Any, bias: Any, out: Any = None, *, block: tupl
     b, height, width, c_in = x.shape
     c_out = w.shape[3]
     if w.shape[:3] != (3, 3, c_in) or bias.shape != (c_out,):
-        raise ValueError(f"w must be (3, 3, {c_in}, C_out) and bias (C_out,), got {tuple(w.shape)}, {tuple(bias.shape)}")
+        raise ValueError(f"w must be (3, 3, {c_in}, C_out) and bias (C_out,), got {tuple(w.shape)} and "
+                         f"{tuple(bias.shape)}")  # fmt: skip
     if c_in % 16 or c_out % 16:
         raise ValueError(f"C_in = {c_in} and C_out = {c_out} must be multiples of 16 (tl.dot's smallest K and N)")
     m = b * height * width
