@@ -1,9 +1,16 @@
-"""Benchmarks of the convolution track: the fused kernel beside the unfused course path and the library, in one run.
+"""Benchmarks of the convolution track: the fused kernels beside the unfused course paths, the library and a
+Triton peer, in one run.
 
-Record names (RESULTS.md): ``conv.fused`` (the course's kernel, bias and ReLU in its epilogue), ``conv.unfused``
-(the same kernel storing the convolution, then a bias + ReLU kernel), ``conv.library`` (the fastest library path
-that ran; ``params["which"]`` names it), and each library path that ran on its own: ``conv.cudnn`` (cuDNN through
-PyTorch; ``params["which"]`` says fused or not) and ``conv.im2col`` (im2col + cuBLAS + bias + ReLU). With
+    python -m utilities.conv.benchmarks --quick     # every kernel checked first, then the target shape, briefly
+    python -m utilities.conv.benchmarks             # the same, then every tile of layout.sweep_configs(), interleaved
+    python -m utilities.conv.benchmarks --tiles 128x64x64-t128-d3-g1-r,64x64x64-t128-d4-g1-s
+
+Record names (RESULTS.md): ``conv.fused`` (the course's pipelined kernel, ``params["tile"]`` its tile: the fastest
+of those timed), ``conv.fused@<tile>`` (each tile timed), ``conv.unfused`` (the pipelined kernel storing the
+convolution, then a bias + ReLU kernel), ``conv.twostage`` (notebook 2c's exercise kernel: a two-stage K loop),
+``conv.cudnn`` (cuDNN through PyTorch), ``conv.triton`` (the Triton peer), ``conv.library`` (the fastest library
+path that ran, ``params["which"]``), ``conv.im2col`` (im2col + cuBLAS + bias + ReLU, in ``conv_records`` only);
+``conv_b2b.fused``, ``conv_b2b.unfused`` and ``conv_b2b.library`` (cuDNN twice) for the back-to-back chain. With
 ``yours`` (the attendee's kernel factory, index map), ``conv.yours`` too. A record's m, n, k are the implicit
 GEMM's (B H W, C_out, 9 C_in); ``params`` hold the shape, the bytes the path must move (``utilities.conv.model``)
 and the fraction of the data-sheet HBM bandwidth achieved.
@@ -144,3 +151,292 @@ def summary(records: Sequence[bench.BenchRecord]) -> str:
             lib = f", library / fused {t['conv.library'] / t['conv.fused']:.2f}" if "conv.library" in t else ""
             lines.append(f"B={key[0]} {key[1]}x{key[2]} {key[3]}->{key[4]}: unfused / fused {gain:.2f}{lib}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Issue 29: the pipelined kernels, the Triton peer and the back-to-back chain, interleaved, from one command
+# ------------------------------------------------------------------------------------------------------------
+
+B2B_TARGET = ref.B2BShape(8, 512, 512, 64, 64, 64)
+
+
+def interleaved(paths: dict[str, list[Callable[[], Any]]], repeats: int) -> dict[str, bench.Timing]:
+    """Held samples of every path, one sample of each a round, the first of the round rotating: every path sees
+    the same clocks and temperature."""
+    names = list(paths)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        for j in range(len(names)):
+            name = names[(r + j) % len(names)]
+            times[name] += bench.held_times_ms(paths[name], repeats=1)
+    return {n: bench.Timing.from_times(t) for n, t in times.items()}
+
+
+def _record(name: str, timing: bench.Timing, m: int, n: int, k: int, t: Any, params: dict[str, Any],
+            error: dict[str, Any] | None) -> bench.BenchRecord:  # fmt: skip
+    rec = bench.make_record(name, [timing.median], m=m, n=n, k=k, params=params, flops=t.flops,
+                            bytes_moved=t.bytes, error=error)  # fmt: skip
+    rec.time = timing
+    return rec
+
+
+def pipelined_records(shape: ref.ConvShape = TARGET, configs: Sequence[Any] = (), *, repeats: int = 10,
+                      seed: int = 0) -> list[bench.BenchRecord]:  # fmt: skip
+    """The pipelined kernel at every tile of ``configs`` (the plan's default if empty), its unfused path (the best
+    tile's), notebook 2c's two-stage kernel, cuDNN and the Triton peer, interleaved at ``shape``."""
+    from . import triton_peer
+    from .layout import PipeConfig
+    from .tensorcore_persistent import PipelinedConv
+
+    cfgs = list(configs) or [PipeConfig(tile_n=64 if shape.c_out % 64 == 0 else 32)]
+    sets = [conv_operands(shape, seed + i) for i in range(bench.copies_for(model.conv_traffic("fused", shape).bytes))]
+    outs = [cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16) for _ in sets]
+    plans: dict[str, Any] = {}
+    for cfg in cfgs:
+        try:
+            plans[f"fused@{cfg.spec}"] = PipelinedConv(shape, cfg=cfg)
+        except ValueError as exc:
+            print(f"conv: tile {cfg.spec} left out: {exc}")
+    plans["twostage"] = Conv3x3(shape)
+    paths = {name: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)]
+             for name, p in plans.items()}  # fmt: skip
+    which: dict[str, str] = {name: name for name in plans}
+    if CudnnConv.available() is None:
+        cudnn = [CudnnConv(shape, s[1], s[2]) for s in sets]
+        paths["cudnn"] = [lambda c=c, s=s: c(s[0]) for c, s in zip(cudnn, sets, strict=True)]
+        which["cudnn"] = cudnn[0].which
+    else:
+        print(f"conv: {CudnnConv.available()}")
+    if triton_peer.available() is None and shape.c_in % 16 == 0 and shape.c_out % 16 == 0:
+        peer = triton_peer.TritonConv()
+        paths["triton"] = [lambda s=s, o=o: peer(*s, o) for s, o in zip(sets, outs, strict=True)]
+    else:
+        print(f"conv: {triton_peer.available() or 'channels not multiples of 16'}")
+    host = tuple(cp.asnumpy(v) for v in sets[0])
+    pixels = sample_pixels(shape, seed)
+    errors = {name: _error(fns[0](), host, pixels, fused=True) for name, fns in paths.items()}  # also warms up
+    if "triton" in paths:
+        which["triton"] = peer.which  # the autotuner has picked its blocks
+    timings = interleaved(paths, repeats)
+    fused = {n: t for n, t in timings.items() if n.startswith("fused@")}
+    best = min(fused, key=lambda n: fused[n].median) if fused else None
+    dims = {"batch": shape.batch, "height": shape.height, "width": shape.width, "c_in": shape.c_in,
+            "c_out": shape.c_out}  # fmt: skip
+    records = []
+    unfused_timing = None
+    if best is not None:  # the unfused path with the best tile, timed beside the best fused kernel
+        unfused = UnfusedPipelined(shape, plans[best].cfg)
+        upaths = {"unfused": [lambda s=s, o=o: unfused(*s, out=o) for s, o in zip(sets, outs, strict=True)],
+                  best: paths[best]}  # fmt: skip
+        errors["unfused"] = _error(upaths["unfused"][0](), host, pixels, fused=False)
+        unfused_timing = interleaved(upaths, repeats)["unfused"]
+    for name, timing in timings.items():
+        counted = "fused" if name != "cudnn" or which.get("cudnn") == "cudnn fused" else "unfused"
+        t = model.conv_traffic(counted, shape)
+        params = {**dims, "bytes": t.bytes, "which": which.get(name, name)}
+        if name.startswith("fused@"):
+            params["tile"] = name.split("@", 1)[1]
+        records.append(_record(f"conv.{name}", timing, shape.m, shape.n, shape.k, t, params, errors[name]))
+    if best is not None:
+        b = next(r for r in records if r.name == f"conv.{best}")
+        records.append(dataclasses.replace(b, name="conv.fused", params=dict(b.params)))
+        t = model.conv_traffic("unfused", shape)
+        records.append(_record("conv.unfused", unfused_timing, shape.m, shape.n, shape.k, t,
+                               {**dims, "bytes": t.bytes, "tile": b.params["tile"]}, errors["unfused"]))  # fmt: skip
+    libs = [r for r in records if r.name == "conv.cudnn"]
+    if libs:
+        records.append(dataclasses.replace(libs[0], name="conv.library", params=dict(libs[0].params)))
+    cp.get_default_memory_pool().free_all_blocks()
+    return records
+
+
+class UnfusedPipelined:
+    """The pipelined kernel storing the convolution (``fused=False``), then the bias + ReLU kernel."""
+
+    def __init__(self, shape: ref.ConvShape, cfg: Any):
+        from .tensorcore_persistent import PipelinedConv
+
+        self.conv = PipelinedConv(shape, fused=False, cfg=cfg)
+        self.p = cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16)
+
+    def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
+        from .. import cublas
+
+        out = cp.empty_like(self.p) if out is None else out
+        self.conv(x, w, bias, out=self.p)
+        cublas.bias_relu(self.p, bias, out)
+        return out
+
+
+def b2b_operands(shape: ref.B2BShape, seed: int) -> tuple[Any, Any, Any, Any]:
+    """Random FP16 x, w0, w1, bias1 on the GPU, scaled as ``reference.b2b_inputs``'s random case."""
+    x, w0, _ = conv_operands(shape.first, seed)
+    rng = cp.random.default_rng(seed + 1)
+    w1 = (rng.standard_normal((shape.c_mid, shape.c_out), dtype=cp.float32) / math.sqrt(shape.c_mid)).astype(cp.float16)
+    return x, w0, w1, (rng.standard_normal(shape.c_out, dtype=cp.float32) / 2).astype(cp.float16)
+
+
+def b2b_records(shape: ref.B2BShape = B2B_TARGET, cfg: Any = None, *, repeats: int = 10,
+                seed: int = 0) -> list[bench.BenchRecord]:  # fmt: skip
+    """``conv_b2b.fused``, ``conv_b2b.unfused`` and ``conv_b2b.library`` (cuDNN twice, where PyTorch has it),
+    interleaved at ``shape``; errors against the FP64 chain on sampled pixels."""
+    from .baselines import CudnnB2B
+    from .tensorcore_persistent import ConvB2B, UnfusedConvB2B
+
+    traffic = model.b2b_traffic("fused", shape)
+    sets = [b2b_operands(shape, seed + i) for i in range(bench.copies_for(traffic.bytes))]
+    outs = [cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16) for _ in sets]
+    plans = {"fused": ConvB2B(shape, cfg=cfg), "unfused": UnfusedConvB2B(shape, cfg=cfg)}
+    paths = {name: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)]
+             for name, p in plans.items()}  # fmt: skip
+    which = {"fused": plans["fused"].cfg.spec, "unfused": "pipelined 3x3 + ReLU, then pipelined 1x1 + bias + ReLU"}
+    if CudnnConv.available() is None:
+        libs = [CudnnB2B(s[1], s[2], s[3]) for s in sets]
+        paths["library"] = [lambda c=c, s=s: c(s[0]) for c, s in zip(libs, sets, strict=True)]
+        which["library"] = libs[0].which
+    else:
+        print(f"conv_b2b: {CudnnConv.available()}")
+    pixels = sample_pixels(shape.first, seed)
+    host = tuple(cp.asnumpy(v) for v in sets[0])
+    r = ref.conv_b2b_ref(*host, rows=pixels)
+    errors = {}
+    for name, fns in paths.items():
+        got = cp.asnumpy(cp.ascontiguousarray(fns[0]())).reshape(-1, shape.c_out)[pixels]
+        errors[name] = bounded_error(got, r.d1, r.bound_d1, f"FP64 chain, {len(pixels)} pixels")
+    timings = interleaved(paths, repeats)
+    dims = {"batch": shape.batch, "height": shape.height, "width": shape.width, "c_in": shape.c_in,
+            "c_mid": shape.c_mid, "c_out": shape.c_out}  # fmt: skip
+    records = []
+    for name, timing in timings.items():
+        t = model.b2b_traffic("fused" if name == "fused" else "unfused", shape)
+        params = {**dims, "bytes": t.bytes, "which": which[name]}
+        records.append(_record(f"conv_b2b.{name}", timing, shape.m, shape.c_out, 9 * shape.c_in, t, params,
+                               errors[name]))  # fmt: skip
+    cp.get_default_memory_pool().free_all_blocks()
+    return records
+
+
+def correctness(configs: Sequence[Any] = ()) -> list[str]:
+    """Every kernel of the run through the course's checkers at their small shapes, before anything is timed:
+    one line each; raises the first CheckFailure."""
+    from . import check, triton_peer
+    from .layout import PipeConfig
+    from .tensorcore_persistent import ConvB2B, PipelinedConv, UnfusedConvB2B
+
+    def numpy_run(plan: Any) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            s = plan.shape
+            out = cp.full((s.batch, s.height, s.width, s.c_out), np.nan, cp.float16)  # an unwritten tile shows
+            return cp.asnumpy(plan(*(cp.asarray(v) for v in args), out=out))
+
+        return run
+
+    lines = []
+    shape = check.CONV_SHAPE
+    for cfg in list(configs) or [PipeConfig()]:
+        cfg_n = dataclasses.replace(cfg, tile_n=min(cfg.tile_n, shape.c_out))
+        try:
+            plan = PipelinedConv(shape, cfg=cfg_n)
+        except ValueError as exc:
+            lines.append(f"conv.fused@{cfg.spec}: left out ({exc})")
+            continue
+        check.check_conv(numpy_run(plan), shape=shape, seed=31)
+        check.check_conv(numpy_run(UnfusedPipelined(shape, cfg_n)), shape=shape, fused=False, seed=32)
+        lines.append(f"conv.fused@{cfg.spec} and its unfused path: passed")
+    check.check_conv(numpy_run(Conv3x3(shape)), shape=shape, seed=33)
+    lines.append("conv.twostage: passed")
+    if triton_peer.available() is None:
+        peer = triton_peer.TritonConv()
+
+        def run_peer(x: Any, w: Any, bias: Any) -> Any:
+            out = cp.full((*x.shape[:3], w.shape[3]), np.nan, cp.float16)
+            return cp.asnumpy(peer(cp.asarray(x), cp.asarray(w), cp.asarray(bias), out))
+
+        check.check_conv(run_peer, shape=shape, seed=34)
+        lines.append("conv.triton: passed")
+    b2b = ConvB2B(check.B2B_SHAPE, keep_d0=True)
+    check.check_conv_b2b(numpy_run(b2b), stages=b2b.stages, shape=check.B2B_SHAPE, seed=35)
+    check.check_conv_b2b(numpy_run(ConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=36)
+    check.check_conv_b2b(numpy_run(UnfusedConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=37)
+    lines.append("conv_b2b.fused (with and without D0 kept) and conv_b2b.unfused: passed")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+    import os
+    import sys
+    from pathlib import Path
+
+    from .. import report
+    from ..machinery import buildcache
+    from .layout import PipeConfig, sweep_configs
+
+    parser = argparse.ArgumentParser(description="The convolution track's report: every kernel checked, then timed.")
+    parser.add_argument("--quick", action="store_true", help="check every kernel, then the target with the default "
+                        "tile only, 5 rounds")  # fmt: skip
+    parser.add_argument("--tiles", default="", help="comma-separated tile specs (layout.PipeConfig.spec); default: "
+                        "layout.sweep_configs() (the plan's default tile with --quick)")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=10, help="interleaved rounds")
+    parser.add_argument("--out", default="results", help="folder of the report (<gpu>-conv2.json and .md)")
+    parser.add_argument("--no-check", action="store_true", help="skip the correctness pass (not recommended)")
+    args = parser.parse_args(argv)
+    buildcache.install()
+    if args.tiles:
+        configs = [PipeConfig.parse(t) for t in args.tiles.split(",")]
+    else:
+        configs = [PipeConfig()] if args.quick else sweep_configs()
+    repeats = 5 if args.quick else args.repeats
+    notes = []
+    if not args.no_check:
+        for line in correctness(configs):
+            print(line, flush=True)
+            notes.append(line)
+    records = pipelined_records(TARGET, configs, repeats=repeats)
+    best = next((r.params["tile"] for r in records if r.name == "conv.fused"), None)
+    b2b_cfg = PipeConfig.parse(best) if best else None
+    try:
+        records += b2b_records(B2B_TARGET, b2b_cfg, repeats=repeats)
+    except ValueError as exc:  # the best single-convolution tile may not leave room for D0 and W1
+        print(f"conv_b2b: tile {best} does not fit ({exc}); the default tile instead")
+        records += b2b_records(B2B_TARGET, None, repeats=repeats)
+    print(summary_issue29(records))
+    bench.record(records)
+    gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    cc = cp.cuda.Device().compute_capability
+    json_path, md_path = report.write_report(
+        records, [], gpu=gpu, compute_capability=(int(cc[0]), int(cc[1:])),
+        command="python -m utilities.conv.benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
+        versions=report.collect_versions(), out_dir=args.out, notes=notes,
+    )  # fmt: skip
+    for path in (json_path, md_path):
+        path.rename(Path(args.out) / f"{path.stem}-conv2{path.suffix}")
+    print(f"report: {os.path.join(args.out, json_path.stem)}-conv2.json")
+    return 0
+
+
+def summary_issue29(records: Sequence[bench.BenchRecord]) -> str:
+    """The run's records, then the ratios the targets of issue 29 ask for (same run, same shapes)."""
+    t = {r.name: r.time.median for r in records}
+    lines = [f"{'name':<40} {'ms':>8} {'20-80% ms':>17} {'TFLOP/s':>8} {'err/bound':>9}  which"]
+    for r in records:
+        band = f"{r.time.q20:.4f}-{r.time.q80:.4f}" if r.time.q20 is not None else "-"
+        err = f"{r.error['max_elementwise']:.2f}" if r.error else "-"
+        lines.append(f"{r.name:<40} {r.time.median:8.4f} {band:>17} {r.tflops:8.1f} {err:>9}  "
+                     f"{r.params.get('which', r.params.get('tile', ''))}")  # fmt: skip
+
+    def ratio(a: str, b: str, target: float, what: str) -> None:
+        if a in t and b in t:
+            got = t[b] / t[a]
+            lines.append(f"{what}: {got:.2f}x (target {target}x: {'met' if got >= target else 'not met'})")
+
+    ratio("conv.fused", "conv.cudnn", 0.5, "fused vs cuDNN (cuDNN time / fused time)")
+    ratio("conv.fused", "conv.triton", 1.0, "fused vs Triton (Triton time / fused time)")
+    ratio("conv.fused", "conv.unfused", 1.0, "fused vs its unfused path")
+    ratio("conv_b2b.fused", "conv_b2b.unfused", 1.3, "back-to-back fused vs unfused")
+    ratio("conv_b2b.fused", "conv_b2b.library", 0.0, "back-to-back fused vs cuDNN twice")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
