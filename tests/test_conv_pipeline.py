@@ -165,3 +165,11 @@ def test_the_gather_compiles_to_cp_async_and_assembles(tmp_path):
             out = subprocess.run([ptxas, f"-arch={arch}", str(tmp_path / "lowered.ptx"), "-o", str(tmp_path / "k.o")],
                                  capture_output=True, text=True)  # fmt: skip
             assert out.returncode == 0, out.stderr
+
+
+def test_the_prebuild_sweep_builds_the_tiles_the_speed_run_times():
+    from utilities import prebuild
+
+    assert prebuild.CONV_SWEEP_JOBS == ",".join(f"conv_pipe:64x64@{c.spec}" for c in layout.sweep_configs())
+    for job in prebuild.CONV_JOBS.split(","):
+        assert job.split(":")[0] in prebuild.BUILDERS

@@ -93,9 +93,40 @@ def _conv(kind: str, spec: str, slices: int) -> None:
     from utilities.conv.reference import ConvShape
     from utilities.conv.tensorcore import Conv3x3
 
+    if kind.startswith("conv_pipe") or kind.startswith("conv_b2b") or kind == "conv_1x1":
+        _conv_pipelined(kind, spec)
+        return
     c_out, c_in = parse_shape(spec)  # conv:64x64 -> the 64-wide tiles; one build serves every image size
     x, w = cp.zeros((1, 8, 16, c_in), cp.float16), cp.zeros((3, 3, c_in, c_out), cp.float16)
     Conv3x3(ConvShape(1, 8, 16, c_in, c_out), fused=kind == "conv")(x, w, cp.zeros(c_out, cp.float16))
+
+
+def _conv_pipelined(kind: str, spec: str) -> None:
+    """conv_pipe[_unfused]:64x64@128x64x64-t128-d3-g1-r (C_out x C_in, tile), conv_1x1:64x64@... (1x1 + bias +
+    ReLU), conv_b2b[_keep]:64x64x64@... (C_in x C_mid x C_out): one build serves every image size."""
+    import cupy as cp
+
+    from utilities.conv.layout import PipeConfig
+    from utilities.conv.reference import B2BShape, ConvShape
+    from utilities.conv.tensorcore_persistent import ConvB2B, PipelinedConv
+
+    dims, _, tile = spec.partition("@")
+    sizes = parse_shape(dims)
+    cfg = PipeConfig.parse(tile) if tile else None
+    rows = (cfg.tile_m if cfg else 128) // 16  # 2 x rows x 8 pixels: whole row tiles
+    if kind.startswith("conv_b2b"):
+        c_in, c_mid, c_out = sizes
+        shape = B2BShape(2, rows, 8, c_in, c_mid, c_out)
+        x = cp.zeros((2, rows, 8, c_in), cp.float16)
+        ConvB2B(shape, cfg=cfg, keep_d0=kind == "conv_b2b_keep")(
+            x, cp.zeros((3, 3, c_in, c_mid), cp.float16), cp.zeros((c_mid, c_out), cp.float16),
+            cp.zeros(c_out, cp.float16))  # fmt: skip
+        return
+    c_out, c_in = sizes
+    taps = 1 if kind == "conv_1x1" else 9
+    w = cp.zeros((3, 3, c_in, c_out) if taps == 9 else (c_in, c_out), cp.float16)
+    plan = PipelinedConv(ConvShape(2, rows, 8, c_in, c_out), fused=kind != "conv_pipe_unfused", cfg=cfg, taps=taps)
+    plan(cp.zeros((2, rows, 8, c_in), cp.float16), w, cp.zeros(c_out, cp.float16))
 
 
 def _multipass(kind: str, spec: str, slices: int) -> None:
@@ -124,6 +155,11 @@ BUILDERS: dict[str, Callable[[str, str, int], None]] = {
     "gemm_bias_relu": _gemm_bias_relu,
     "conv": _conv,
     "conv_unfused": _conv,
+    "conv_pipe": _conv,
+    "conv_pipe_unfused": _conv,
+    "conv_1x1": _conv,
+    "conv_b2b": _conv,
+    "conv_b2b_keep": _conv,
     "multipass": _multipass,
     "pipeline": _multipass,
 }
@@ -140,6 +176,11 @@ KIND_SECONDS = {
     "gemm_bias_relu": 200,
     "conv": 175,
     "conv_unfused": 165,
+    "conv_pipe": 175,  # not measured yet: as the two-stage kernel
+    "conv_pipe_unfused": 165,
+    "conv_1x1": 165,
+    "conv_b2b": 250,
+    "conv_b2b_keep": 250,
     "pipeline": 190,
     "multipass": 125,
 }
@@ -156,7 +197,24 @@ MULTIPASS_JOBS = (
     "multipass:int8:1,multipass:int8:2,multipass:int8:4,multipass:int8:8,multipass:float16:1,multipass:float16:2,"
     "multipass:float16:4,multipass:float16:8,pipeline:int8:256,pipeline:float16:256"
 )
-CONV_JOBS = "conv:64x64,conv_unfused:64x64,conv:32x32,conv_unfused:32x32"  # (C_out x C_in: the tile's widths)
+CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels at the plan's default tile)
+    "conv:64x64,conv_unfused:64x64,conv:32x32,conv_unfused:32x32,conv_pipe:64x64,conv_pipe_unfused:64x64,"
+    "conv_1x1:64x64,conv_b2b:64x64x64,conv_b2b_keep:64x64x64"
+)
+# The tiles the convolution's speed run sweeps (utilities.conv.layout.sweep_configs), for --jobs before that run
+CONV_SWEEP_JOBS = ",".join(
+    f"conv_pipe:64x64@{t}"
+    for t in (
+        "128x64x64-t128-d3-g1-r",
+        "128x64x64-t256-d4-g1-r",
+        "128x64x64-t128-d2-g3-r",
+        "64x64x64-t128-d4-g1-r",
+        "128x64x64-t128-d3-g1-s",
+        "128x64x64-t128-d4-g1-s",
+        "64x64x64-t128-d4-g1-s",
+        "256x64x64-t256-d3-g1-r",
+    )
+)
 COURSE_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{CONV_JOBS},{MULTIPASS_JOBS}"
 
 
