@@ -15,9 +15,11 @@ from utilities.notebooks import extract_definition
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not hasattr(mutants, "Mistake"), reason="utilities.mutants has no Mistake yet")
 
-SOURCES = {"2c neighbor (device function)": ("utilities/conv/simt.py", "neighbor"),
-           "2c epilogue (kernel)": ("utilities/conv/tensorcore.py", "make_conv_kernel"),
-           "2d back-to-back epilogues (kernel)": ("utilities/conv/tensorcore_persistent.py", "make_conv_b2b_kernel")}  # fmt: skip
+SOURCES = {
+    "2c neighbor (device function)": ("utilities/conv/simt.py", "neighbor"),
+    "2c epilogue (kernel)": ("utilities/conv/tensorcore.py", "make_conv_kernel"),
+    "2d back-to-back epilogues (kernel)": ("utilities/conv/tensorcore_persistent.py", "make_conv_b2b_kernel"),
+}
 
 
 def data():
