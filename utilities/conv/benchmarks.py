@@ -256,6 +256,7 @@ class UnfusedPipelined:
     def __init__(self, shape: ref.ConvShape, cfg: Any):
         from .tensorcore_persistent import PipelinedConv
 
+        self.shape = shape
         self.conv = PipelinedConv(shape, fused=False, cfg=cfg)
         self.p = cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16)
 
