@@ -145,10 +145,11 @@ class StackSum:
 
     The device pipeline is made here for these two arrays (its TMA descriptors hold their addresses): the plan
     computes with whatever they hold when it is called. It sees them as 3-D tensors, (m, k, S) and (k, n, S), so that
-    a (tile, s) pair names one tile of one matrix of the stack.
+    a (tile, s) pair names one tile of one matrix of the stack. ``kernel_factory`` replaces
+    :func:`make_stack_sum_kernel`.
     """
 
-    def __init__(self, a: Any, bt: Any):
+    def __init__(self, a: Any, bt: Any, kernel_factory: Any = None):
         stack, m, k = a.shape
         tm, tn, tk = PIPELINE_TILE
         n = bt.shape[1]
@@ -162,7 +163,7 @@ class StackSum:
         self.MM = stack_matmul()
         self.a, self.bt, self.stack, self.m, self.n = a, bt, stack, m, n
         self.pipeline = pipelines.device_pipeline(self.MM, PIPELINE_DEPTH, a.transpose(1, 2, 0), bt.transpose(2, 1, 0))
-        self.kernel = make_stack_sum_kernel(self.MM)
+        self.kernel = (kernel_factory or make_stack_sum_kernel)(self.MM)
         self.grid = (m // tm, n // tn)
 
     def __call__(self, out: Any = None) -> Any:
