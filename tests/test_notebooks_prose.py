@@ -27,7 +27,9 @@ WITH_UNIT = re.compile(
     rf"(?<![\w.^/{{-])(?P<low>{_NUMBER})(?:\s?(?:-|–|to)\s?(?P<high>{_NUMBER}))?\s?(?P<unit>{UNITS})(?![\w/])"
 )
 RATIO = re.compile(rf"(?<![\w.^/{{-])(?P<value>{_NUMBER})(?:\s?(?:-|–|to)\s?{_NUMBER})?[x×](?![\w])")
-REFERENCE = re.compile(r"\(reference: (?P<gpu>[^,()]+), (?P<report>results/[^,\s()]+), (?P<date>\d{4}-\d{2}-\d{2})\)")
+REFERENCE = re.compile(
+    r"\(reference:\s+(?P<gpu>[^,()]+),\s+(?P<report>results/[^,\s()]+),\s+(?P<date>\d{4}-\d{2}-\d{2})\)"
+)  # a line may break inside it
 DATA_SHEET = "(data sheet)"
 _ITEM = re.compile(r"^(?:[-*+]|\d+\.)\s")
 
@@ -108,7 +110,7 @@ def marker_problems(paragraph: str) -> list[str]:
         text = report.read_text(encoding="utf-8")
         if marker["date"] not in text:
             problems.append(f"{marker['report']} holds no date {marker['date']}")
-        if marker["gpu"].strip().lower() not in text.lower():
+        if " ".join(marker["gpu"].split()).lower() not in text.lower():
             problems.append(f"{marker['report']} is not a report of a {marker['gpu']}")
         numbers = report_numbers(report)
         for found in WITH_UNIT.finditer(paragraph):
