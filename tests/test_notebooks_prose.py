@@ -100,8 +100,8 @@ def held_by(value: str, unit: str, numbers: list[float]) -> bool:
 
 def marker_problems(paragraph: str) -> list[str]:
     """What is wrong with the paragraph's reference markers: a report that is not in ``results/``, a date or a GPU
-    that the report does not hold, a number with a unit that no number of the report rounds to."""
-    problems = []
+    that the report does not hold, a number with a unit that no number of the named reports rounds to."""
+    problems, numbers, named = [], [], []
     for marker in REFERENCE.finditer(paragraph):
         report = ROOT / marker["report"]
         if not report.is_file():
@@ -112,11 +112,13 @@ def marker_problems(paragraph: str) -> list[str]:
             problems.append(f"{marker['report']} holds no date {marker['date']}")
         if " ".join(marker["gpu"].split()).lower() not in text.lower():
             problems.append(f"{marker['report']} is not a report of a {marker['gpu']}")
-        numbers = report_numbers(report)
+        numbers += report_numbers(report)
+        named.append(marker["report"])
+    if named:
         for found in WITH_UNIT.finditer(paragraph):
             for value in (found["low"], found["high"]):
                 if value is not None and not held_by(value, found["unit"], numbers):
-                    problems.append(f"{value} {found['unit']} is not in {marker['report']}")
+                    problems.append(f"{value} {found['unit']} is not in {' or '.join(named)}")
     return problems
 
 
