@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 UTILITIES = ROOT / "utilities"
 TRACKS = ("multipass", "fusion", "conv", "ozaki", "ozaki2")
 ROLES = ("reference", "check", "model", "figures", "tensorcore", "benchmarks")  # every track has these files
+# Notebook 0's package sits on the tracks' floor and keeps their file names, but holds only the roles it needs.
+LESSONS = ("primer",)
 CORE = ("checker", "bench", "report", "plots", "peaks", "inputs", "exact", "errors", "smem", "operands", "cublas",
         "preflight", "rounding", "roofline", "precision", "machinery.versions")  # fmt: skip
 # The house's floors, lowest first: a module imports from its own floor or below, never above; a track imports no
@@ -86,7 +88,7 @@ def floor(module: str) -> tuple[int, str]:
     part = module.split(".")[1] if "." in module else ""
     if part == "machinery":
         return 0, ""
-    if part in TRACKS:
+    if part in TRACKS or part in LESSONS:
         return 2, part
     if part in TOOLING:
         return 3, ""
@@ -116,13 +118,14 @@ def test_the_floor_check_sees_relative_and_absolute_imports(tmp_path: Path) -> N
     assert "utilities.machinery.buildcache" in _imports(UTILITIES / "bench_all.py")  # ``from ... import <module>``
     assert floor("utilities.fusion.model") == (2, "fusion") and floor("utilities.prebuild")[0] == 3
     assert floor("utilities.machinery.versions")[0] == 0 and floor("utilities.rounding")[0] == 1
+    assert floor("utilities.primer.check") == (2, "primer")
 
 
 def test_the_core_and_the_cpu_modules_of_every_track_need_only_the_base_dependencies() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert {req.split(">")[0].split("<")[0].split("=")[0] for req in project["dependencies"]} == {"numpy", "matplotlib"}
     cpu = [f"utilities.{name}" for name in CORE]
-    for track in TRACKS:
+    for track in TRACKS + LESSONS:
         cpu.append(f"utilities.{track}")
         cpu += [f"utilities.{track}.{p.stem}" for p in sorted((UTILITIES / track).glob("*.py"))
                 if p.stem not in GPU_ONLY and p.stem not in ("__init__", "simt")]  # fmt: skip
@@ -130,7 +133,7 @@ def test_the_core_and_the_cpu_modules_of_every_track_need_only_the_base_dependen
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
-@pytest.mark.parametrize("track", TRACKS)
+@pytest.mark.parametrize("track", TRACKS + LESSONS)
 def test_importing_a_track_imports_no_gpu_module(track: str) -> None:
     code = (
         f"import sys, utilities.{track}\n"

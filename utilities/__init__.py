@@ -13,8 +13,9 @@ Every track has the same shape: the same file name holds the same role in each o
 | library baselines (GPU) | ``baselines.py`` (where the track has its own) |
 | benchmarks (GPU) | ``benchmarks.py`` |
 
-Tracks: ``multipass`` (1), ``fusion`` (2a, 2b), ``conv`` (2c), ``ozaki`` (3a-3d), ``ozaki2`` (4a, 4b). Importing a
-track imports its CPU modules only; GPU modules are imported by name, after the preflight.
+Tracks: ``multipass`` (1), ``fusion`` (2a, 2b), ``conv`` (2c), ``ozaki`` (3a-3d), ``ozaki2`` (4a, 4b); ``primer``
+(notebook 0) sits on their floor with the roles it needs. Importing a track imports its CPU modules only; GPU
+modules are imported by name, after the preflight.
 
 The house has four floors, and an import never climbs (``tests/test_layout.py`` holds it so):
 

@@ -143,6 +143,29 @@ def b2b_yours_beside_ours(kernel_factory: Any, m: int = 2**17, k0: int = 576, n0
     return records
 
 
+def b2b_lever_records(cfg: BlockConfig, m: int = 2**18, k0: int = 576, n0: int = 64, n1: int = 128, *,
+                      repeats: int = 10, seed: int = 0) -> list[bench.BenchRecord]:  # fmt: skip
+    """The streaming kernel with the course's block (``b2b.fused``) and with the block ``cfg`` (``b2b.lever``, its
+    ``params`` hold the block) beside the epilogue-fused library path, on the same operands, errors included."""
+    alphas = (0.75, 1.25, -0.5)
+    set_bytes = model.b2b_traffic("fused", m, k0, n0, n1).bytes
+    sets = [_b2b_operands(m, k0, n0, n1, seed + i, None) for i in range(bench.copies_for(set_bytes))]
+    outs = [cp.empty_like(s["c1"]) for s in sets]
+    plans = {"fused": BackToBack(m, k0, n0, n1), "lever": BackToBack(m, k0, n0, n1, cfg=cfg)}
+    epilogues = [lib.EpilogueB2B(*s.values(), *alphas) for s in sets]
+    paths = {name: [lambda p=p, s=s, o=o: p(*s.values(), *alphas, out=o) for s, o in zip(sets, outs, strict=True)]
+             for name, p in plans.items()}  # fmt: skip
+    paths["epilogue"] = [e.__call__ for e in epilogues]
+    results = {name: p(*sets[0].values(), *alphas) for name, p in plans.items()}
+    results["epilogue"] = epilogues[0]()
+    records = _b2b_path_records(paths, results, sets, alphas, (m, k0, n0, n1), None, repeats, seed)
+    for e in epilogues:
+        e.free()
+    lever = next(r for r in records if r.name == "b2b.lever")
+    lever.params |= {"tile_m": cfg.tile_m, "tile_k": cfg.tile_k, "threads": cfg.threads}
+    return records
+
+
 def _b2b_path_records(
     paths: dict[str, list[Callable[[], object]]], results: dict[str, Any], sets: list[dict[str, Any]],
     alphas: tuple[float, float, float], shape: tuple[int, int, int, int], batch: int | None, repeats: int, seed: int,
@@ -176,10 +199,12 @@ def _with_hbm_fraction(rec: bench.BenchRecord, peak: float | None) -> bench.Benc
     return rec
 
 
-def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0,
-                 yours: Any = None) -> list[bench.BenchRecord]:  # fmt: skip
+def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0, yours: Any = None,
+                 lever: dict[str, Any] | None = None) -> list[bench.BenchRecord]:  # fmt: skip
     """Fused GEMM + bias + ReLU beside cuBLASLt's RELU_BIAS epilogue and cuBLAS + an elementwise kernel; with
-    ``yours`` (a kernel factory, as the exercise takes), that kernel too, as ``gemm_bias_relu.yours``."""
+    ``yours`` (a kernel factory, as the exercise takes), that kernel too, as ``gemm_bias_relu.yours``; with ``lever``
+    (``GemmBiasRelu``'s ``tile`` and ``threads``), the course's kernel built with that block too, as
+    ``gemm_bias_relu.lever`` (its ``params`` hold the block)."""
     rng = cp.random.default_rng(seed)
     set_bytes = model.gemm_bias_relu_traffic("fused", m, n, k).bytes
     sets = [
@@ -196,6 +221,8 @@ def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0,
     plans = {"fused": fused, "separate": separate}
     if yours is not None:
         plans = {"yours": GemmBiasRelu(m, n, k, kernel_factory=yours), **plans}
+    if lever is not None:
+        plans = {**plans, "lever": GemmBiasRelu(m, n, k, **lever)}
     paths = {name: [lambda plan=plan, s=s, o=o: plan(*s, out=o) for s, o in zip(sets, outs, strict=True)]
              for name, plan in plans.items()}  # fmt: skip
     paths["epilogue"] = [e.__call__ for e in epilogues]
@@ -207,11 +234,12 @@ def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0,
     peak = peaks.current_hbm_tbs()
     records = []
     for path, fns in paths.items():
-        t = model.gemm_bias_relu_traffic("fused" if path == "yours" else path, m, n, k)
+        t = model.gemm_bias_relu_traffic("fused" if path in ("yours", "lever") else path, m, n, k)
         error = bounded_error(cp.asnumpy(results[path])[rows], want, bound, f"FP64 reference, {len(rows)} rows")
         rec = bench.bench(
             fns, hold=True, repeats=repeats, name=f"gemm_bias_relu.{path}", m=m, n=n, k=k,
-            params={"bytes": t.bytes, "kernels": t.kernels}, flops=t.flops, bytes_moved=t.bytes, error=error,
+            params={"bytes": t.bytes, "kernels": t.kernels, **(lever if path == "lever" and lever else {})},
+            flops=t.flops, bytes_moved=t.bytes, error=error,
         )  # fmt: skip
         records.append(_with_hbm_fraction(rec, peak))
     for e in epilogues:
@@ -260,7 +288,7 @@ def summary(records: Sequence[bench.BenchRecord]) -> str:
     fused_us: dict[tuple, float] = {}
     for r in records:
         key = (r.name.split(".")[0], r.m, r.n, r.k, r.params.get("n0"), r.params.get("batch"))
-        if r.name.endswith((".fused", ".persistent", ".pipelined", ".fused_keep_d0")):
+        if r.name.endswith((".fused", ".persistent", ".pipelined", ".fused_keep_d0", ".lever")):
             fused_us[key] = min(r.time.median, fused_us.get(key, float("inf")))
     for r in records:
         key = (r.name.split(".")[0], r.m, r.n, r.k, r.params.get("n0"), r.params.get("batch"))

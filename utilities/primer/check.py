@@ -1,0 +1,90 @@
+"""The checker of the primer's exercise: one tile of C per block, loaded, multiplied and stored.
+
+The inputs are small integers in FP16 (``reference``), so the product is exact in FP32 and every entry of C must
+equal the reference. A wrong result is named by what went wrong: tiles that were not written (the store), an
+accumulator that stayed zero or counted the product twice (execute), some tiles right and others wrong (a copy
+that was not waited for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from ..checker import CheckResult, checker, compare, fresh_seed, not_yet, passed, untouched
+from .reference import CASES, operands, product
+
+NAME = "tile GEMM"
+ORDER = "copy(a_tile, sa), copy(b_tile, sb), copy_wait(), MM.execute(sa, sb, acc), then the store"
+STORE = "acc.partition_and_copy(acc.get_results(), c_tile)"
+
+
+def tiles_where(mask: np.ndarray, tile: tuple[int, int]) -> list[tuple[int, int]]:
+    """The (block row, block column) of every tile of C in which ``mask`` holds somewhere."""
+    tm, tn = tile
+    rows, cols = mask.shape[0] // tm, mask.shape[1] // tn
+    blocks = mask[: rows * tm, : cols * tn].reshape(rows, tm, cols, tn).any(axis=(1, 3))
+    return [(int(i), int(j)) for i, j in np.argwhere(blocks)]
+
+
+def diagnose(got: np.ndarray, want: np.ndarray, tile: tuple[int, int]) -> tuple[str, str]:
+    """The stage that explains a wrong C, and a hint for it."""
+    unwritten = np.isnan(got)
+    if unwritten.any():
+        where = tiles_where(unwritten, tile)
+        return "store", (
+            f"the tiles (block row, block column) {where} of C were not written: every block stores its "
+            f"accumulator with {STORE}"
+        )
+    if want.any() and not got.any():
+        return "execute", (
+            "C is all zero: nothing reached the accumulator. MM.execute(sa, sb, acc) multiplies the tiles in "
+            "shared memory into it, after copy_wait()"
+        )
+    nonzero = want != 0
+    if nonzero.any():
+        ratio = got[nonzero] / want[nonzero]
+        times = float(ratio[0])
+        if times == round(times) and times >= 2 and np.all(ratio == times) and not got[~nonzero].any():
+            return "execute", f"C is {int(times)} times A @ B: run MM.execute once per tile"
+    wrong = tiles_where(got != want, tile)
+    total = (got.shape[0] // tile[0]) * (got.shape[1] // tile[1])
+    if 0 < len(wrong) < total:
+        return "load", (
+            f"the tiles {wrong} are wrong and the others right, which is what a race looks like: copy is "
+            "asynchronous, so wait for the copies (copy_wait()) before MM.execute reads shared memory"
+        )
+    return "C", f"every tile is wrong: the order is {ORDER}"
+
+
+@checker(NAME)
+def check_tile_gemm(
+    run: Callable[[np.ndarray, np.ndarray], Any],
+    *,
+    shape: tuple[int, int, int] = (256, 384, 64),
+    tile: tuple[int, int] = (128, 128),
+    cases: Iterable[str] = CASES,
+    seed: int | None = None,
+) -> CheckResult:
+    """``run(a, b)`` returns C = A @ B (FP32, (m, n)) from the attendee's kernel, into a C poisoned with NaN.
+
+    ``shape`` (m, n, k) spans several tiles along both axes, more along n than along m, so that a kernel that
+    mixes up its block indices shows; ``tile`` is the kernel's (TM, TN).
+    """
+    seed = fresh_seed(seed)
+    m, n, k = shape
+    count = 0
+    for case in cases:
+        a, b = operands(case, m, n, k, seed + count)
+        got = np.asarray(run(a, b))
+        want = product(a, b)
+        if count == 0 and untouched(got, float("nan")):
+            return not_yet(NAME, f"C was not written: the store is {STORE}")
+        if got.shape == want.shape and got.dtype == want.dtype and not np.array_equal(got, want):
+            stage, hint = diagnose(got, want, tile)
+            compare(stage, got, want, names=("row", "col"), hint=hint, case=case)
+        compare("C", got, want, names=("row", "col"), hint=f"the order is {ORDER}", case=case)
+        count += 1
+    return passed(NAME, count, seed)
