@@ -481,7 +481,8 @@ library = numba.cuda.dispatcher._Kernel(kern, sig)._codelibrary
 compiled_as = library._entry_name
 cubin = bytes(library.get_cubin(cc=(9, 0)).code)
 print(json.dumps({"compiled_as": compiled_as, "served_as": library._entry_name, "hits": cache.stats.hits,
-                  "stored": cache.stats.stored, "entry_in_cubin": library._entry_name.encode() in cubin}))
+                  "stored": cache.stats.stored, "entry_in_cubin": library._entry_name.encode() in cubin,
+                  "linked": linking.LINKED}))
 """
 
 
@@ -502,8 +503,9 @@ def test_a_kernel_compiled_after_other_kernels_gets_the_cubin_linked_before(tmp_
 
     first, later = run("first"), run("later")  # the prebuild's process, then a notebook's
     assert first["stored"] == 1 and first["hits"] == 0 and first["entry_in_cubin"]
+    assert first["linked"] == ["__main__.kern"]
     assert later["compiled_as"] != first["compiled_as"]  # other numbers: the IR as numba wrote it differs
-    assert later["hits"] == 1 and later["stored"] == 0  # served, not linked again
+    assert later["hits"] == 1 and later["stored"] == 0 and later["linked"] == []  # served, not linked again
     assert later["served_as"] == first["compiled_as"] and later["entry_in_cubin"]
 
 

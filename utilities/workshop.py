@@ -15,7 +15,8 @@ notebook the entry records
 - ``wall_s``: the whole notebook, top to bottom;
 - ``longest_build_s`` and ``build_wait_s``: the longest kernel build and the sum of all of them (the build hook of
   ``utilities.machinery.buildcache.progress``: every numba compilation in the kernel, cache hits included), and
-  ``builds``, each (kernel, seconds);
+  ``builds``, each (kernel, seconds); ``course_links``: the course's own kernels (not defined in the notebook)
+  that had to be linked, not served from the build cache (after a prebuild: none);
 - ``longest_check_after_edit_s``: the longest edit-and-check of its exercises;
 - ``error``: the first cell that raised (the run stops there), or a figure shown as text and not as an image;
   ``traceback``: the whole traceback of that cell.
@@ -54,6 +55,7 @@ class Entry:
     error: str = ""
     traceback: str = ""
     edit_builds: list[tuple[str, float]] = field(default_factory=list)
+    course_links: list[str] = field(default_factory=list)
 
 
 def filled_cells(stem: str, root: Path = REPO_ROOT) -> list[tuple[str, str, bool]]:
@@ -100,8 +102,8 @@ def edit_runs(cells: list[tuple[str, str, bool]]) -> list[list[str]]:
 BUILDS_MARK = "course-builds: "
 # the hidden last cell: the kernel's builds so far, as one JSON line
 BUILDS_CELL = (
-    "import json as _json\nfrom utilities.machinery.buildcache import progress as _progress\n"
-    f"print({BUILDS_MARK!r} + _json.dumps(_progress.BUILDS))"
+    "import json as _json\nfrom utilities.machinery.buildcache import linking as _linking, progress as _progress\n"
+    f"print({BUILDS_MARK!r} + _json.dumps([_progress.BUILDS, _linking.LINKED]))"
 )
 
 
@@ -122,12 +124,14 @@ def filled_notebook(stem: str, root: Path = REPO_ROOT) -> tuple[nbformat.Noteboo
     return nb, edit_runs(cells)
 
 
-def _builds(session: execution.Kernel) -> list[tuple[str, float]]:
+def _builds(session: execution.Kernel) -> tuple[list[tuple[str, float]], list[str]]:
+    """The kernel's builds so far, each (kernel, seconds), and the kernels it linked (``module.kernel``)."""
     run, cell = session.run(BUILDS_CELL)
     lines = [line for line in execution.stream_text(cell).splitlines() if line.startswith(BUILDS_MARK)]
     if run.error or not lines:
-        return []
-    return [(str(what), round(float(s), 2)) for what, s in json.loads(lines[-1][len(BUILDS_MARK) :])]
+        return [], []
+    builds, linked = json.loads(lines[-1][len(BUILDS_MARK) :])
+    return [(str(what), round(float(s), 2)) for what, s in builds], [str(name) for name in linked]
 
 
 def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800) -> Entry:
@@ -139,7 +143,7 @@ def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800) -> En
         shown_as_text = execution.figures_without_images(session.notebook)
         if shown_as_text and not error:
             error = "a figure shows as text, not as an image: " + "; ".join(shown_as_text)
-        builds = _builds(session)
+        builds, linked = _builds(session)
         seconds: list[float] = []
         for cells in edits if not error else []:
             start = time.perf_counter()
@@ -151,7 +155,7 @@ def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800) -> En
             seconds.append(time.perf_counter() - start)
             if error:
                 break
-        edit_builds = _builds(session)[len(builds) :] if edits and seconds else []
+        edit_builds = _builds(session)[0][len(builds) :] if edits and seconds else []
     return Entry(
         notebook=stem,
         wall_s=round(run.wall_s, 1),
@@ -162,6 +166,7 @@ def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800) -> En
         error=error,
         traceback=trace,
         edit_builds=edit_builds,
+        course_links=[name for name in linked if not name.startswith("__main__.")],
     )
 
 

@@ -34,6 +34,7 @@ def _digest_linked(item: Any) -> str:
     raise TypeError(f"build cache: cannot digest linked item {item!r}")
 
 
+LINKED: list[str] = []  # ``module.kernel`` of every kernel this process linked (not served from the store)
 _MANGLED = re.compile(r"_ZN(?=\d)")
 _UID = re.compile(r"v(\d+)")
 
@@ -65,6 +66,21 @@ def _uid_tags(text: str) -> list[tuple[int, int, str]]:
 
 
 _MODULE_ID = re.compile(r'^(; ModuleID = "[^"\n]*?\$)(\d+)(")', re.MULTILINE)  # numba's "<qualname>$<number>"
+
+
+def qualified_name(mangled: str) -> str:
+    """``module.function`` of a numba kernel's mangled name (``_ZN6cudapy8__main__4kernB2v1...`` ->
+    ``__main__.kern``), or the name itself when it is not one."""
+    start = mangled.find("_ZN")
+    parts, i = [], start + 3
+    while start >= 0 and i < len(mangled) and mangled[i].isdigit():
+        j = i
+        while j < len(mangled) and mangled[j].isdigit():
+            j += 1
+        parts.append(mangled[j : j + int(mangled[i:j])])
+        i = j + int(mangled[i:j])
+    parts = [p.replace("_3clocals_3e", "<locals>") for p in parts if p and p != "cudapy"]
+    return ".".join(parts) if parts else mangled
 
 
 def _retag(text: str, tag: Callable[[str], str]) -> str:
@@ -138,6 +154,7 @@ def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy:
             lazy.stage = "linking with nvJitLink"
             with lazy.timed("linking kernels (nvJitLink)"):
                 cubin = original(self, cc)
+            LINKED.append(qualified_name(self._entry_name or ""))
             # numba-cuda 0.30 returns a cuda.core ObjectCode
             cache.put(key, _named(self._entry_name, bytes(getattr(cubin, "code", cubin))))
         else:
