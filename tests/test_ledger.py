@@ -108,3 +108,15 @@ def test_the_runner_records_a_row_per_variant(tmp_path: Path, parallel: int) -> 
     assert len(saved["rows"]) == 4 and saved["gpu"] == "none"
     hashes = ledger.current_hashes(["9_good"], root)
     assert {r["code_hash"] for r in saved["rows"] if r["notebook"] == "9_good"} == set(hashes.values())
+
+
+def test_rows_written_on_a_gpu_machine_merge_into_the_gpus_ledger(tmp_path, monkeypatch):
+    source = tmp_path / "notebooks.json"
+    gpu = "NVIDIA H100 80GB HBM3"
+    ledger.save(source, {"gpu": gpu, "command": "c", "rows": [_row("a", "solution", "1"), _row("a", "exercise", "1")]})
+    monkeypatch.setattr(ledger, "ledger_path", lambda name: tmp_path / "results" / f"{name}-notebooks.json")
+    ledger.save(tmp_path / "results" / f"{gpu}-notebooks.json", {"gpu": gpu, "rows": [_row("b", "solution", "2")]})
+    assert ledger.main(["merge", str(source)]) == 0
+    merged = ledger.load(tmp_path / "results" / f"{gpu}-notebooks.json")
+    assert [(r["notebook"], r["variant"]) for r in merged["rows"]] == [("a", "solution"), ("a", "exercise"),
+                                                                      ("b", "solution")]  # fmt: skip

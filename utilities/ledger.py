@@ -4,6 +4,7 @@
     python -m utilities.ledger run 2b 4b --parallel 3 # some, three kernels at a time on the one GPU
     python -m utilities.ledger stale                  # the GPU notebooks whose code changed since they last passed
     python -m utilities.ledger readme [--check]       # the README's "last passed on a GPU" column, from the ledger
+    python -m utilities.ledger merge rows.json        # rows a GPU machine wrote elsewhere, into results/<gpu>-...
 
 ``results/<gpu>-notebooks.json`` holds one row per GPU notebook and variant: ``solution`` (``solutions/<nb>``) and
 ``exercise`` (``notebooks/<nb>`` with the solutions filled in, as the run-through fills them), each
@@ -290,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("--timeout", type=float, default=1800)
     one.add_argument("--root", default=str(REPO_ROOT))
     sub.add_parser("stale", help="list the GPU notebooks whose code changed since they last passed on a GPU")
+    merging = sub.add_parser("merge", help="merge the rows of a ledger written elsewhere into results/<gpu>-...")
+    merging.add_argument("source")
     readme = sub.add_parser("readme", help="fill the README's column from the ledgers")
     readme.add_argument("--check", action="store_true", help="only say whether the README is in step (exit 1 if not)")
     args = parser.parse_args(argv)
@@ -302,6 +305,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "stale":
         lines = stale()
         print("\n".join(lines) if lines else "none: every GPU notebook passed on a GPU at its current code")
+        return 0
+    if args.command == "merge":
+        source = load(Path(args.source))
+        if not source.get("gpu"):
+            print(f"ledger: {args.source} names no GPU", file=sys.stderr)
+            return 1
+        path = ledger_path(source["gpu"])
+        rows = [Row(**row) for row in source["rows"]]
+        save(path, merge({**load(path), "gpu": source["gpu"], "command": source.get("command", "")}, rows))
+        print(f"ledger: {len(rows)} rows merged into {path}")
         return 0
     if args.command == "readme":
         path = REPO_ROOT / "README.md"
