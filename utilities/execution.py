@@ -110,7 +110,11 @@ class Kernel:
         self._client = NotebookClient(self.notebook, timeout=self.timeout, kernel_name=self.kernel_name,
                                       resources={"metadata": {"path": str(cwd)}}, allow_errors=True)  # fmt: skip
         setup = self._client.setup_kernel(env=self.env)
-        setup.__enter__()
+        try:
+            setup.__enter__()
+        except BaseException:
+            self.__exit__(None, None, None)  # the kernel did not start: remove the private folder, then say why
+            raise
         self._stack.append(setup)
         return self
 

@@ -221,12 +221,17 @@ def breakdown(cache: DiskCache) -> dict[str, tuple[int, int]]:
     return sizes
 
 
-def compression_table(cache: DiskCache) -> list[tuple[str, int]]:
-    """Bytes of the cache's entries under other compressions, to choose the bundle's (smallest last)."""
+def compression_table(cache: DiskCache, sample_bytes: int = 64 * 2**20) -> list[tuple[str, int]]:
+    """Bytes of the cache's entries under other compressions, to choose the bundle's (smallest last): on the
+    first entries by key up to ``sample_bytes`` of payload (xz runs at about a megabyte a second)."""
     import bz2
     import zlib
 
-    found = list(entries(cache))
+    found: list[tuple[str, bytes]] = []
+    for key, payload in entries(cache):
+        if found and sum(len(p) for _, p in found) + len(payload) > sample_bytes:
+            break
+        found.append((key, payload))
     joined = b"".join(payload for _, payload in found)
     sizes = [
         ("entries as stored (zlib level 1 each)", sum((cache.root / k[:2] / k).stat().st_size for k, _ in found)),
@@ -236,4 +241,5 @@ def compression_table(cache: DiskCache) -> list[tuple[str, int]]:
         ("xz level 9 extreme, all entries together", len(lzma.compress(joined, preset=XZ_PRESET))),
         ("the bundle: LTO-IR as it is, the rest xz level 9 extreme", sum(len(_pack_entry(p)[1]) for _, p in found)),
     ]
-    return sorted(sizes, key=lambda row: -row[1])
+    return [(f"{what} ({len(found)} entries, {len(joined) / 2**20:.1f} MiB uncompressed)", size)
+            for what, size in sorted(sizes, key=lambda row: -row[1])]  # fmt: skip
