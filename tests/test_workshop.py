@@ -70,6 +70,12 @@ def test_a_figure_shown_as_text_is_an_error_and_a_failure_keeps_its_whole_traceb
     assert entry.traceback.count("in g(n)") == 13  # every frame, where the short error keeps the last few
 
 
+def test_a_kernel_that_dies_gives_an_entry_that_says_so(tmp_path):
+    exercise = "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n"
+    entry = workshop.run_notebook("9_tiny", root=_tiny_course(tmp_path, [exercise, "import os\nos._exit(3)"]))
+    assert entry.error.startswith("the kernel stopped: DeadKernelError")
+
+
 def test_a_cpu_notebook_runs_through(tmp_path):
     out = tmp_path / "ws.json"
     assert workshop.main(["3a", "--json", str(out)]) == 0

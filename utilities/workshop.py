@@ -135,7 +135,17 @@ def _builds(session: execution.Kernel) -> tuple[list[tuple[str, float]], list[st
 
 
 def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800) -> Entry:
-    """One notebook in a fresh Jupyter kernel (``timeout``: seconds a cell may take), then its edits."""
+    """One notebook in a fresh Jupyter kernel (``timeout``: seconds a cell may take), then its edits; a kernel that
+    dies or does not start gives an entry that says so."""
+    started = time.perf_counter()
+    try:
+        return _run_notebook(stem, root, timeout)
+    except Exception as exc:  # nbclient's DeadKernelError, a cell past its timeout, a kernel that would not start
+        return Entry(stem, round(time.perf_counter() - started, 1), 0.0, 0.0,
+                     error=f"the kernel stopped: {type(exc).__name__}: {exc}")  # fmt: skip
+
+
+def _run_notebook(stem: str, root: Path, timeout: float) -> Entry:
     nb, edits = filled_notebook(stem, root)
     with execution.Kernel(timeout=timeout, env=execution.kernel_env(root), notebook=nb) as session:
         run = execution.run_all(session)
