@@ -39,29 +39,41 @@ _MANGLED = re.compile(r"_ZN(?=\d)")
 _UID = re.compile(r"v(\d+)")
 
 
+def _number(text: str, i: int) -> tuple[int | None, int]:
+    """The decimal number at ``text[i:]`` (None if there is none) and where it ends."""
+    j = i
+    while j < len(text) and text[j].isdigit():
+        j += 1
+    return (int(text[i:j]) if j > i else None), j
+
+
+def _nested_name(text: str, i: int) -> tuple[list[str], int]:
+    """The identifiers of a mangled nested name from ``text[i:]`` (``<length><identifier>``, repeated), and where
+    they end."""
+    parts = []
+    size, j = _number(text, i)
+    while size is not None:
+        parts.append(text[j : j + size])
+        i = j + size
+        size, j = _number(text, i)
+    return parts, i
+
+
 def _uid_tags(text: str) -> list[tuple[int, int, str]]:
     """``(start, end, number)`` of each numba compilation number in ``text``: the ``B<len>v<n>`` ABI tag right
     after the nested name of a mangled symbol (``_ZN`` then length-prefixed identifiers)."""
     tags = []
     for match in _MANGLED.finditer(text):
-        i = match.end()
-        while i < len(text) and text[i].isdigit():  # <length><identifier>, repeated
-            j = i
-            while j < len(text) and text[j].isdigit():
-                j += 1
-            i = j + int(text[i:j])
+        _, i = _nested_name(text, match.end())
         while text.startswith("B", i):  # ABI tags: B<length><tag>
-            j = i + 1
-            while j < len(text) and text[j].isdigit():
-                j += 1
-            if j == i + 1:
+            size, j = _number(text, i + 1)
+            if size is None:
                 break
-            end = j + int(text[i + 1 : j])
-            uid = _UID.fullmatch(text, j, end)
+            uid = _UID.fullmatch(text, j, j + size)
             if uid:
-                tags.append((i, end, uid[1]))
+                tags.append((i, j + size, uid[1]))
                 break
-            i = end
+            i = j + size
     return tags
 
 
@@ -72,13 +84,7 @@ def qualified_name(mangled: str) -> str:
     """``module.function`` of a numba kernel's mangled name (``_ZN6cudapy8__main__4kernB2v1...`` ->
     ``__main__.kern``), or the name itself when it is not one."""
     start = mangled.find("_ZN")
-    parts, i = [], start + 3
-    while start >= 0 and i < len(mangled) and mangled[i].isdigit():
-        j = i
-        while j < len(mangled) and mangled[j].isdigit():
-            j += 1
-        parts.append(mangled[j : j + int(mangled[i:j])])
-        i = j + int(mangled[i:j])
+    parts = _nested_name(mangled, start + 3)[0] if start >= 0 else []
     parts = [p.replace("_3clocals_3e", "<locals>") for p in parts if p and p != "cudapy"]
     return ".".join(parts) if parts else mangled
 
