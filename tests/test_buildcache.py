@@ -10,13 +10,20 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import itertools
+import json
+import os
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from utilities.machinery import buildcache
 from utilities.machinery.buildcache import DiskCache, LazyMathdx, cubin_key, interposer, linking, make_key
+
+ROOT = Path(__file__).resolve().parent.parent
 
 CODE_ISA = 7
 ENV = {"nvmath-python": "1.0.0", "libmathdx": "302"}
@@ -435,3 +442,91 @@ def test_build_jobs_must_be_a_number(monkeypatch):
     monkeypatch.setenv("COURSE_BUILD_JOBS", "many")
     with pytest.raises(ValueError, match="COURSE_BUILD_JOBS must be a whole number"):
         parallel_codegen.workers_from_env()
+
+
+# A kernel linked in one process and served to another that compiled other functions first: numba numbers every
+# function it compiles in a process (the ABI tag v<n> of its mangled name), so the same kernel's IR differs. Real
+# numba and nvJitLink, no GPU: numba is told the target's compute capability instead of asking a device.
+LINK_TWICE = """
+import contextlib, json, sys
+from types import SimpleNamespace
+import numba.cuda.dispatcher
+from numba import types
+from numba.cuda import codegen
+numba.cuda.dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=(9, 0))
+codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc or (9, 0)
+from utilities.machinery.buildcache import DiskCache, linking
+
+class Lazy:
+    stage = ""
+    def timed(self, what):
+        return contextlib.nullcontext()
+
+cache = DiskCache(sys.argv[1])
+linking.patch_cubin(codegen.CUDACodeLibrary, cache, {"numba-cuda": "test"}, Lazy())
+sig = (types.float32[::1],)
+
+def other(x):
+    x[0] = 3.0
+
+def double(x):
+    x[0] = x[0] * 2.0
+
+def kern(x):
+    double(x)
+
+numba.cuda.dispatcher._Kernel(other, sig) if sys.argv[2] == "later" else None
+double = numba.cuda.jit(device=True)(double)
+library = numba.cuda.dispatcher._Kernel(kern, sig)._codelibrary
+compiled_as = library._entry_name
+cubin = bytes(library.get_cubin(cc=(9, 0)).code)
+print(json.dumps({"compiled_as": compiled_as, "served_as": library._entry_name, "hits": cache.stats.hits,
+                  "stored": cache.stats.stored, "entry_in_cubin": library._entry_name.encode() in cubin,
+                  "linked": linking.LINKED}))
+"""
+
+
+@pytest.mark.slow
+def test_a_kernel_compiled_after_other_kernels_gets_the_cubin_linked_before(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    script = tmp_path / "link_twice.py"
+    script.write_text(LINK_TWICE)
+
+    def run(order: str) -> dict:
+        done = subprocess.run([sys.executable, str(script), str(tmp_path / "cache"), order], env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        if done.returncode and "nvvm" in done.stderr.lower() and "not found" in done.stderr.lower():
+            pytest.skip("numba-cuda's NVVM is not installed here")
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first, later = run("first"), run("later")  # the prebuild's process, then a notebook's
+    assert first["stored"] == 1 and first["hits"] == 0 and first["entry_in_cubin"]
+    assert first["linked"] == ["__main__.kern"]
+    assert later["compiled_as"] != first["compiled_as"]  # other numbers: the IR as numba wrote it differs
+    assert later["hits"] == 1 and later["stored"] == 0 and later["linked"] == []  # served, not linked again
+    assert later["served_as"] == first["compiled_as"] and later["entry_in_cubin"]
+
+
+def test_canonical_ir_renumbers_compilation_numbers_and_keeps_which_symbol_is_which():
+    def tag(uid: int) -> str:  # numba's ABI tag of a compilation number
+        return f"B{len(str(uid)) + 1}v{uid}"
+
+    def dev(uid: int, value: int) -> str:  # two closures of one factory: same name, other numbers, other code
+        return f'; ModuleID = "dev${uid}"\ndefine i32 @"_ZN8__main__3dev{tag(uid)}E"() {{ ret i32 {value} }}'
+
+    def kern(uid: int, first: int, second: int) -> str:
+        return (
+            f'; ModuleID = "kern${uid}"\ndefine void @"_ZN6cudapy8__main__4kern{tag(uid)}B3abcE"() {{\n'
+            f'  call i32 @"_ZN8__main__3dev{tag(first)}E"()\n  call i32 @"_ZN8__main__3dev{tag(second)}E"()\n}}'
+        )
+
+    entry = "_ZN6cudapy8__main__4kernB2v7B3abcE"
+    one = linking.canonical_ir([kern(7, 3, 4), dev(3, 1), dev(4, 2)], entry)
+    later = linking.canonical_ir([dev(11, 2), kern(12, 10, 11), dev(10, 1)], "_ZN6cudapy8__main__4kernB3v12B3abcE")
+    assert one == later  # other numbers, modules in another order: the same code
+    assert '"kern$v3"' in one[0] and one[1] == "_ZN6cudapy8__main__4kernB2v3B3abcE"  # dev's modules sort first
+    assert one != linking.canonical_ir([kern(7, 4, 3), dev(3, 1), dev(4, 2)], entry)  # the calls swapped
+    assert one != linking.canonical_ir([kern(7, 3, 3), dev(3, 1), dev(4, 2)], entry)  # one of them twice
+    assert "B72cw51v1" in linking.canonical_ir(['@"x" = "B72cw51v1"'])[0]  # text outside a mangled name stays

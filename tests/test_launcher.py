@@ -26,7 +26,7 @@ def environment_yml_pip_requirements() -> set[str]:
 
 
 def test_environment_yml_has_the_same_pins_as_pyproject() -> None:
-    assert environment_yml_pip_requirements() == pyproject_requirements("gpu", "course", "test")
+    assert environment_yml_pip_requirements() == pyproject_requirements("gpu", "cuda", "course", "test")
     assert "  - python=3.12" in (REPO / "environment.yml").read_text().splitlines()
 
 
@@ -53,7 +53,11 @@ def test_lab_serves_as_root_and_says_so() -> None:
     command = done.stdout.splitlines()[-1].split()
     assert done.returncode == 0 and command.count("--allow-root") == 1
     assert "running as root (as in many containers): passing --allow-root" in done.stdout
-    assert "--LabApp.default_url=/lab/tree/notebooks" in done.stdout and "--no-browser" in done.stdout
+    assert f"--notebook-dir={REPO / 'notebooks'}" in command and "--no-browser" in command  # no solutions/ in view
+    done = _course("lab", "--instructor", env={"COURSE_DRY_RUN": "1", "COURSE_UID": "0"})
+    command = done.stdout.splitlines()[-1].split()
+    assert f"--notebook-dir={REPO}" in command and "--LabApp.default_url=/lab/tree/notebooks" in command
+    assert "--instructor" not in command  # the launcher's own option, not JupyterLab's
     done = _course("lab", "--allow-root", env={"COURSE_DRY_RUN": "1", "COURSE_UID": "0"})
     assert done.stdout.splitlines()[-1].split().count("--allow-root") == 1  # not twice
     done = _course("lab", env={"COURSE_DRY_RUN": "1", "COURSE_UID": "1000"})

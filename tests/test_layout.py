@@ -22,7 +22,8 @@ CORE = ("checker", "bench", "report", "plots", "peaks", "inputs", "exact", "erro
         "preflight", "rounding", "roofline", "precision", "machinery.versions")  # fmt: skip
 # The house's floors, lowest first: a module imports from its own floor or below, never above; a track imports no
 # other track. Course tooling (notebooks, run-throughs, the prebuild, reports) is the top floor.
-TOOLING = ("notebooks", "mutants", "workshop", "gpu_suite", "bench_all", "prebuild", "emulations", "execution")
+TOOLING = ("notebooks", "mutants", "workshop", "gpu_suite", "bench_all", "prebuild", "emulations", "execution",
+           "ledger")  # fmt: skip
 FLOORS = ("machinery", "core", "track", "tooling")
 GPU_ONLY = ("tensorcore", "tensorcore_persistent", "baselines", "benchmarks")
 

@@ -64,6 +64,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 def test_help_and_list_need_no_gpu():
     done = _run("--help")
     assert done.returncode == 0 and "--jobs" in done.stdout and "kinds:" in done.stdout
+    listed = [line.strip().split(":")[0] for line in done.stdout.split("job kinds:")[1].splitlines() if line.strip()]
+    assert listed == list(prebuild.BUILDERS)  # every kind, conv's included, each with the form of its spec
     done = _run("--list", "--jobs", "multipass:int8:1,b2b_pipelined:131072x64x256x64@64x128x32x2")
     # longest first: on an H100 host the pipelined back-to-back kernel took 390 s, a multi-pass kernel 130 s
     assert done.returncode == 0 and done.stdout.split() == ["b2b_pipelined:131072x64x256x64@64x128x32x2",

@@ -208,3 +208,17 @@ def test_a_failed_preflight_shows_one_message_in_a_notebook_and_still_fails_the_
     assert "Traceback" not in out and "preflight.py" not in out, out
     assert "FAILED" in out  # nbval and Run All still stop at the cell
     assert "Environment(" not in out  # the cell's value shows nothing more (the table was printed)
+
+
+def test_the_cuda_line_puts_versions_first_so_no_package_version_is_misread() -> None:
+    """cupy reports the CUDA it was built with: printed as ``cupy 13.2`` it read as cupy's version, one line above
+    ``cupy 14.2.0``."""
+    facts = dataclasses.replace(GOOD, runtimes={"cuda-bindings": "13.0", "nvrtc": "13.0", "cupy": "13.2"})
+    table = pf.format_table(facts, pf.track_status(facts))
+    line = next(line for line in table.splitlines() if line.startswith("CUDA of packages"))
+    assert (
+        line.split("  ", 1)[1].strip()
+        == "CUDA 13.0 (cuda-bindings runtime), CUDA 13.0 (NVRTC), CUDA 13.2 (cupy runtime)"
+    )
+    assert not re.search(r"cupy \d", line)
+    assert re.search(r"^cupy +14\.2\.0$", table, re.MULTILINE)

@@ -55,6 +55,27 @@ def test_a_run_records_builds_edits_and_the_first_error(tmp_path):
     assert entry.error.startswith("code cell 1: AssertionError: wrong")
 
 
+def test_a_figure_shown_as_text_is_an_error_and_a_failure_keeps_its_whole_traceback(tmp_path):
+    exercise = "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n"
+    bare = "from matplotlib.figure import Figure\nfig = Figure()\nfig.add_subplot().plot([1, 2])\nfig"
+    entry = workshop.run_notebook("9_tiny", root=_tiny_course(tmp_path, [exercise, "assert f() == 1", bare]))
+    assert entry.error.startswith("a figure shows as text, not as an image: code cell 2: <Figure size")
+    assert entry.longest_check_after_edit_s == 0.0  # no edits after a failed run
+
+    deep = "def g(n):\n    return 1 / n if n == 0 else g(n - 1)\n"
+    (tmp_path / "deep").mkdir()
+    root = _tiny_course(tmp_path / "deep", [exercise, deep + "g(12)"])
+    entry = workshop.run_notebook("9_tiny", root=root)
+    assert entry.error.startswith("code cell 1: ZeroDivisionError")
+    assert entry.traceback.count("in g(n)") == 13  # every frame, where the short error keeps the last few
+
+
+def test_a_kernel_that_dies_gives_an_entry_that_says_so(tmp_path):
+    exercise = "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n"
+    entry = workshop.run_notebook("9_tiny", root=_tiny_course(tmp_path, [exercise, "import os\nos._exit(3)"]))
+    assert entry.error.startswith("the kernel stopped: DeadKernelError")
+
+
 def test_a_cpu_notebook_runs_through(tmp_path):
     out = tmp_path / "ws.json"
     assert workshop.main(["3a", "--json", str(out)]) == 0

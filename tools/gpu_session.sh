@@ -1,37 +1,74 @@
 #!/usr/bin/env bash
-# Developer harness for a lent GPU machine that outlives one call: `start` launches the GPU suite in the background
-# (its own process session, so it survives the call) with logs under /tmp/gpu-session; `poll [seconds]` waits up to
-# that long for it, then copies the logs, records and report to $OUT (at most 8 files come back) and prints a short
-# status. A machine goes back about 30 s after a call ends: poll again at once.
-#   tools/gpu_session.sh start --parts prebuild,tests --jobs ...     (arguments of python -m utilities.gpu_suite)
+# Developer harness for a lent GPU machine that outlives one call. A background job runs in its own process session
+# (setsid, so it survives the call) with logs under /tmp/gpu-session; `poll [seconds]` waits up to that long for it,
+# then copies the logs and results to $OUT and prints a short status. A machine goes back about 30 s after a call
+# ends: poll again at once. Every call gets the working tree copied anew, so results are written under
+# /tmp/gpu-session, never into the tree, and notebooks run in private folders (utilities/execution.py says why).
+#   tools/gpu_session.sh start --parts prebuild,tests --jobs ...   the GPU suite (arguments of python -m utilities.gpu_suite)
+#   tools/gpu_session.sh workshop 2b 3d                             the run-through (arguments of python -m utilities.workshop)
+#   tools/gpu_session.sh ledger 2b 4b --parallel 3                  the ledger's run (arguments of ... ledger run)
+#   tools/gpu_session.sh import course.bundle                       import a carried build-cache bundle, in the foreground
+#   tools/gpu_session.sh export course.bundle [--max-part-mb 15]    export the build cache into $OUT, in the foreground
 #   tools/gpu_session.sh poll 540
+# BUNDLE=FILE before start, workshop or ledger imports that bundle first (a fresh machine without a prebuild).
+# COURSE_COMMIT=<hash> names the commit in the ledger's rows (the copied tree has no .git).
 set -uo pipefail
 SESSION=/tmp/gpu-session
 mode=${1:-poll}; shift || true
-case $mode in
-start)
-    mkdir -p "$SESSION"
-    rm -f "$SESSION/exit"  # a warm machine keeps the last run's: poll would stop at once
+
+setup() {
+    mkdir -p "$SESSION/results" "$SESSION/logs"
     if [ ! -f /tmp/site/.course-installed ]; then
         source .whl/setup.sh > "$SESSION/setup.log" 2>&1 || { cat "$SESSION/setup.log"; exit 1; }
         touch /tmp/site/.course-installed
     fi
     export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
-    setsid nohup bash -c "python3 -m utilities.gpu_suite --logs $SESSION/logs --out $SESSION/results $*; echo \$? > $SESSION/exit" \
-        > "$SESSION/suite.log" 2>&1 < /dev/null &
-    echo "started: python -m utilities.gpu_suite $*"
+}
+
+import_bundle() {  # FILE: the bundle (or its first part) into the build cache; its lines go to the log and stdout
+    python3 -m utilities.prebuild --import "$1" 2>&1 | tee -a "$SESSION/logs/bundle.log"
+    return "${PIPESTATUS[0]}"
+}
+
+launch() {  # a command in the background, its output in suite.log, its exit status in $SESSION/exit
+    rm -f "$SESSION/exit"  # a warm machine keeps the last run's: poll would stop at once
+    if [ -n "${BUNDLE:-}" ]; then import_bundle "$BUNDLE" || exit 1; fi
+    setsid nohup bash -c "$1; echo \$? > $SESSION/exit" > "$SESSION/suite.log" 2>&1 < /dev/null &
+    echo "started: $1"
+}
+
+case $mode in
+start)
+    setup
+    launch "python3 -m utilities.gpu_suite --logs $SESSION/logs --out $SESSION/results $*"
+    ;;
+workshop)
+    setup
+    launch "python3 -m utilities.workshop $* --json $SESSION/results/workshop.json"
+    ;;
+ledger)
+    setup
+    launch "python3 -m utilities.ledger run $* --ledger $SESSION/results/notebooks.json"
+    ;;
+import)
+    setup
+    import_bundle "$1"
+    ;;
+export)
+    setup
+    python3 -m utilities.prebuild --export "$OUT/$(basename "$1")" "${@:2}"
     ;;
 poll)
     wait_s=${1:-0}
     for _ in $(seq 1 "$wait_s"); do [ -f "$SESSION/exit" ] && break; sleep 1; done
     grep -h "prebuild: \[" "$SESSION/logs/prebuild.log" 2>/dev/null | tail -n 3
     tail -n 5 "$SESSION/suite.log"
-    [ -f "$SESSION/exit" ] && echo "suite exit: $(cat "$SESSION/exit")" || echo "suite still running"
+    [ -f "$SESSION/exit" ] && echo "exit: $(cat "$SESSION/exit")" || echo "still running"
     ( for f in "$SESSION"/logs/*.log; do echo "===== $(basename "$f")"; tail -n "${TAIL:-60}" "$f"; done ) > "$OUT/logs.txt" 2>&1
     cp "$SESSION/suite.log" "$OUT/" 2>/dev/null
     cat "$SESSION"/logs/records/*.jsonl > "$OUT/records.jsonl" 2>/dev/null
     cp "$SESSION"/results/*.json "$SESSION"/results/*.md "$OUT/" 2>/dev/null
     ;;
 *)
-    echo "usage: tools/gpu_session.sh start <suite args> | poll [seconds]" >&2; exit 2 ;;
+    echo "usage: tools/gpu_session.sh start|workshop|ledger <args> | import|export FILE | poll [seconds]" >&2; exit 2 ;;
 esac

@@ -12,7 +12,9 @@ Parts (in this order):
   reporting the unfinished exercises;
 - ``bench``: the benchmarks of every track beside cuBLAS, at the sizes of the report;
 - ``workshop`` (only when named): the run-through of the day (``utilities.workshop``): every exercise notebook with
-  the solutions filled in, after the prebuild; ``results/<gpu>-workshop.json``, and its table in the report.
+  the solutions filled in, after the prebuild; ``results/<gpu>-workshop.json``, and its table in the report;
+- ``ledger`` (only when named): every GPU notebook, solution and filled exercise, in fresh kernels, four at a time
+  (``utilities.ledger``): ``<out>/<gpu>-notebooks.json``, to merge with ``python -m utilities.ledger merge``.
 
 A prebuild of the whole course (no ``--jobs``) is recorded as the report's ``prebuild`` build entry.
 
@@ -33,8 +35,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("prebuild", "builds", "tests", "notebooks", "exercises", "bench", "workshop")
-DEFAULT_PARTS = PARTS[:-1]
+PARTS = ("prebuild", "builds", "tests", "notebooks", "exercises", "bench", "workshop", "ledger")
+DEFAULT_PARTS = PARTS[:-2]
 
 
 def _run(cmd: list[str], log: Path, env: dict[str, str] | None = None, background: bool = False):
@@ -188,6 +190,14 @@ def main(argv: list[str] | None = None) -> int:
         code = _run([sys.executable, "-m", "utilities.workshop", *select, "--json", str(workshop_json)],
                     logs / "workshop.log")  # fmt: skip
         failures += ["workshop"] if code else []
+    if "ledger" in parts:
+        from utilities.peaks import gpu_slug
+
+        select = [s for s in args.select.split(",") if s]
+        ledger_json = Path(args.out) / f"{gpu_slug(env.gpu.name)}-notebooks.json"
+        code = _run([sys.executable, "-m", "utilities.ledger", "run", *select, "--parallel", "4", "--ledger",
+                     str(ledger_json)], logs / "ledger.log")  # fmt: skip
+        failures += ["ledger"] if code else []
     if any([proc.wait() for proc in background]):  # wait for every run; a failed one fails the suite
         failures.append("builds")
     from utilities import report

@@ -7,11 +7,18 @@ then find every kernel in the cache (``utilities.machinery.buildcache``)::
     python -m utilities.prebuild                     # every kernel the notebooks and tests use
     python -m utilities.prebuild --jobs fused:2048x2048x2048,b2b:576x64x128
     python -m utilities.prebuild --list              # the jobs, one a line, and stop
+    python -m utilities.prebuild --export course.bundle [--max-part-mb 15]   # the build cache in one file (or parts)
+    python -m utilities.prebuild --import course.bundle                      # ... on another machine, instead
 
 It checks the machine first (the preflight table, then one line saying why it cannot build here), prints a line
 as each kernel finishes (kernels done of all, elapsed time, an estimate of what is left), and a table of build
 times last. Jobs start longest first, by the times the last prebuild on this machine measured (kept beside the
 build cache), else by kind.
+
+``--export`` writes the build cache as a bundle (``utilities.machinery.buildcache.bundle``) with a manifest of this
+machine's GPU architecture and code generators; ``--import`` on another machine checks both, and refuses a bundle
+made for another architecture or stack, a corrupt one or a partial one, saying why. ``--compare`` prints what other
+compressions would make of the cache.
 """
 
 from __future__ import annotations
@@ -338,19 +345,97 @@ def _cannot_build_here() -> str | None:
     return None
 
 
+# How each kind's spec reads, for --help; a kind without one here is listed as KIND:SPEC.
+SPEC_FORMS = {
+    "unfused": "MxNxK",
+    "partial": "MxNxK",
+    "fused": "MxNxK",
+    "b2b": "K0xN0xN1[@TMxTHREADS[xDEPTH]]",
+    "b2b_keep": "K0xN0xN1[@TMxTHREADS[xDEPTH]]",
+    "b2b_persistent": "K0xN0xN1[@TMxTHREADS[xDEPTH]]",
+    "b2b_pipelined": "[BATCHx]MxK0xN0xN1@TMxTHREADSxTKxDEPTH",
+    "gemm_bias_relu": "MxNxK",
+    "conv": "COUTxCIN",
+    "conv_unfused": "COUTxCIN",
+    "multipass": "int8|float16:F",
+    "pipeline": "int8|float16:SIZE",
+}
+
+
+def kinds_help() -> str:
+    """Every job kind of :data:`BUILDERS`, one a line, with the form of its spec."""
+    return "job kinds:\n" + "\n".join(f"  {kind}:{SPEC_FORMS.get(kind, 'SPEC')}" for kind in BUILDERS)
+
+
+# --- the build cache as a bundle, to carry to other machines --------------------------------------------------------
+
+
+def machine() -> dict[str, object]:
+    """What a bundle must match: this machine's compute capability and code generators (the preflight's GPU)."""
+    from utilities.machinery import buildcache
+    from utilities.preflight import probe_gpus
+
+    gpus, problem, _ = probe_gpus()
+    if not gpus:
+        raise SystemExit(f"prebuild: a bundle belongs to a GPU architecture, and this machine has no GPU: {problem}")
+    cc = gpus[0].cc
+    return {"compute_capability": f"{cc[0]}.{cc[1]}", "environment": buildcache.generator_environment()}
+
+
+def bundle_command(export: str | None, into: str | None, max_part_mb: float | None, compare: bool) -> int:
+    """``--export``, ``--import`` and ``--compare``: one line each of what was done, sizes included."""
+    from utilities.machinery.buildcache import DiskCache, bundle, default_cache_dir
+
+    root = default_cache_dir()
+    if root is None:
+        print("prebuild: the build cache is off (COURSE_BUILD_CACHE=off)", file=sys.stderr)
+        return 2
+    cache = DiskCache(root)
+    mib = 2**20
+    if compare:
+        for what, size in bundle.compression_table(cache):
+            print(f"{size / mib:9.1f} MiB  {what}")
+    if export:
+        facts = machine()
+        for kind, (count, size) in sorted(bundle.breakdown(cache).items()):
+            print(f"prebuild: {count:5d} entries, {size / mib:8.1f} MiB: {kind}")
+        manifest = {**facts, "date": time.strftime("%Y-%m-%d")}
+        limit = int(max_part_mb * mib) if max_part_mb else None
+        try:
+            done = bundle.export(cache, Path(export), manifest, limit)
+        except bundle.BundleError as error:
+            print(f"prebuild: {error}", file=sys.stderr)
+            return 1
+        print(f"prebuild: {done.summary()}")
+    if into:
+        started = time.perf_counter()
+        try:
+            written, present = bundle.import_(cache, Path(into), machine())
+        except bundle.BundleError as error:
+            print(f"prebuild: not imported: {error}", file=sys.stderr)
+            return 1
+        print(f"prebuild: imported {written} entries ({present} were there) into {root} "
+              f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m utilities.prebuild", description=__doc__.splitlines()[0],
-        epilog="kinds: unfused|partial|fused:MxNxK, b2b|b2b_keep|b2b_persistent:K0xN0xN1[@TMxTHREADS[xDEPTH]], "
-        "b2b_pipelined:[BATCHx]MxK0xN0xN1@TMxTHREADSxTKxDEPTH, gemm_bias_relu:MxNxK, "
-        "multipass:int8|float16:F, pipeline:int8|float16:SIZE, primer:tile|stack",
+        epilog=kinds_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     parser.add_argument("--jobs", default=COURSE_JOBS, help="comma-separated jobs, one process each (default: all)")
     parser.add_argument("--slices", type=int, default=7, help="slices of the Ozaki-I jobs (default 7)")
     parser.add_argument("--parallel", type=int, default=os.cpu_count() or 4, help="builds at a time (default: cores)")
     parser.add_argument("--list", action="store_true", help="print the jobs in the order they would start, and stop")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # worker mode
+    parser.add_argument("--export", metavar="FILE", help="write the build cache as a bundle to FILE, and stop")
+    parser.add_argument("--import", dest="into", metavar="FILE", help="import a bundle (FILE or FILE.part1), and stop")
+    parser.add_argument("--max-part-mb", type=float, default=None, help="--export: parts of at most this size")
+    parser.add_argument("--compare", action="store_true", help="print what other compressions make of the cache")
     args = parser.parse_args(argv)
+    if args.export or args.into or args.compare:
+        return bundle_command(args.export, args.into, args.max_part_mb, args.compare)
     jobs = [job for job in args.jobs.split(",") if job]
     unknown = [job for job in jobs if job.partition(":")[0] not in BUILDERS]
     if unknown:

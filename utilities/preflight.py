@@ -208,6 +208,16 @@ def problems_for(facts: Facts, require_gpu: bool = True, require_mathdx: bool = 
     return problems
 
 
+def runtime_line(runtimes: dict[str, str]) -> str:
+    """The CUDA version each package reports, e.g. ``CUDA 13.2 (cupy runtime), CUDA 13.0 (NVRTC)``.
+
+    cupy and cuda-bindings link the CUDA runtime into themselves, so the version they report is the CUDA they were
+    built with, not a library on this machine. Written as ``cupy 13.2`` it read as a version of cupy, one line above
+    ``cupy 14.2.0``: the version goes first, the package after it, in parentheses."""
+    names = {"nvrtc": "NVRTC"}
+    return ", ".join(f"CUDA {v} ({names.get(k, k + ' runtime')})" for k, v in runtimes.items()) or "-"
+
+
 def format_table(facts: Facts, tracks: dict[str, str], warnings: tuple[str, ...] | list[str] = ()) -> str:
     """The short table printed at the top of every notebook."""
     gpu = facts.gpus[0] if facts.gpus else None
@@ -215,7 +225,7 @@ def format_table(facts: Facts, tracks: dict[str, str], warnings: tuple[str, ...]
         ("GPU", f"{gpu.name} ({len(facts.gpus)} visible)" if gpu else f"none ({facts.gpu_problem or 'not found'})"),
         ("compute capability", f"{gpu.cc[0]}.{gpu.cc[1]}" if gpu else "-"),
         ("driver", f"{facts.driver_release or '-'}, CUDA {cuda_version(facts.cuda_driver)}"),
-        ("CUDA runtime", ", ".join(f"{key} {value}" for key, value in facts.runtimes.items()) or "-"),
+        ("CUDA of packages", runtime_line(facts.runtimes)),
     ]
     rows += [(name, facts.versions.get(name) or "missing") for name in ("numpy", "numba", "numba-cuda")]
     rows.append(("cupy", next((facts.versions[n] for n in CUPY_DISTS if facts.versions.get(n)), "missing")))

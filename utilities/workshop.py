@@ -4,17 +4,22 @@
     python -m utilities.workshop 3a 4a                  # the notebooks whose name contains one of these
     python -m utilities.workshop --json x.json          # where to write (default: results/<gpu>-workshop.json)
 
-Each notebook runs in a fresh process (a fresh kernel, as after opening it), in ``notebooks/``. Its exercise cells
-get the solution's code (cells matched by id, so the exercise and the solution must be in sync); the "reveal"
-cells are skipped. Then each exercise is **edited** the way an attendee would (one statement added to its first
-solution region, which changes the compiled code but not the result) and re-run with the cell after it, its
-check: that is the wait for a check after an edit. Per notebook the entry records
+Each notebook runs in a fresh Jupyter kernel (nbclient, as JupyterLab runs it: no ``%matplotlib agg``), in a
+private folder (``utilities.execution`` says why not in ``notebooks/``). Its exercise cells get the solution's code
+(cells matched by id, so the exercise and the solution must be in sync); the "reveal" cells are skipped. Then, in
+the same kernel, each exercise is **edited** the way an attendee would (one statement added to its first solution
+region, which changes the compiled code but not the result) and re-run with the cell after it, its check: that is
+the wait for a check after an edit. A last cell, which the attendee never sees, prints the kernel's builds. Per
+notebook the entry records
 
 - ``wall_s``: the whole notebook, top to bottom;
 - ``longest_build_s`` and ``build_wait_s``: the longest kernel build and the sum of all of them (the build hook of
-  ``utilities.machinery.buildcache.progress``: every numba compilation in the process, cache hits included);
+  ``utilities.machinery.buildcache.progress``: every numba compilation in the kernel, cache hits included), and
+  ``builds``, each (kernel, seconds); ``course_links``: the course's own kernels (not defined in the notebook)
+  that had to be linked, not served from the build cache (after a prebuild: none);
 - ``longest_check_after_edit_s``: the longest edit-and-check of its exercises;
-- ``error``: the first cell that raised, if any (the run stops there).
+- ``error``: the first cell that raised (the run stops there), or a figure shown as text and not as an image;
+  ``traceback``: the whole traceback of that cell.
 
 Run it after ``./course prebuild``: it measures the day as attendees meet it.
 """
@@ -23,18 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import nbformat
 
+from . import execution
 from .notebooks import EXERCISES, PREDICTION_TAG, REPO_ROOT, REVEAL_TAG, SOLUTIONS, read_solution
 
 EDIT_LINE = "_attendee_edit = 0  # an edit: new code to build, the same result"
@@ -52,6 +53,9 @@ class Entry:
     longest_check_after_edit_s: float = 0.0
     builds: list[tuple[str, float]] = field(default_factory=list)
     error: str = ""
+    traceback: str = ""
+    edit_builds: list[tuple[str, float]] = field(default_factory=list)
+    course_links: list[str] = field(default_factory=list)
 
 
 def filled_cells(stem: str, root: Path = REPO_ROOT) -> list[tuple[str, str, bool]]:
@@ -93,76 +97,86 @@ def edit_runs(cells: list[tuple[str, str, bool]]) -> list[list[str]]:
     return runs
 
 
-# --- in the notebook's process ---------------------------------------------------------------------------------
+# --- the run ---------------------------------------------------------------------------------------------------
+
+BUILDS_MARK = "course-builds: "
+# the hidden last cell: the kernel's builds so far, as one JSON line
+BUILDS_CELL = (
+    "import json as _json\nfrom utilities.machinery.buildcache import linking as _linking, progress as _progress\n"
+    f"print({BUILDS_MARK!r} + _json.dumps([_progress.BUILDS, _linking.LINKED]))"
+)
 
 
-def _execute(plan_path: Path) -> dict[str, Any]:
-    """Run the cells of a plan (JSON: ``cells``, ``edits``) in an IPython shell; what happened, as a dict."""
-    from IPython.core.interactiveshell import InteractiveShell
+def filled_notebook(stem: str, root: Path = REPO_ROOT) -> tuple[nbformat.NotebookNode, list[list[str]]]:
+    """``notebooks/<stem>.ipynb`` with the solution's code in every code cell and no reveal cells, and the edit
+    runs (see :func:`edit_runs`)."""
+    cells = filled_cells(stem, root)
+    nb = nbformat.read(root / EXERCISES / f"{stem}.ipynb", as_version=4)
+    source = {cell_id: text for cell_id, text, _ in cells}
+    kept = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            if cell.get("id") not in source:
+                continue  # a reveal cell
+            cell.source = source[cell.id]
+        kept.append(cell)
+    nb.cells = kept
+    return nb, edit_runs(cells)
 
-    from .machinery.buildcache import progress
 
-    plan = json.loads(plan_path.read_text())
-    shell = InteractiveShell.instance()
-    shell.run_cell("%matplotlib agg", silent=True)
+def _builds(session: execution.Kernel) -> tuple[list[tuple[str, float]], list[str]]:
+    """The kernel's builds so far, each (kernel, seconds), and the kernels it linked (``module.kernel``)."""
+    run, cell = session.run(BUILDS_CELL)
+    lines = [line for line in execution.stream_text(cell).splitlines() if line.startswith(BUILDS_MARK)]
+    if run.error or not lines:
+        return [], []
+    builds, linked = json.loads(lines[-1][len(BUILDS_MARK) :])
+    return [(str(what), round(float(s), 2)) for what, s in builds], [str(name) for name in linked]
 
-    def run(source: str) -> str:
-        result = shell.run_cell(source, silent=False)
-        failure = result.error_before_exec or result.error_in_exec
-        return "" if failure is None else f"{type(failure).__name__}: {failure}"[:500]
 
-    out: dict[str, Any] = {"error": "", "edits": []}
-    start = time.perf_counter()
-    for index, source in enumerate(plan["cells"]):
-        failure = run(source)
-        if failure:
-            out["error"] = f"code cell {index}: {failure}"
-            break
-    out["wall_s"] = time.perf_counter() - start
-    out["builds"] = list(progress.BUILDS)
-    if not out["error"]:
-        for cells in plan["edits"]:
+def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800) -> Entry:
+    """One notebook in a fresh Jupyter kernel (``timeout``: seconds a cell may take), then its edits; a kernel that
+    dies or does not start gives an entry that says so."""
+    started = time.perf_counter()
+    try:
+        return _run_notebook(stem, root, timeout)
+    except Exception as exc:  # nbclient's DeadKernelError, a cell past its timeout, a kernel that would not start
+        return Entry(stem, round(time.perf_counter() - started, 1), 0.0, 0.0,
+                     error=f"the kernel stopped: {type(exc).__name__}: {exc}")  # fmt: skip
+
+
+def _run_notebook(stem: str, root: Path, timeout: float) -> Entry:
+    nb, edits = filled_notebook(stem, root)
+    with execution.Kernel(timeout=timeout, env=execution.kernel_env(root), notebook=nb) as session:
+        run = execution.run_all(session)
+        error, trace = run.error, run.traceback
+        shown_as_text = execution.figures_without_images(session.notebook)
+        if shown_as_text and not error:
+            error = "a figure shows as text, not as an image: " + "; ".join(shown_as_text)
+        builds, linked = _builds(session)
+        seconds: list[float] = []
+        for cells in edits if not error else []:
             start = time.perf_counter()
             for source in cells:
-                failure = run(source)
-                if failure:
-                    out["error"] = f"after an edit: {failure}"
+                cell_run, _ = session.run(source)
+                if cell_run.error:
+                    error, trace = f"after an edit: {cell_run.error}", cell_run.traceback
                     break
-            out["edits"].append(time.perf_counter() - start)
-    return out
-
-
-# --- the harness -----------------------------------------------------------------------------------------------
-
-
-def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 3600) -> Entry:
-    """One notebook in a fresh process, run in ``notebooks/`` as a kernel would be."""
-    cells = filled_cells(stem, root)
-    plan = {"cells": [source for _, source, _ in cells], "edits": edit_runs(cells)}
-    with tempfile.TemporaryDirectory() as tmp:
-        plan_path, result_path = Path(tmp) / "plan.json", Path(tmp) / "result.json"
-        plan_path.write_text(json.dumps(plan))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-        command = [sys.executable, "-m", "utilities.workshop", "--execute", str(plan_path), str(result_path)]
-        start = time.perf_counter()
-        try:
-            done = subprocess.run(command, cwd=root / EXERCISES, env=env, timeout=timeout, capture_output=True,
-                                  text=True)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            return Entry(stem, time.perf_counter() - start, 0.0, 0.0, error=f"timed out after {timeout:.0f} s")
-        if not result_path.exists():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            return Entry(stem, time.perf_counter() - start, 0.0, 0.0, error="the kernel died: " + " | ".join(tail))
-        result = json.loads(result_path.read_text())
-    builds = [(str(what), round(float(s), 2)) for what, s in result["builds"]]
+            seconds.append(time.perf_counter() - start)
+            if error:
+                break
+        edit_builds = _builds(session)[0][len(builds) :] if edits and seconds else []
     return Entry(
         notebook=stem,
-        wall_s=round(result["wall_s"], 1),
+        wall_s=round(run.wall_s, 1),
         longest_build_s=round(max((s for _, s in builds), default=0.0), 1),
         build_wait_s=round(sum(s for _, s in builds), 1),
-        longest_check_after_edit_s=round(max(result["edits"], default=0.0), 1),
+        longest_check_after_edit_s=round(max(seconds, default=0.0), 1),
         builds=builds,
-        error=result["error"],
+        error=error,
+        traceback=trace,
+        edit_builds=edit_builds,
+        course_links=[name for name in linked if not name.startswith("__main__.")],
     )
 
 
@@ -180,13 +194,18 @@ def notebooks(patterns: list[str], gpu: bool, root: Path = REPO_ROOT) -> tuple[l
     return chosen, skipped
 
 
+def headline(error: str) -> str:
+    """The first line of an error, for a table cell or a progress line."""
+    return error.splitlines()[0] if error else ""
+
+
 def table(entries: list[Entry]) -> str:
     """A Markdown table of the entries."""
     rows = ["| notebook | wall (s) | longest build (s) | build waits (s) | longest check after an edit (s) | |",
             "|---|---:|---:|---:|---:|---|"]  # fmt: skip
     for e in entries:
         rows.append(f"| {e.notebook} | {e.wall_s:.0f} | {e.longest_build_s:.0f} | {e.build_wait_s:.0f} | "
-                    f"{e.longest_check_after_edit_s:.0f} | {e.error or 'ran to the end'} |")  # fmt: skip
+                    f"{e.longest_check_after_edit_s:.0f} | {headline(e.error) or 'ran to the end'} |")  # fmt: skip
     total = sum(e.build_wait_s for e in entries)
     rows.append(f"| **the day** | {sum(e.wall_s for e in entries):.0f} | | {total:.0f} | | |")
     return "\n".join(rows)
@@ -198,35 +217,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("patterns", nargs="*", help="run the notebooks whose name contains one of these")
     parser.add_argument("--json", default=None, help="where to write the entries (default results/<gpu>-workshop.json)")
-    parser.add_argument("--execute", nargs=2, metavar=("PLAN", "RESULT"), help=argparse.SUPPRESS)  # the child
     args = parser.parse_args(argv)
-    if args.execute:
-        Path(args.execute[1]).write_text(json.dumps(_execute(Path(args.execute[0]))))
-        return 0
     gpus, problem, _ = probe_gpus()
     chosen, skipped = notebooks(args.patterns, bool(gpus))
     for why in skipped:
         print(f"skipped: {why}: {problem}")
-    entries = []
-    for stem in chosen:
-        print(f"{stem}: running ...", flush=True)
-        entries.append(run_notebook(stem))
-        e = entries[-1]
-        print(f"{stem}: {e.wall_s:.0f} s, builds {e.build_wait_s:.0f} s (longest {e.longest_build_s:.0f} s), "
-              f"longest check after an edit {e.longest_check_after_edit_s:.0f} s {e.error}", flush=True)  # fmt: skip
-    if not entries:
-        print("nothing to run")
-        return 1
     if args.json:
         path = Path(args.json)
     else:
         from .peaks import gpu_slug
 
         path = REPO_ROOT / "results" / f"{gpu_slug(gpus[0].name) if gpus else 'cpu'}-workshop.json"
-    data = {"date": time.strftime("%Y-%m-%d"), "gpu": gpus[0].name if gpus else "none",
-            "command": "python -m utilities.workshop " + " ".join(args.patterns),
-            "notebooks": [asdict(e) for e in entries]}  # fmt: skip
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    entries = []
+    for stem in chosen:
+        print(f"{stem}: running ...", flush=True)
+        entries.append(run_notebook(stem))
+        e = entries[-1]
+        print(f"{stem}: {e.wall_s:.0f} s, builds {e.build_wait_s:.0f} s (longest {e.longest_build_s:.0f} s), "
+              f"longest check after an edit {e.longest_check_after_edit_s:.0f} s {headline(e.error)}",
+              flush=True)  # fmt: skip
+        data = {"date": time.strftime("%Y-%m-%d"), "gpu": gpus[0].name if gpus else "none",
+                "command": "python -m utilities.workshop " + " ".join(args.patterns),
+                "notebooks": [asdict(e) for e in entries]}  # fmt: skip
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1) + "\n")  # after each notebook: a cut-off run keeps what ran
+    if not entries:
+        print("nothing to run")
+        return 1
     print(table(entries))
     print(f"written: {path}")
     return 0 if all(not e.error for e in entries) else 1

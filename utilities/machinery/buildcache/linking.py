@@ -3,12 +3,19 @@
 numba-cuda links a kernel in ``CUDACodeLibrary.get_cubin`` (patched by :func:`patch_cubin`, keyed by the kernel's
 own IR and the digests of every module linked into it); nvmath links its device pipelines' init and destroy
 kernels itself through cuda.core (:class:`ResolvingObjectCode`, :class:`CachingLinker`).
+
+numba names every function it compiles with a number that counts the compilations of the process so far (an ABI
+tag ``v<n>`` in the mangled name: ``_ZN8__main__4kernB2v7...``). The same kernel built after other kernels, as in
+a notebook after a prebuild that built it first in a process of its own, gets other numbers and so other IR. The
+key therefore numbers those tags in order of first appearance (:func:`canonical_ir`), and a cubin served to a
+kernel whose numbers differ is looked up under the entry name it was linked with.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +34,97 @@ def _digest_linked(item: Any) -> str:
     raise TypeError(f"build cache: cannot digest linked item {item!r}")
 
 
+LINKED: list[str] = []  # ``module.kernel`` of every kernel this process linked (not served from the store)
+_MANGLED = re.compile(r"_ZN(?=\d)")
+_UID = re.compile(r"v(\d+)")
+
+
+def _number(text: str, i: int) -> tuple[int | None, int]:
+    """The decimal number at ``text[i:]`` (None if there is none) and where it ends."""
+    j = i
+    while j < len(text) and text[j].isdigit():
+        j += 1
+    return (int(text[i:j]) if j > i else None), j
+
+
+def _nested_name(text: str, i: int) -> tuple[list[str], int]:
+    """The identifiers of a mangled nested name from ``text[i:]`` (``<length><identifier>``, repeated), and where
+    they end."""
+    parts = []
+    size, j = _number(text, i)
+    while size is not None:
+        parts.append(text[j : j + size])
+        i = j + size
+        size, j = _number(text, i)
+    return parts, i
+
+
+def _uid_tags(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, number)`` of each numba compilation number in ``text``: the ``B<len>v<n>`` ABI tag right
+    after the nested name of a mangled symbol (``_ZN`` then length-prefixed identifiers)."""
+    tags = []
+    for match in _MANGLED.finditer(text):
+        _, i = _nested_name(text, match.end())
+        while text.startswith("B", i):  # ABI tags: B<length><tag>
+            size, j = _number(text, i + 1)
+            if size is None:
+                break
+            uid = _UID.fullmatch(text, j, j + size)
+            if uid:
+                tags.append((i, j + size, uid[1]))
+                break
+            i = j + size
+    return tags
+
+
+_MODULE_ID = re.compile(r'^(; ModuleID = "[^"\n]*?\$)(\d+)(")', re.MULTILINE)  # numba's "<qualname>$<number>"
+
+
+def qualified_name(mangled: str) -> str:
+    """``module.function`` of a numba kernel's mangled name (``_ZN6cudapy8__main__4kernB2v1...`` ->
+    ``__main__.kern``), or the name itself when it is not one."""
+    start = mangled.find("_ZN")
+    parts = _nested_name(mangled, start + 3)[0] if start >= 0 else []
+    parts = [p.replace("_3clocals_3e", "<locals>") for p in parts if p and p != "cudapy"]
+    return ".".join(parts) if parts else mangled
+
+
+def _retag(text: str, tag: Callable[[str], str]) -> str:
+    """``text`` with each compilation number's ABI tag replaced by ``B<len>`` + ``tag(number)``, and the number of
+    a module's name by ``tag(number)``."""
+    text = _MODULE_ID.sub(lambda m: m[1] + tag(m[2]) + m[3], text)
+    out, last = [], 0
+    for start, end, uid in _uid_tags(text):
+        new = tag(uid)
+        out += [text[last:start], f"B{len(new)}{new}"]
+        last = end
+    return "".join([*out, text[last:]])
+
+
+def canonical_ir(modules: Iterable[str], entry: str | None = None) -> tuple[str, str | None]:
+    """The kernel's modules as one text with numba's compilation numbers renumbered by first appearance, and the
+    entry name renumbered alike: the same for the same code whatever was compiled before it in the process.
+
+    The modules go in the order of their text without the numbers (numba emits them in a different order from
+    one process to the next); numbers are unique in a process, so renumbering keeps which symbol is which.
+    """
+    numbers: dict[str, int] = {}
+
+    def number(uid: str) -> str:
+        return f"v{numbers.setdefault(uid, len(numbers) + 1)}"
+
+    texts = sorted((m.strip() for m in modules), key=lambda text: _retag(text, lambda _: "v"))
+    canonical = "\n".join(_retag(text, number) for text in texts)
+    return canonical, _retag(entry, number) if entry is not None else None
+
+
 def cubin_key(library: Any, cc: tuple[int, int], environment: dict[str, str]) -> str:
-    """Key of a linked kernel: its own LLVM IR, NVVM options, every linked module's digest, target and versions."""
+    """Key of a linked kernel: its own LLVM IR (compilation numbers renumbered, :func:`canonical_ir`) and entry
+    name, NVVM options, every linked module's digest, target and versions."""
+    ir, entry = canonical_ir(library.llvm_strs, getattr(library, "_entry_name", None))
     recipe = {
-        # numba emits the same modules in a different order from one process to the next: sort them
-        "ir": hashlib.sha256("\n".join(sorted(m.strip() for m in library.llvm_strs)).encode()).hexdigest(),
+        "ir": hashlib.sha256(ir.encode()).hexdigest(),
+        "entry": entry,
         "nvvm": sorted((str(k), str(v)) for k, v in library._nvvm_options.items()),
         "linked": sorted(_digest_linked(f) for f in library._linking_files),
         "cudadevrt": bool(library.needs_cudadevrt),
@@ -39,7 +132,18 @@ def cubin_key(library: Any, cc: tuple[int, int], environment: dict[str, str]) ->
         "lto": bool(library._lto),
         "cc": list(cc),
     }
-    return make_key("cubin", recipe, environment)
+    return make_key("cubin-named", recipe, environment)
+
+
+def _named(entry: str | None, cubin: bytes) -> bytes:
+    """A stored cubin: the entry name it was linked with (length-prefixed), then the cubin."""
+    name = (entry or "").encode()
+    return len(name).to_bytes(4, "little") + name + cubin
+
+
+def _unnamed(payload: bytes) -> tuple[str, bytes]:
+    size = int.from_bytes(payload[:4], "little")
+    return payload[4 : 4 + size].decode(), payload[4 + size :]
 
 
 def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy: LazyMathdx) -> None:
@@ -56,11 +160,16 @@ def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy:
             lazy.stage = "linking with nvJitLink"
             with lazy.timed("linking kernels (nvJitLink)"):
                 cubin = original(self, cc)
-            cache.put(key, bytes(getattr(cubin, "code", cubin)))  # numba-cuda 0.30 returns a cuda.core ObjectCode
+            LINKED.append(qualified_name(self._entry_name or ""))
+            # numba-cuda 0.30 returns a cuda.core ObjectCode
+            cache.put(key, _named(self._entry_name, bytes(getattr(cubin, "code", cubin))))
         else:
             from cuda.core import ObjectCode
 
-            cubin = ObjectCode.from_cubin(data)
+            entry, code = _unnamed(data)
+            if self._entry_name is not None and entry:
+                self._entry_name = entry  # the same kernel, linked under the numbers of the process that built it
+            cubin = ObjectCode.from_cubin(code)
         self._cubin_cache[cc] = cubin
         self._linkerinfo_cache.setdefault(cc, "")
         return cubin

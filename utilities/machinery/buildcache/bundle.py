@@ -1,0 +1,245 @@
+"""A build-cache bundle: the whole cache in one file (or parts of a bounded size), to copy to a fresh machine.
+
+An instructor prebuilds once, exports, and imports the bundle on every machine with the same GPU architecture and
+the same code generators (``./course prebuild --export FILE`` / ``--import FILE``). The bundle is
+
+- a header per file: magic, part number, part count, and the SHA-256 of the whole compressed stream;
+- the stream: a tar of ``manifest.json`` (format, compute capability, the code generators' versions, every
+  entry's key and the SHA-256 of its payload) and each entry's payload: libmathdx's LTO-IR as it is (it does not
+  compress: 8 device functions, 20.5 MiB, came out at 1.00x with zlib, bz2 and xz, alone or together), everything
+  else (cubins, trait values) xz-compressed. ``--compare`` prints the alternatives on a real cache.
+
+An import checks the header of every part, the stream's digest, the manifest against what the caller expects
+(this machine's compute capability and code generators) and every payload's digest before it writes anything:
+a corrupt, partial or foreign bundle is refused whole, with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import lzma
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .store import FORMAT, DiskCache, _unpack
+
+BUNDLE_FORMAT = 1
+MAGIC = b"TCFBNDL1"
+HEADER = len(MAGIC) + 2 + 2 + 32  # magic, part number, part count, SHA-256 of the stream
+MANIFEST = "manifest.json"
+XZ_PRESET = 9 | lzma.PRESET_EXTREME
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be imported here; the message says why and what to do."""
+
+
+@dataclass
+class Exported:
+    parts: list[Path]
+    entries: int
+    cache_bytes: int  # the entries as the cache stores them
+    payload_bytes: int  # their payloads, uncompressed
+    bundle_bytes: int  # what was written, headers included
+
+    def summary(self) -> str:
+        mib = 2**20
+        where = ", ".join(p.name for p in self.parts)
+        return (f"bundle: {self.entries} entries, {self.cache_bytes / mib:.1f} MiB in the cache "
+                f"({self.payload_bytes / mib:.1f} MiB uncompressed) -> {self.bundle_bytes / mib:.1f} MiB in "
+                f"{len(self.parts)} file(s): {where}")  # fmt: skip
+
+
+def entries(cache: DiskCache) -> Iterator[tuple[str, bytes]]:
+    """(key, payload) of every sound entry of the cache, by key; corrupt entries are skipped."""
+    if not cache.root.exists():
+        return
+    for path in sorted(p for p in cache.root.glob("*/*") if p.is_file() and not p.name.startswith(".")):
+        payload = _unpack(path.read_bytes())
+        if payload is not None:
+            yield path.name, payload
+
+
+def _pack_entry(payload: bytes) -> tuple[str, bytes]:
+    """(suffix, data): LTO-IR as it is, anything else xz-compressed."""
+    if kind_of(payload).startswith("LTO-IR"):
+        return ".raw", payload
+    return ".xz", lzma.compress(payload, preset=XZ_PRESET)
+
+
+def _stream(cache: DiskCache, manifest: dict[str, Any]) -> tuple[bytes, int, int, int]:
+    """The bundle's stream, the number of entries, the cache's bytes and the payloads' bytes."""
+    found = list(entries(cache))
+    manifest = {**manifest, "format": BUNDLE_FORMAT, "cache_format": FORMAT,
+                "entries": {key: hashlib.sha256(payload).hexdigest() for key, payload in found}}  # fmt: skip
+    members = [(MANIFEST, json.dumps(manifest, indent=1).encode())]
+    for key, payload in found:
+        suffix, data = _pack_entry(payload)
+        members.append((key + suffix, data))
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    cache_bytes = sum((cache.root / key[:2] / key).stat().st_size for key, _ in found)
+    return raw.getvalue(), len(found), cache_bytes, sum(len(p) for _, p in found)
+
+
+def part_paths(path: Path, count: int) -> list[Path]:
+    """``FILE`` for one part, ``FILE.part1`` ... ``FILE.partN`` for several."""
+    return [path] if count == 1 else [path.with_name(f"{path.name}.part{i}") for i in range(1, count + 1)]
+
+
+def export(cache: DiskCache, path: Path | str, manifest: dict[str, Any], max_part_bytes: int | None = None) -> Exported:
+    """Write the cache's entries to ``path`` (or ``path.part1``... of at most ``max_part_bytes`` each)."""
+    path = Path(path)
+    stream, count, cache_bytes, payload_bytes = _stream(cache, manifest)
+    if count == 0:
+        raise BundleError(f"the build cache at {cache.root.parent} holds no kernels: run ./course prebuild first")
+    room = len(stream) if not max_part_bytes else max_part_bytes - HEADER
+    if room <= 0:
+        raise BundleError(f"a part must hold more than its {HEADER}-byte header")
+    chunks = [stream[i : i + room] for i in range(0, len(stream), room)]
+    digest = hashlib.sha256(stream).digest()
+    paths = part_paths(path, len(chunks))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f"{path.name}.part*"):
+        stale.unlink()  # parts of an earlier export would be read as this one's
+    for number, (where, chunk) in enumerate(zip(paths, chunks, strict=True), start=1):
+        header = MAGIC + number.to_bytes(2, "little") + len(chunks).to_bytes(2, "little") + digest
+        where.write_bytes(header + chunk)
+    return Exported(paths, count, cache_bytes, payload_bytes, sum(p.stat().st_size for p in paths))
+
+
+def _read_parts(path: Path) -> bytes:
+    """The stream from ``path`` (one file, or any of ``FILE.partN``), every part checked."""
+    base = Path(str(path)[: str(path).rfind(".part")]) if ".part" in path.name else path
+    first = path if path.exists() else base.with_name(f"{base.name}.part1")
+    if not first.exists():
+        raise BundleError(f"{path}: no such bundle")
+    blob = first.read_bytes()
+    if len(blob) < HEADER or not blob.startswith(MAGIC):
+        raise BundleError(f"{first}: not a build-cache bundle (no bundle header)")
+    count, digest = int.from_bytes(blob[10:12], "little"), blob[12:HEADER]
+    paths = part_paths(base, count)
+    chunks = []
+    for number, where in enumerate(paths, start=1):
+        if not where.exists():
+            raise BundleError(f"partial bundle: {where.name} (part {number} of {count}) is missing")
+        data = where.read_bytes() if where != first else blob
+        if data[:HEADER] != MAGIC + number.to_bytes(2, "little") + count.to_bytes(2, "little") + digest:
+            raise BundleError(f"{where.name} is not part {number} of {count} of this bundle")
+        chunks.append(data[HEADER:])
+    stream = b"".join(chunks)
+    if hashlib.sha256(stream).digest() != digest:
+        raise BundleError(f"corrupt bundle: the parts of {base.name} do not add up to what was exported")
+    return stream
+
+
+def read(path: Path | str) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest and the payloads of a bundle, every digest checked."""
+    stream = _read_parts(Path(path))
+    try:
+        tar = tarfile.open(fileobj=io.BytesIO(stream), mode="r:")
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+        manifest = json.loads(members.pop(MANIFEST))
+        files = {}
+        for name, data in members.items():
+            key, suffix = name.rsplit(".", 1)
+            files[key] = lzma.decompress(data) if suffix == "xz" else data
+    except (lzma.LZMAError, tarfile.TarError, EOFError, KeyError, ValueError, AttributeError) as exc:
+        raise BundleError(f"corrupt bundle {path}: {type(exc).__name__}: {exc}") from None
+    if manifest.get("format") != BUNDLE_FORMAT or manifest.get("cache_format") != FORMAT:
+        raise BundleError(f"{path}: bundle format {manifest.get('format')} (cache format "
+                          f"{manifest.get('cache_format')}); this course reads {BUNDLE_FORMAT} ({FORMAT})")  # fmt: skip
+    listed = manifest.get("entries", {})
+    if set(listed) != set(files):
+        raise BundleError(f"partial bundle {path}: {len(set(listed) ^ set(files))} entries differ from its manifest")
+    bad = [key for key, payload in files.items() if hashlib.sha256(payload).hexdigest() != listed[key]]
+    if bad:
+        raise BundleError(f"corrupt bundle {path}: {len(bad)} entries do not match their digests")
+    return manifest, files
+
+
+def mismatches(manifest: dict[str, Any], expected: dict[str, Any]) -> list[str]:
+    """What differs between the bundle's manifest and this machine: one line each (empty when it fits)."""
+    lines = []
+    for field, want in expected.items():
+        got = manifest.get(field)
+        if isinstance(want, dict):
+            got = got or {}
+            lines += [f"{field} {name}: bundle {got.get(name)}, this machine {value}"
+                      for name, value in sorted(want.items()) if got.get(name) != value]  # fmt: skip
+        elif got != want:
+            lines.append(f"{field}: bundle {got}, this machine {want}")
+    return lines
+
+
+def import_(cache: DiskCache, path: Path | str, expected: dict[str, Any]) -> tuple[int, int]:
+    """Check the bundle (see the module docstring) and write its entries into ``cache``: (written, already there).
+
+    Raises :class:`BundleError` naming what differs (compute capability, a code generator's version) or what is
+    wrong with the bundle; nothing is written then."""
+    manifest, files = read(path)
+    differ = mismatches(manifest, expected)
+    if differ:
+        raise BundleError(f"{path} was built for another GPU or stack; its kernels would not be used here:\n"
+                          + "\n".join(f"- {line}" for line in differ)
+                          + "\nBuild on this machine instead: ./course prebuild")  # fmt: skip
+    written = present = 0
+    for key, payload in sorted(files.items()):
+        if cache.get(key, count=False) == payload:
+            present += 1
+        else:
+            cache.put(key, payload)
+            written += 1
+    return written, present
+
+
+def kind_of(payload: bytes) -> str:
+    """What an entry holds, from its first bytes: libmathdx's LTO-IR, a linked cubin (ELF), or a small value."""
+    if payload[8:12] == b"\xedCN\x7f":  # an ISA number (8 bytes), then NVVM's LTO-IR container
+        return "LTO-IR (libmathdx device functions)"
+    named = 4 + int.from_bytes(payload[:4], "little")  # a kernel's cubin follows the entry name it was linked with
+    if payload.startswith(b"\x7fELF") or payload[named : named + 4] == b"\x7fELF":
+        return "cubins (linked kernels)"
+    return "traits and other small values"
+
+
+def breakdown(cache: DiskCache) -> dict[str, tuple[int, int]]:
+    """Entries and bytes (as stored) of each kind (:func:`kind_of`)."""
+    sizes: dict[str, tuple[int, int]] = {}
+    for key, payload in entries(cache):
+        count, size = sizes.get(kind_of(payload), (0, 0))
+        sizes[kind_of(payload)] = (count + 1, size + (cache.root / key[:2] / key).stat().st_size)
+    return sizes
+
+
+def compression_table(cache: DiskCache, sample_bytes: int = 64 * 2**20) -> list[tuple[str, int]]:
+    """Bytes of the cache's entries under other compressions, to choose the bundle's (smallest last): on the
+    first entries by key up to ``sample_bytes`` of payload (xz runs at about a megabyte a second)."""
+    import bz2
+    import zlib
+
+    found: list[tuple[str, bytes]] = []
+    for key, payload in entries(cache):
+        if found and sum(len(p) for _, p in found) + len(payload) > sample_bytes:
+            break
+        found.append((key, payload))
+    joined = b"".join(payload for _, payload in found)
+    sizes = [
+        ("entries as stored (zlib level 1 each)", sum((cache.root / k[:2] / k).stat().st_size for k, _ in found)),
+        ("zlib level 9, each entry", sum(len(zlib.compress(p, 9)) for _, p in found)),
+        ("bz2 level 9, all entries together", len(bz2.compress(joined, 9))),
+        ("xz level 9, each entry", sum(len(lzma.compress(p, preset=9)) for _, p in found)),
+        ("xz level 9 extreme, all entries together", len(lzma.compress(joined, preset=XZ_PRESET))),
+        ("the bundle: LTO-IR as it is, the rest xz level 9 extreme", sum(len(_pack_entry(p)[1]) for _, p in found)),
+    ]
+    return [(f"{what} ({len(found)} entries, {len(joined) / 2**20:.1f} MiB uncompressed)", size)
+            for what, size in sorted(sizes, key=lambda row: -row[1])]  # fmt: skip
