@@ -35,7 +35,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before numba.cuda is imported: the kernel exercises run in the simulator
+if __name__ == "__main__":  # before numba.cuda is imported: the SIMT kernels run in the simulator (under pytest,
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # conftest.py chooses: the simulator without a GPU)
 
 from utilities import inputs, mutants  # noqa: E402
 
@@ -417,7 +418,7 @@ EXERCISES: dict[str, Callable[[], tuple[str, Callable, Callable, Callable]]] = {
     "3a slice_number": slice_number_exercise,
     "3a diagonal_terms": diagonal_terms_exercise,
     "3b split_digits (device function)": split_digits_exercise,
-    "3b epilogue (SIMT kernel, simulator)": epilogue_exercise,
+    "3b epilogue (SIMT kernel, thread by thread)": epilogue_exercise,
     "4a symmetric_residue": residue_exercise,
     "4a crt_reconstruct": crt_exercise,
     "4b residue (device function)": residue_device_exercise,

@@ -253,7 +253,7 @@ _RUNTIME_NAMES = {"IllegalAddress": "ILLEGAL_ADDRESS", "MisalignedAddress": "MIS
                   "IllegalInstruction": "ILLEGAL_INSTRUCTION", "Assert": "ASSERT", "LaunchTimeout": "LAUNCH_TIMEOUT",
                   "LaunchFailure": "LAUNCH_FAILED"}  # fmt: skip
 _CUDA_ERROR = re.compile(r"CUDA_ERROR_(?P<driver>[A-Z_]+)|cudaError(?P<runtime>[A-Za-z]+)")
-_STICKY = ("ILLEGAL_ADDRESS", "MISALIGNED_ADDRESS", "ILLEGAL_INSTRUCTION", "ASSERT", "LAUNCH_FAILED")
+STICKY_CUDA_ERRORS = ("ILLEGAL_ADDRESS", "MISALIGNED_ADDRESS", "ILLEGAL_INSTRUCTION", "ASSERT", "LAUNCH_FAILED")
 
 
 def cuda_error_name(error: BaseException) -> str | None:
@@ -270,7 +270,7 @@ def explain_error(error: BaseException) -> str:
     if name is not None:
         cause = CUDA_CAUSES.get(name, "an error the GPU reported while running your kernel")
         hint = f"CUDA_ERROR_{name} while running your kernel: {cause}"
-        if name in _STICKY:
+        if name in STICKY_CUDA_ERRORS:
             hint += ". The GPU context is now unusable: restart the notebook's kernel, then run the cells again"
         return hint
     kind = type(error).__name__

@@ -344,8 +344,9 @@ class SemanticScore:
     alternatives: list[Verdict] = field(default_factory=list)
 
     @property
-    def score(self) -> float:
-        return sum(v.status == "rejected" for v in self.mistakes) / len(self.mistakes) if self.mistakes else 1.0
+    def score(self) -> float | None:
+        """Mistakes rejected on every seed with their message, of all mistakes (None without any)."""
+        return sum(v.status == "rejected" for v in self.mistakes) / len(self.mistakes) if self.mistakes else None
 
     @property
     def holes(self) -> list[Verdict]:
