@@ -5,9 +5,9 @@
     python tools/mutation_gpu.py --only 3b,3d --max-mutants 12 --timeout 300
 
 For each exercise (an exercise cell of a solution notebook, by id, and the cell that checks it), one process:
-the notebook's code cells before the exercise run once (imports, preflight, the build cache), then the solution
-and its check (the baseline, which must pass), then each mutant as an attendee would edit and re-run: the exercise
-cell with one change, then the check cell. Mutants:
+the notebook's code cells before the check cell, the exercise's left out, run once (imports, preflight, the build
+cache, the other exercises' solutions), then the solution and its check (the baseline, which must pass), then each
+mutant as an attendee would edit and re-run: the exercise cell with one change, then the check cell. Mutants:
 
 - syntactic: a deterministic sample of ``utilities.mutants``' single changes of the solution regions
   (``--max-mutants``, spread evenly over the list);
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -77,18 +78,17 @@ def notebook_cells(stem: str) -> list[dict[str, Any]]:
 
 
 def cell_plan(exercise: GpuExercise) -> tuple[list[str], str, str]:
-    """The code cells before the exercise cell (the setup), the exercise cell's source, the check cell's."""
+    """The setup (the code cells before the check cell but the exercise's: 3b's end-to-end check, for one, also
+    needs the epilogue exercise between them), the exercise cell's source, the check cell's."""
     cells = notebook_cells(exercise.stem)
     sources = {cell.get("id"): "".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"}
     for want in (exercise.cell, exercise.check):
         if want not in sources:
             raise KeyError(f"solutions/{exercise.stem}.ipynb has no code cell with id {want!r}")
-    setup = []
-    for cell in cells:
-        if cell.get("id") == exercise.cell:
-            break
-        if cell["cell_type"] == "code":
-            setup.append("".join(cell["source"]))
+    order = [cell.get("id") for cell in cells if cell["cell_type"] == "code"]
+    if order.index(exercise.check) < order.index(exercise.cell):
+        raise KeyError(f"solutions/{exercise.stem}.ipynb: the check cell {exercise.check} comes before the exercise")
+    setup = [sources[i] for i in order[: order.index(exercise.check)] if i != exercise.cell]
     return setup, sources[exercise.cell], sources[exercise.check]
 
 
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in e["semantic"]["holes"] + e["semantic"]["false_alarms"]:
             print(f"    {line}")
     gpu = next((j.gpu for j in jobs if j.gpu), "unknown")
-    command = "python tools/mutation_gpu.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    command = shlex.join(["python", "tools/mutation_gpu.py", *(argv if argv is not None else sys.argv[1:])])
     write(Path(args.json), command, gpu, entries)
     print(f"wrote {args.json} ({time.perf_counter() - started:.0f} s)")
     return 0 if all(not e["syntactic"]["survivors"] and not e["semantic"]["holes"] for e in entries) else 1

@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -507,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     syntactic = {s.exercise: s for s in ([] if args.semantic else run(names))}
     semantic = {s.exercise: s for s in ([] if args.syntactic else run_semantic(names))}
     entries = [entry(n, syntactic.get(n), semantic.get(n)) for n in names]
-    command = "python tools/mutation_test.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    command = shlex.join(["python", "tools/mutation_test.py", *(argv if argv is not None else sys.argv[1:])])
     write_entries(Path(args.json), command, entries, list(EXERCISES))
     holes = any(s.survived for s in syntactic.values()) or any(s.holes for s in semantic.values())
     return 1 if holes else 0
