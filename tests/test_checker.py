@@ -1,4 +1,5 @@
-"""The checkers pass correct stages, reject broken ones naming the stage, and spot unfinished exercises."""
+"""The checkers pass correct stages, reject broken ones naming the stage and the cause, feed the corners of their
+domain on every run, and spot unfinished exercises (the Ozaki-I checkers and the checker core)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from utilities import ozaki
+from utilities import checker, ozaki
 from utilities.checker import PLACEHOLDER, CheckFailure
 from utilities.ozaki import check
+
+SEEDS = (0, 1, 2, 3, 4)
 
 # --- correct implementations pass --------------------------------------------------------------------------
 
@@ -17,8 +20,8 @@ from utilities.ozaki import check
 def test_reference_stages_pass_every_checker():
     assert check.check_slicing(ozaki.slice_rows, seed=1)
     assert check.check_diagonals(ozaki.diagonal_sums, seed=2)
-    assert check.check_epilogue(ozaki.reconstruct, seed=3)
-    assert check.check_diagonal_terms(lambda d, S: [p for p in ozaki.product_terms(S) if sum(p) == d])
+    assert check.check_epilogue(check.epilogue_reference, seed=3)
+    assert check.check_diagonal_terms(check.diagonal_terms_ref)
 
 
 def reference_run(slices=7):
@@ -70,7 +73,8 @@ def slicing_with(digit_fn=None, shift_fn=None):
         e = (shift_fn or ozaki.row_shifts)(a)
         digits = np.zeros((slices, *a.shape), np.int8)
         for i, j in np.ndindex(*a.shape):
-            digits[:, i, j] = np.asarray(digit_fn(a[i, j], int(e[i]), slices), dtype=np.int64)
+            if np.isfinite(a[i]).all():  # a row holding NaN or Inf keeps zero digits
+                digits[:, i, j] = np.asarray(digit_fn(a[i, j], int(e[i]), slices), dtype=np.int64)
         return digits, e
 
     return slicer
@@ -113,48 +117,68 @@ def swapped_diagonals(a_slices, b_slices):
 
 
 def epilogue_with(weight_exp=lambda d: -8 * d, scale=-14, read_c=False, diagonals=lambda S: range(S - 1, -1, -1)):
-    def fn(D, e, f, alpha, beta, c):
-        S = D.shape[0]
-        acc = np.zeros(D.shape[1:])
+    """The epilogue in NumPy over (terms, offsets), with one of its steps swappable for a broken one."""
+
+    def fn(terms, offsets, e, f, alpha, beta, c):
+        S = len(offsets) - 1
+        acc = np.zeros(terms.shape[1:])
         for d in diagonals(S):
-            acc = acc + D[d].astype(np.float64) * 2.0 ** weight_exp(d)
-        out = alpha * np.ldexp(acc, e[:, None].astype(np.int64) + f[None, :] + scale)
-        return out + beta * c if (beta != 0 or read_c) else out
+            exact = terms[offsets[d] : offsets[d + 1]].sum(axis=0, dtype=np.int64)
+            acc = acc + exact.astype(np.float64) * 2.0 ** weight_exp(d)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = alpha * np.ldexp(acc, e[:, None].astype(np.int64) + f[None, :] + scale)
+            out = out + beta * c if (beta != 0 or read_c) else out
+        out[e == ozaki.NONFINITE_SHIFT, :] = np.nan
+        out[:, f == ozaki.NONFINITE_SHIFT] = np.nan
+        return out
 
     return fn
 
 
-BROKEN = [
-    ("floor digits", lambda: check.check_slicing(slicing_with(floor_digits), seed=5), "slices"),
-    ("no carry", lambda: check.check_slicing(slicing_with(no_carry_digits), seed=5), "slices"),
-    ("round half up", lambda: check.check_slice_number(half_up_digits), "digits of one number"),
-    ("no 127/128 margin", lambda: check.check_slicing(slicing_with(shift_fn=margin_one_shifts), seed=5),
-     "exponent shifts"),
-    ("shift off by one", lambda: check.check_slicing(slicing_with(shift_fn=shifted_by_one), seed=5),
-     "exponent shifts"),
-    ("diagonal misses s = d", lambda: check.check_diagonals(diagonals_with(lambda s, t, S: s + t < S and s < s + t)),
-     "anti-diagonal sums"),
-    ("keeps dropped terms", lambda: check.check_diagonals(diagonals_with(lambda s, t, S: True)), "anti-diagonal sums"),
-    ("swapped slices", lambda: check.check_diagonals(swapped_diagonals), "anti-diagonal sums"),
-    ("int64 diagonals", lambda: check.check_diagonals(lambda a, b: ozaki.diagonal_sums(a, b).astype(np.int64)),
-     "anti-diagonal sums"),
-    ("weight sign", lambda: check.check_epilogue(epilogue_with(weight_exp=lambda d: 8 * d)), "FP64 epilogue"),
-    ("scale -13", lambda: check.check_epilogue(epilogue_with(scale=-13)), "FP64 epilogue"),
-    ("reads C when beta = 0", lambda: check.check_epilogue(epilogue_with(read_c=True)), "FP64 epilogue"),
-    ("drops last diagonal", lambda: check.check_epilogue(epilogue_with(diagonals=lambda S: range(S - 2, -1, -1))),
-     "FP64 epilogue"),
-    ("6 slices instead of 7", lambda: check.check_ozaki_gemm(reference_run(6), 7, shapes=[(40, 24, 56)], seed=6), "C"),
+BROKEN = [  # (label, run, stage, a piece of the message that names the mistake)
+    ("floor digits", lambda seed: check.check_slicing(slicing_with(floor_digits), seed=seed), "slices",
+     "floor is not exact"),
+    ("no carry", lambda seed: check.check_slicing(slicing_with(no_carry_digits), seed=seed), "slices", "do not wrap"),
+    ("round half up", lambda seed: check.check_slice_number(half_up_digits, seed=seed), "digits of one number",
+     "half to even"),
+    ("no 127/128 margin", lambda seed: check.check_slicing(slicing_with(shift_fn=margin_one_shifts), seed=seed),
+     "exponent shifts", "127/128"),
+    ("shift off by one", lambda seed: check.check_slicing(slicing_with(shift_fn=shifted_by_one), seed=seed),
+     "exponent shifts", "smallest integer"),
+    ("diagonal misses s = d", lambda seed: check.check_diagonals(
+        diagonals_with(lambda s, t, S: s + t < S and s < s + t), seed=seed), "anti-diagonal sums", "s + t == d"),
+    ("keeps dropped terms", lambda seed: check.check_diagonals(diagonals_with(lambda s, t, S: True), seed=seed),
+     "anti-diagonal sums", "s + t == d"),
+    ("swapped slices", lambda seed: check.check_diagonals(swapped_diagonals, seed=seed), "anti-diagonal sums",
+     "s + t == d"),
+    ("int64 diagonals", lambda seed: check.check_diagonals(
+        lambda a, b: ozaki.diagonal_sums(a, b).astype(np.int64), seed=seed), "anti-diagonal sums", "dtype int64"),
+    ("weight sign", lambda seed: check.check_epilogue(epilogue_with(weight_exp=lambda d: 8 * d), seed=seed),
+     "FP64 epilogue", "2^(-8d)"),
+    ("scale -13", lambda seed: check.check_epilogue(epilogue_with(scale=-13), seed=seed), "FP64 epilogue",
+     "e_i + f_j - 14"),
+    ("reads C when beta = 0", lambda seed: check.check_epilogue(epilogue_with(read_c=True), seed=seed),
+     "FP64 epilogue", "C was read although beta = 0"),
+    ("7 diagonals whatever the count", lambda seed: check.check_epilogue(
+        epilogue_with(diagonals=lambda S: range(6, -1, -1)), seed=seed), "running your code", "hard-coded count"),
+    ("largest weight first", lambda seed: check.check_epilogue(epilogue_with(diagonals=range), seed=seed),
+     "FP64 epilogue", "largest weight to the smallest"),
+    ("drops last diagonal", lambda seed: check.check_epilogue(
+        epilogue_with(diagonals=lambda S: range(S - 2, -1, -1)), seed=seed), "FP64 epilogue", "not a fixed count"),
+    ("6 slices instead of 7", lambda seed: check.check_ozaki_gemm(reference_run(6), 7, shapes=[(40, 24, 56)],
+                                                                  seed=seed), "C", "look at the epilogue"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("label", "run", "stage"), BROKEN, ids=[b[0] for b in BROKEN])
-def test_broken_stage_is_rejected_with_its_name(label, run, stage):
-    with pytest.raises(CheckFailure) as failure:
-        run()
-    if stage is not None:
+@pytest.mark.parametrize(("label", "run", "stage", "names"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_broken_stage_is_rejected_with_its_name_on_every_seed(label, run, stage, names):
+    for seed in SEEDS:
+        with pytest.raises(CheckFailure) as failure:
+            run(seed)
         assert failure.value.stage == stage
-    message = str(failure.value)
-    assert "got" in message and "expected" in message or "dtype" in message or "diagonal" in message
+        message = str(failure.value)
+        assert names in message, message
+        assert "np.int" not in message and "np.float" not in message, "values print plain"
 
 
 def test_at_least_ten_broken_implementations_are_covered():
@@ -164,7 +188,7 @@ def test_at_least_ten_broken_implementations_are_covered():
 def test_failure_message_names_indices_values_and_hint():
     with pytest.raises(CheckFailure) as failure:
         check.check_slicing(slicing_with(shift_fn=shifted_by_one), seed=5)
-    text = str(failure.value)
+    text = str(failure.value)  # the first case is the corner matrix
     assert "stage 'exponent shifts'" in text and "at (row " in text and "hint:" in text
 
 
@@ -215,3 +239,125 @@ def test_a_wrong_result_without_placeholder_raises(define):
     attempt = define("def attempt(x, e, slices):\n    return [1] * slices\n", "attempt")
     with pytest.raises(CheckFailure):
         check.check_slice_number(attempt)
+
+
+# --- the domain's corners, fed on every run --------------------------------------------------------------------
+
+
+def test_corner_rows_reach_both_ends_of_the_range_and_every_corner():
+    for slices in (1, 7, ozaki.MAX_SLICES):
+        a, names = check.corner_matrix(slices)
+        e = ozaki.row_shifts(a)
+        finite = e != ozaki.NONFINITE_SHIFT
+        assert {1025, 1024, -1073} <= set(e[finite].tolist()), "shifts at both ends of the FP64 range"
+        assert (~finite).sum() == 3 and len(names) == a.shape[0]
+        assert any("ties" in n for n in names) and any("cascade" in n for n in names)
+    assert check.SLICE_COUNTS == tuple(range(1, 13))
+
+
+def test_the_diagonal_terms_bound_is_observable():
+    """Without "both below slices" the diagonals Ozaki-I keeps are right; the checker asks for the others too."""
+    with pytest.raises(CheckFailure, match="both s and t must stay below"):
+        check.check_diagonal_terms(lambda d, S: [(s, d - s) for s in range(d + 1)])
+
+
+def _swapped_grid(fn, block=(32, 8)):
+    """``fn``'s result where a kernel with its grid axes swapped writes (x along rows); NaN where it writes nothing."""
+
+    def run(*args):
+        out = np.asarray(fn(*args)).copy()
+        m, n = out.shape
+        rows, cols = block[0] * -(-n // block[0]), block[1] * -(-m // block[1])  # what the swapped threads cover
+        out[rows:, :] = np.nan
+        out[:, cols:] = np.nan
+        return out
+
+    return run
+
+
+def test_a_swapped_grid_fails_the_epilogue_check():
+    with pytest.raises(CheckFailure, match="entries wrong"):
+        check.check_epilogue(_swapped_grid(check.epilogue_reference), seed=1)
+
+
+def test_a_swapped_tile_grid_fails_the_gemm_check_and_says_where():
+    with pytest.raises(CheckFailure, match="never written"):
+        check.check_ozaki_gemm(_swapped_grid(reference_run(7), block=(128, 128)), 7, shapes=[(300, 136, 40)], seed=2,
+                               adversarial=False)  # fmt: skip
+
+
+def test_an_epilogue_for_one_layout_fails_on_the_other():
+    def partial_only(terms, offsets, e, f, alpha, beta, c):  # takes terms[d] as diagonal d
+        return check.epilogue_reference(terms[: len(offsets) - 1], np.arange(len(offsets)), e, f, alpha, beta, c)
+
+    with pytest.raises(CheckFailure, match=r"offsets\[d \+ 1\] - 1"):
+        check.check_epilogue(partial_only, seed=3)
+
+
+def test_checkers_print_their_domain(capsys):
+    check.check_diagonal_terms(check.diagonal_terms_ref)
+    check.check_epilogue(check.epilogue_reference, seed=4)
+    out = capsys.readouterr().out
+    assert out.count("checked:") == 2 and "1 to 12 slices" in out and "both layouts" in out
+
+
+# --- diagnosis by cause ------------------------------------------------------------------------------------------
+
+
+def test_a_gemm_that_reads_c_when_beta_is_zero_is_named(define):
+    """An all-NaN result from a C that was read is not "not written": the message names the cause."""
+
+    def reads_c(a, b, c, alpha, beta):
+        return ozaki.ozaki_gemm_ref(a, b, 7, alpha, 1.0, c, nonfinite="propagate") - c + beta * c  # uses C always
+
+    attempt = define("def run(a, b, c, alpha, beta):\n    return c\n", "run")  # finished code: no placeholder
+    with pytest.raises(CheckFailure, match="C was read although beta = 0") as info:
+        check.check_ozaki_gemm(reads_c, 7, shapes=[(40, 24, 56)], seed=5, exercise=attempt)
+    assert info.value.stage == "C" and "at (row" in str(info.value)
+
+
+class CudaAPIError(Exception):
+    """Stands in for numba-cuda's driver error (same name, same message form)."""
+
+
+@pytest.mark.parametrize(
+    ("message", "cause"),
+    [
+        ("[700] Call to cuMemcpyDtoH results in CUDA_ERROR_ILLEGAL_ADDRESS", "index past its end"),
+        ("cudaErrorLaunchOutOfResources: too many resources requested for launch", "registers per thread"),
+        ("[716] Call to cuCtxSynchronize results in CUDA_ERROR_MISALIGNED_ADDRESS", "16-byte copy"),
+        ("[1] Call to cuLaunchKernel results in CUDA_ERROR_INVALID_VALUE", "1024 threads"),
+    ],
+)
+def test_a_cuda_error_in_the_attendees_kernel_says_what_causes_it(message, cause):
+    assert cause in checker.explain_error(CudaAPIError(message))
+
+    def kernel_run(a, e, slices):
+        raise CudaAPIError(message)
+
+    with pytest.raises(CheckFailure) as info:
+        check.check_slice_number(kernel_run)
+    assert info.value.stage == "running your code" and cause in str(info.value)
+
+
+def test_sticky_errors_say_to_restart_and_python_errors_name_their_cause():
+    assert "restart" in checker.explain_error(CudaAPIError("CUDA_ERROR_ILLEGAL_ADDRESS"))
+    assert "restart" not in checker.explain_error(CudaAPIError("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"))
+    assert "math.ldexp" in checker.explain_error(OverflowError("math range error"))
+    assert "hard-coded count" in checker.explain_error(IndexError("index 6 is out of bounds"))
+    typing = type("TypingError", (Exception,), {})
+    assert "numba could not compile" in checker.explain_error(typing("bad"))
+
+
+def test_values_print_plain_and_infinities_compare_exactly():
+    with pytest.raises(CheckFailure) as info:
+        checker.compare("x", np.array([2, 3], np.int64), np.array([2, 4], np.int64))
+    assert "got 3, expected 4" in str(info.value)
+    with pytest.raises(CheckFailure) as info:
+        checker.compare("y", np.array([0.348], np.float16), np.array([0.5], np.float16), bound=0.01)
+    assert "got 0.348, expected 0.5" in str(info.value)
+    checker.compare("z", np.array([np.inf, -np.inf, np.nan]), np.array([np.inf, -np.inf, np.nan]), bound=0.0)
+    for got in ([1e308, -np.inf, np.nan], [np.inf, np.inf, np.nan], [np.inf, -np.inf, 0.0]):
+        with pytest.raises(CheckFailure):  # a bound, even an infinite one, never excuses a non-finite entry
+            checker.compare("z", np.array(got), np.array([np.inf, -np.inf, np.nan]), bound=np.inf)
+    assert checker.plain((np.int64(2), np.float64(0.5))) == "(2, 0.5)"

@@ -190,7 +190,7 @@ def b2b_kernel(mistake: str | None = None):
             d0[..., 32:, :] = d0[..., :32, :]
         kept["d0"] = d0
         s1 = ref.matmul_acc(d0, b1)
-        c = 0 if mistake == "no beta" else f32(beta1) * c1.astype(f32)
+        c = 0 if mistake == "no beta" or beta1 == 0 else f32(beta1) * c1.astype(f32)  # C1 unread when beta1 = 0
         t1 = f32(alpha1) * (f32(alpha1) if mistake == "alpha1 twice" else 1) * s1 + c
         d1 = (t1 if mistake == "no relu1" else ref.relu(t1)).astype(np.float16)
         if mistake == "batch 0 only":
@@ -204,7 +204,7 @@ def b2b_kernel(mistake: str | None = None):
 def test_a_correct_kernel_passes(batched, capsys):
     run, stages = b2b_kernel()
     result = fcheck.check_back_to_back(run, stages=stages, batched=batched, shape=SMALL, seed=1)
-    assert result.status == "passed" and result.cases == len(ref.B2B_CASES)
+    assert result.status == "passed" and result.cases == len(ref.B2B_CASES) + 1  # and an Inf and a -Inf in C1
     assert "passed" in capsys.readouterr().out
 
 
@@ -243,9 +243,9 @@ def test_beta1_zero_must_not_add_c1():
         beta = beta1 if beta1 != 0 else 1.0  # the mistake: beta1 = 0 treated as "no beta"
         return ref.relu(np.float32(alpha1) * ref.matmul_acc(d0, b1) + np.float32(beta) * c1).astype(np.float16)
 
-    with pytest.raises(CheckFailure, match="C1 added without beta1") as failure:
+    with pytest.raises(CheckFailure, match="C1 was read although beta1 = 0") as failure:
         fcheck.check_back_to_back(run, shape=SMALL, seed=4)
-    assert "beta1 = 0" in str(failure.value)
+    assert failure.value.stage == "d1" and "at (row " in str(failure.value)
 
 
 def test_an_untouched_skeleton_is_not_implemented(capsys, define):
@@ -283,6 +283,11 @@ def gemm_kernel(mistake: str | None = None):
     def run(a, b, bias):
         s = ref.matmul_acc(a, b)
         bias32 = bias.astype(np.float32)
+        if mistake == "fp16 before the bias":
+            return ref.relu(s.astype(np.float16).astype(np.float32) + bias32).astype(np.float16)
+        if mistake == "relu of nan is 0":  # not a mistake: x if x > 0 else 0, as the kernel writes it
+            x = s + bias32
+            return np.where(x > 0, x, 0).astype(np.float16)
         if mistake == "no bias":
             return ref.relu(s).astype(np.float16)
         if mistake == "relu first":
@@ -311,3 +316,28 @@ def test_gemm_checker_untouched_is_not_implemented(define):
     assert result.status == "not implemented"
     with pytest.raises(CheckFailure, match="no placeholder line left"):  # the same output from finished code
         fcheck.check_gemm_bias_relu(lambda a, b, bias: np.zeros((64, 32), np.float16), shape=(64, 32, 96))
+
+
+def test_gemm_checker_passes_either_relu_of_nan_and_feeds_its_corners(capsys):
+    for kernel in (gemm_kernel(), gemm_kernel("relu of nan is 0")):
+        assert fcheck.check_gemm_bias_relu(kernel, shape=(384, 256, 192), seed=6).status == "passed"
+    out = capsys.readouterr().out
+    assert fcheck.CANCELLING in out and fcheck.NONFINITE in out
+
+
+def test_gemm_checker_sees_the_rounding_order():
+    """Rounding the FP32 accumulator to FP16 before adding a bias that nearly cancels it leaves the bound."""
+    with pytest.raises(CheckFailure, match="rounded to FP16 before the bias") as failure:
+        kernel = gemm_kernel("fp16 before the bias")
+        fcheck.check_gemm_bias_relu(kernel, shape=(384, 256, 192), seed=7, cases=())  # the corners alone
+    assert fcheck.CANCELLING in str(failure.value)
+
+
+def test_gemm_checker_rejects_a_swapped_grid():
+    def swapped(a, b, bias):  # blockIdx.x taken for the column tile: a 2 x 3 region of the 3 x 2 output
+        out = gemm_kernel()(a, b, bias)
+        out[256:, :] = np.nan
+        return out
+
+    with pytest.raises(CheckFailure, match="never written"):
+        fcheck.check_gemm_bias_relu(swapped, shape=(384, 256, 192), seed=8)

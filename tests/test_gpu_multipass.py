@@ -44,7 +44,7 @@ def test_every_f_matches_the_reference_on_random_and_extreme_inputs(gpu, dtype, 
     cfg = mp.PassConfig(dtype, fused=fused)
     plan = G.PassGemm(*SHAPE, cfg)
     result = check.check_pass_gemm(_runner(cp, plan), dtype, phase_k=cfg.phase_k, shapes=[SHAPE], seed=1234)
-    assert result.status == "passed" and result.cases == len(mp.CASES)
+    assert result.status == "passed" and result.cases == len(mp.CASES) + (dtype == "float16")  # FP16: NaN, Inf
 
 
 @pytest.mark.parametrize("dtype", mp.DTYPES)

@@ -128,7 +128,7 @@ SHAPES = ((64, 32, 512),)
 def test_checker_passes_a_correct_phase_loop(dtype, capsys):
     phase_k = 4 * mp.PASS_K[dtype]
     result = check.check_pass_gemm(lambda a, bt: emulate(a, bt, phase_k), dtype, phase_k=phase_k, shapes=SHAPES, seed=7)
-    assert result.status == "passed" and result.cases == 4
+    assert result.status == "passed" and result.cases == (4 if dtype == "int8" else 5)  # FP16: a NaN and an Inf too
     assert "seed 7" in capsys.readouterr().out
 
 
@@ -253,3 +253,33 @@ def test_model_prefers_fusion_until_a_ceiling():
 def test_fragment_registers_grow_with_fusion():
     regs = [mp.fragment_registers(mp.PassConfig("int8", fused=f)) for f in (1, 2, 4, 8)]
     assert regs == [regs[0] * f for f in (1, 2, 4, 8)] and regs[0] > 0
+
+
+def test_checker_default_shapes_swap_tile_counts_and_vary_the_phases():
+    shapes = check.pass_gemm_shapes(64)
+    assert [(m // 128, n // 128, k // 64) for m, n, k in shapes] == [(3, 2, 2), (2, 3, 3), (1, 1, 16)]
+
+
+@pytest.mark.parametrize("dtype", mp.DTYPES)
+def test_a_swapped_grid_fails(dtype):
+    """Blocks that take blockIdx.x for the column tile write a 2 x 3 region of a 3 x 2 output (and past it)."""
+
+    def swapped(a, bt):
+        out = emulate(a, bt, 64)
+        m, n = out.shape
+        written = np.zeros_like(out, dtype=bool)
+        written[: min(m, 128 * (n // 128)), : min(n, 128 * (m // 128))] = True
+        return np.where(written, out, 0 if dtype == "int8" else np.nan).astype(out.dtype)
+
+    with pytest.raises(checker.CheckFailure):
+        check.check_pass_gemm(swapped, dtype, phase_k=64, seed=3)
+
+
+def test_a_skipped_phase_loses_the_nan_and_the_inf():
+    """FP16: the NaN sits in A's last phase, the Inf in B's first: skipping either phase shows."""
+    for skip in (0, 7):
+        with pytest.raises(checker.CheckFailure):
+            check.check_pass_gemm(lambda a, bt, skip=skip: emulate(a, bt, 64, skip=skip), "float16", phase_k=64,
+                                  shapes=((64, 32, 512),), cases=[check.NONFINITE], seed=4)  # fmt: skip
+    assert check.check_pass_gemm(lambda a, bt: emulate(a, bt, 64), "float16", phase_k=64, shapes=((64, 32, 512),),
+                                 cases=[check.NONFINITE], seed=4)  # fmt: skip

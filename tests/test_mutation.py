@@ -1,10 +1,15 @@
-"""Mutation testing: the engine finds and sorts mutants, and the CPU exercises' checkers reject every mutant that
-changes a result (``tools/mutation_test.py`` writes the full table to ``results/mutation-cpu.json``)."""
+"""Mutation testing: the engine finds and sorts mutants; the CPU exercises' checkers reject every syntactic mutant that
+changes a result and every realistic mistake of ``tools/mistakes`` on every seed, with a message that names it, and
+accept the correct alternatives (``tools/mutation_test.py`` writes the full table to ``results/mutation-cpu.json``);
+the GPU tool plans at least ten mutants per kernel exercise without a GPU and runs them in processes it restarts."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,9 +28,11 @@ TOY = """def scale(x, k):
 """
 
 
+@functools.cache
 def _tool():
     spec = importlib.util.spec_from_file_location("mutation_test", ROOT / "tools" / "mutation_test.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -78,7 +85,7 @@ def test_a_mutant_that_does_not_build_counts_as_rejected():
 
 
 FAST = ["3a slice_number", "3a diagonal_terms", "4a symmetric_residue", "4a crt_reconstruct",
-        "4b residue (device function)", "3b split_digits (device function)"]  # fmt: skip
+        "4b residue (device function)", "2c neighbor (device function)"]  # fmt: skip
 
 
 @pytest.mark.parametrize("exercise", FAST)
@@ -89,9 +96,163 @@ def test_checker_rejects_every_result_changing_mutant(exercise):
     assert not score.survived, "\n".join(f"line {m.line}: {m.what}" for m in score.survived)
 
 
-def test_the_committed_scores_cover_every_exercise_and_show_no_survivor():
+@pytest.mark.parametrize("exercise", list(_tool().EXERCISES))
+def test_the_solution_itself_differs_from_nothing(exercise):
+    """The wider differential test of each exercise accepts the solution (else every survivor would be a false one)."""
+    text, build, _, differs = _tool().EXERCISES[exercise]()
+    assert not differs(build(text))
+
+
+# --- semantic mutants: realistic mistakes and correct alternatives, as data ------------------------------------------
+
+MISTAKES, ALTERNATIVES = mutants.load_mistakes(ROOT / "tools" / "mistakes")
+OURS = ("3a", "3b")  # the CPU exercises of tracks 3a and 3b: every mistake on every seed here
+SLOW = "3b epilogue"  # its Python kernel runs thread by thread: one seed here, all of them in the tool
+
+
+def _cpu_items(items):
+    names = {mutants.exercise_key(n): n for n in _tool().EXERCISES}
+    return [(names[mutants.exercise_key(i.exercise)], i) for i in items
+            if mutants.exercise_key(i.exercise) in names and i.exercise.startswith(OURS)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("exercise", "mistake"), _cpu_items(MISTAKES), ids=lambda x: getattr(x, "what", x))
+def test_every_mistake_is_rejected_on_every_seed_with_a_message_that_names_it(exercise, mistake):
+    text, build, check, _ = _tool().EXERCISES[exercise]()
+    seeds = (1,) if exercise.startswith(SLOW) else _tool().SEEDS
+    verdict = mutants.judge(mistake, text, build, check, seeds)
+    assert verdict.status == "rejected", verdict.line()
+
+
+@pytest.mark.parametrize(("exercise", "alternative"), _cpu_items(ALTERNATIVES), ids=lambda x: getattr(x, "what", x))
+def test_every_correct_alternative_passes(exercise, alternative):
+    text, build, check, _ = _tool().EXERCISES[exercise]()
+    seeds = (1,) if exercise.startswith(SLOW) else _tool().SEEDS
+    verdict = mutants.judge(alternative, text, build, check, seeds)
+    assert verdict.status == "accepted", verdict.line()
+
+
+def test_the_mistakes_cover_every_kind_the_issue_names_and_each_cpu_exercise_holds_a_few():
+    kinds = {m.kind for m in MISTAKES}
+    assert {"edge", "hard-coded count", "swapped axes", "rounding order"} <= kinds
+    for exercise in ("3a slice_number", "3a diagonal_terms", "3b split_digits", "3b epilogue"):
+        assert len(mutants.for_exercise(MISTAKES, exercise)) >= 5
+        assert len(mutants.for_exercise(ALTERNATIVES, exercise)) >= 2
+
+
+def test_every_mistake_names_an_exercise_of_a_tool_and_applies_to_it():
+    gpu = _gpu_tool()
+    cpu_names = {mutants.exercise_key(n) for n in _tool().EXERCISES}
+    for item in MISTAKES + ALTERNATIVES:
+        key = mutants.exercise_key(item.exercise)
+        assert key in cpu_names or key in gpu.GPU_EXERCISES, f"{item.exercise}: no tool has this exercise"
+        if key in gpu.GPU_EXERCISES:
+            _, source, _ = gpu.cell_plan(gpu.GPU_EXERCISES[key])
+        else:
+            source = _tool().EXERCISES[next(n for n in _tool().EXERCISES if mutants.exercise_key(n) == key)]()[0]
+        assert item.apply(source) != source
+
+
+def test_a_mistake_applies_once_and_a_message_counts():
+    toy = mutants.Mistake("toy", "edge", "adds 2", old="x * k + 1", new="x * k + 2", message="scale(")
+    assert "x * k + 2" in toy.apply(TOY)
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        mutants.Mistake("toy", "edge", "absent", old="nothing like it", new="").apply(TOY)
+
+    def strong(fn, seed=0):
+        if fn(2, 3) != 6:
+            raise CheckFailure("scale", f"scale(2, 3) on seed {seed}")
+
+    def by_seed(fn, seed=0):  # rejects on odd seeds only: a verdict that depends on the seed
+        if seed % 2 and fn(2, 3) != 6:
+            raise CheckFailure("scale", "scale(2, 3)")
+
+    assert mutants.judge(toy, TOY, _build, strong, (0, 1, 2)).status == "rejected"
+    quiet = mutants.Mistake("toy", "edge", "adds 2", old="x * k + 1", new="x * k + 2", message="not in the message")
+    assert mutants.judge(quiet, TOY, _build, strong, (0, 1)).status == "misnamed"
+    assert mutants.judge(toy, TOY, _build, by_seed, (0, 1, 2)).status == "some seeds"
+    assert mutants.judge(toy, TOY, _build, lambda fn, seed=0: None, (0,)).status == "missed"
+    same = mutants.Alternative("toy", "the same", old="x * k + 1", new="k * x + 1")
+    assert mutants.judge(same, TOY, _build, strong, (0, 1)).status == "accepted"
+
+
+def test_the_committed_scores_cover_every_exercise_and_show_no_hole():
     data = json.loads((ROOT / "results" / "mutation-cpu.json").read_text())
     tool = _tool()
     assert [e["exercise"] for e in data["exercises"]] == list(tool.EXERCISES)
     for entry in data["exercises"]:
-        assert entry["survived"] == 0 and entry["score"] == 1.0, entry
+        assert entry["syntactic"]["survived"] == 0 and entry["syntactic"]["score"] == 1.0, entry
+        if entry["exercise"].startswith(OURS):
+            assert entry["semantic"]["mistakes"] >= 5 and entry["semantic"]["score"] == 1.0, entry
+            assert entry["semantic"]["accepted"] == entry["semantic"]["alternatives"] >= 2, entry
+
+
+# --- GPU mutants: planned here, run on a GPU ------------------------------------------------------------------------
+
+
+@functools.cache
+def _gpu_tool():
+    spec = importlib.util.spec_from_file_location("mutation_gpu", ROOT / "tools" / "mutation_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+DRY_RUN = """
+import runpy, sys
+sys.argv = ["mutation_gpu.py", "--dry-run"]
+try:
+    runpy.run_path("tools/mutation_gpu.py", run_name="__main__")
+except SystemExit as done:
+    code = done.code
+print("GPU stack:", sorted(m for m in sys.modules if m.split(".")[0] in ("cupy", "nvmath") or m == "numba.cuda"))
+sys.exit(code)
+"""
+
+
+def test_the_gpu_dry_run_lists_at_least_ten_mutants_per_kernel_exercise_without_a_gpu():
+    done = subprocess.run([sys.executable, "-c", DRY_RUN], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "GPU stack: []" in done.stdout, "the dry run imports nothing of the GPU stack"
+    gpu = _gpu_tool()
+    for name, exercise in gpu.GPU_EXERCISES.items():
+        setup, cell, check = gpu.cell_plan(exercise)
+        assert "# BEGIN SOLUTION" in cell and setup and "check" in check
+        planned, broken = gpu.plan_mutants(name, cell, 10)
+        assert len(planned) >= 10 and not broken, name
+        assert f"{name} (solutions/{exercise.stem}.ipynb" in done.stdout
+    assert {"1", "2a", "2b", "2c", "3b", "3c", "3d", "4b"} == {n.split()[0] for n in gpu.GPU_EXERCISES}
+
+
+def test_the_gpu_sample_is_deterministic_and_spread():
+    gpu = _gpu_tool()
+    assert gpu.sample(list(range(100)), 4) == [0, 25, 50, 75] and gpu.sample([1, 2], 5) == [1, 2]
+    assert gpu.selected("3b,4b") == ["3b products", "4b residue", "4b reconstruct"]
+
+
+def test_the_gpu_runner_sorts_mutants_restarts_after_a_hang_and_writes_the_report(tmp_path):
+    """The process machinery on the CPU, with a toy exercise: a check, a survivor, a hang past the time limit."""
+    gpu = _gpu_tool()
+    cell = "def scale(x, k):\n    # BEGIN SOLUTION\n    y = x * k\n    # END SOLUTION\n    return y\n"
+    check = (
+        "from utilities.checker import CheckFailure\n"
+        "if scale(2, 3) != 6 or scale(0, 5) != 0:\n    raise CheckFailure('scale', 'scale(2, 3) is not 6')\n"
+    )
+    hang = cell.replace("y = x * k", "import time\n    time.sleep(60)\n    y = x * k")
+    planned = [
+        gpu.Planned("syntactic", "Mult -> Add", cell.replace("x * k", "x + k")),
+        gpu.Planned("syntactic", "a hang", hang),
+        gpu.Planned("syntactic", "k * x", cell.replace("x * k", "k * x")),
+        gpu.Planned("edge", "adds one", cell.replace("x * k", "x * k + 1"), message="is not 6"),
+        gpu.Planned("alternative", "a loop", cell.replace("y = x * k", "y = sum(x for _ in range(k))")),
+    ]
+    job = gpu.Job("toy", planned, ["import math"], cell, check, tmp_path)  # fmt: skip
+    gpu.run_jobs([job], parallel=1, timeout=8, setup_timeout=60)
+    entry = gpu.entry(job)
+    assert entry["baseline"].startswith("passed"), entry
+    assert entry["syntactic"]["rejected"] == 2 and entry["syntactic"]["timed_out"] == ["a hang"]
+    assert entry["syntactic"]["survivors"] == ["k * x"]  # the GPU run cannot tell an equivalent one: review it
+    assert entry["semantic"]["rejected"] == 1 and entry["semantic"]["accepted"] == 1
+    gpu.write(tmp_path / "report.json", "test", "none", [entry])
+    assert json.loads((tmp_path / "report.json").read_text())["exercises"][0]["exercise"] == "toy"

@@ -1,13 +1,22 @@
-"""Mutation scores of the CPU exercises: every single-change mutant of each solution region, through its checker.
+"""Mutation scores of the CPU exercises: syntactic and semantic mutants of each solution, through its checker.
 
     python tools/mutation_test.py                 # every exercise, a table, and results/mutation-cpu.json
-    python tools/mutation_test.py --only 3a       # exercises whose name contains 3a
+    python tools/mutation_test.py --only 3a       # exercises whose name contains 3a (their entries updated)
+    python tools/mutation_test.py --semantic      # the mistakes and alternatives of tools/mistakes/ only
 
-A mutant is rejected when the checker raises CheckFailure (naming the stage); it survives when the checker passes
-although some valid input (more and other inputs than the checker's) gives a different result; it is equivalent
-when no such input was found (``utilities.mutants``). The exercises whose code is a device function run here
-compiled for the CPU (``numba.njit`` of its Python body, with the device's integer semantics), in the course's own
-kernels' place; the exercises that are whole SIMT kernels run in numba's CUDA simulator (this tool selects it).
+Syntactic mutants (every single change of a solution region): one is rejected when the checker raises CheckFailure
+(naming the stage); it survives when the checker passes although some valid input (more and other inputs than the
+checker's) gives a different result; it is equivalent when no such input was found (``utilities.mutants``).
+
+Semantic mutants: the realistic mistakes of ``tools/mistakes/*.py`` (``MISTAKES``), each run through the checker on
+several seeds: rejected only when every seed rejects it with a message that holds the mistake's ``message`` text;
+"some seeds" and "missed" are holes, "misnamed" a message that names another mistake. The correct alternatives
+(``CORRECT``) must pass on every seed.
+
+The exercises whose code is a device function run here compiled for the CPU (``numba.njit`` of its Python body,
+with the device's integer semantics), in the course's own kernels' place; the exercises that are whole SIMT kernels
+run in numba's CUDA simulator (this tool selects it), or, for kernels without barriers or shared memory, their
+Python body once per thread in a plain loop (``_ThreadLoopCuda``: the same results, many times faster).
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -26,9 +36,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before numba.cuda is imported: the kernel exercises run in the simulator
+if __name__ == "__main__":  # before numba.cuda is imported: the SIMT kernels run in the simulator (under pytest,
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # conftest.py chooses: the simulator without a GPU)
 
 from utilities import inputs, mutants  # noqa: E402
+
+MISTAKES = ROOT / "tools" / "mistakes"
+SEEDS = (1, 2, 3, 4, 5)  # every semantic mutant runs on each; a checker's verdict must not depend on the seed
 
 
 def notebook_function(stem: str, name: str) -> str:
@@ -62,6 +76,54 @@ class _CpuCuda:
         return lambda fn: numba.njit(fn, boundscheck=True)
 
 
+class _Dim3:
+    def __init__(self) -> None:
+        self.x = self.y = self.z = 0
+
+
+class _ThreadLoopCuda:
+    """Stands in for ``numba.cuda`` in a SIMT kernel's module: ``cuda.jit`` gives a kernel whose launch
+    ``kernel[grid, block](*args)`` runs its Python body once per thread, in a plain loop. Only for kernels without
+    barriers, shared memory or atomics (the epilogue kernels): numba's simulator starts a Python thread per GPU
+    thread, and a check's hundreds of thousands of threads would take minutes."""
+
+    def __init__(self) -> None:
+        self.threadIdx, self.blockIdx, self.blockDim, self.gridDim = _Dim3(), _Dim3(), _Dim3(), _Dim3()
+
+    def grid(self, ndim: int) -> Any:
+        at = [getattr(self.blockIdx, a) * getattr(self.blockDim, a) + getattr(self.threadIdx, a) for a in "xyz"]
+        return at[0] if ndim == 1 else tuple(at[:ndim])
+
+    def jit(self, *args: Any, **kwargs: Any) -> Any:
+        if args and callable(args[0]):
+            return _ThreadLoopKernel(args[0], self)
+        return lambda fn: _ThreadLoopKernel(fn, self)
+
+
+class _ThreadLoopKernel:
+    def __init__(self, fn: Callable[..., Any], cuda: _ThreadLoopCuda) -> None:
+        self.fn, self.cuda, self.py_func = fn, cuda, fn
+
+    def __getitem__(self, config: tuple[Any, Any]) -> Callable[..., None]:
+        grid, block = (tuple(c) + (1,) * (3 - len(c)) if isinstance(c, tuple) else (c, 1, 1) for c in config)
+
+        def launch(*args: Any) -> None:
+            c = self.cuda
+            for dim, size in ((c.gridDim, grid), (c.blockDim, block)):
+                dim.x, dim.y, dim.z = size
+            for bz in range(grid[2]):
+                for by in range(grid[1]):
+                    for bx in range(grid[0]):
+                        c.blockIdx.x, c.blockIdx.y, c.blockIdx.z = bx, by, bz
+                        for tz in range(block[2]):
+                            for ty in range(block[1]):
+                                for tx in range(block[0]):
+                                    c.threadIdx.x, c.threadIdx.y, c.threadIdx.z = tx, ty, tz
+                                    self.fn(*args)
+
+        return launch
+
+
 def cpu_namespace(module: Any) -> dict[str, Any]:
     """The module's globals with ``cuda`` replaced by :class:`_CpuCuda` and its device functions recompiled for the
     CPU (their Python bodies through ``numba.njit``)."""
@@ -84,10 +146,15 @@ def exec_function(text: str, name: str, namespace: dict[str, Any]) -> Any:
     return ns[name]
 
 
-def module_exercise(module: Any, name: str, *, device: bool) -> tuple[str, Callable[[str], Any]]:
+def module_exercise(
+    module: Any, name: str, *, device: bool, thread_loop: bool = False
+) -> tuple[str, Callable[[str], Any]]:
     """The source of ``module.name`` and how to build a mutant of it: device functions compiled for the CPU
-    (:func:`cpu_namespace`), kernels as they are (for the simulator)."""
+    (:func:`cpu_namespace`), kernels as they are (for the simulator) or, with ``thread_loop``, run thread by
+    thread (:class:`_ThreadLoopCuda`)."""
     namespace = cpu_namespace(module) if device else dict(vars(module))
+    if thread_loop:
+        namespace["cuda"] = _ThreadLoopCuda()
     return module_function(module, name), lambda text: exec_function(text, name, namespace)
 
 
@@ -105,31 +172,35 @@ def slice_number_exercise() -> tuple[str, Callable, Callable, Callable]:
     def differs(fn: Any) -> bool:
         rng = np.random.default_rng(99)
         xs = [*rng.standard_normal(200) * 2.0 ** rng.integers(-60, 60, 200), 0.0, 1.0, -1.0, 0.5 - 2.0**-60]
-        for x in xs:
-            for row_max, slices in ((abs(x) * 2.0 ** float(rng.integers(0, 20)), int(rng.integers(1, 13))),
-                                    (0.9, 7)):  # fmt: skip
+        pairs = [(x, abs(x) * 2.0 ** float(rng.integers(0, 20))) for x in xs] + [(x, 0.9) for x in xs if abs(x) < 0.9]
+        pairs += [(x, top) for x, top in ((1e308, 1e308), (-3.0, check.DBL_MAX), (2.0**-1070, 2.0**-1070),
+                                          (-(2.0**-1074), 2.0**-1074), (2.0**-1074, 0.5))]  # fmt: skip
+        for slices in range(1, 13):
+            for x, row_max in pairs + [(x, max(abs(v) for v in row)) for _, row in check.corner_rows(slices)
+                                       for x in row]:  # fmt: skip
                 row = np.array([[x, row_max]])
                 e = int(row_shifts(row)[0])
                 if list(fn(float(x), e, slices)) != list(slice_rows(row, slices)[0][:, 0, 0]):
                     return True
         return False
 
-    return text, build, lambda fn: check.check_slice_number(fn, seed=11), differs
+    return text, build, lambda fn, seed=11: check.check_slice_number(fn, seed=seed), differs
 
 
 def diagonal_terms_exercise() -> tuple[str, Callable, Callable, Callable]:
-    from utilities.ozaki import check, product_terms
+    from utilities.ozaki import check
 
     text = notebook_function("3a_ozaki_numerics", "diagonal_terms")
     build = lambda t: exec_function(t, "diagonal_terms", {})  # noqa: E731
 
     def differs(fn: Any) -> bool:
         return any(
-            [tuple(p) for p in fn(d, s)] != [p for p in product_terms(s) if sum(p) == d]
-            for s in range(1, 13) for d in range(s)
-        )  # fmt: skip
+            [tuple(p) for p in fn(d, s)] != check.diagonal_terms_ref(d, s)
+            for s in range(1, 13)
+            for d in range(2 * s + 2)
+        )
 
-    return text, build, lambda fn: check.check_diagonal_terms(fn), differs
+    return text, build, lambda fn, seed=0: check.check_diagonal_terms(fn, seed=seed), differs
 
 
 def split_digits_exercise() -> tuple[str, Callable, Callable, Callable]:
@@ -157,13 +228,19 @@ def split_digits_exercise() -> tuple[str, Callable, Callable, Callable]:
 
     def differs(factory: Any) -> bool:
         a = inputs.exponent_spread(6, 60, 3.0, 123)
-        for slices in (1, 3, 7, 8, 9, 11, 12):
-            got, _ = slicing_with(factory)(a, slices)
-            if not np.array_equal(got, slice_rows(a, slices)[0]):
-                return True
+        for slices in range(1, 13):
+            for x in (
+                a,
+                check.corner_matrix(slices)[0],
+                inputs.with_subnormals(4, 30, 7),
+                inputs.huge_and_tiny(4, 30, 8),
+            ):
+                got, _ = slicing_with(factory)(x, slices)
+                if not np.array_equal(got, slice_rows(x, slices)[0]):
+                    return True
         return False
 
-    return text, build, lambda f: check.check_slicing(slicing_with(f), seed=12), differs
+    return text, build, lambda f, seed=12: check.check_slicing(slicing_with(f), seed=seed), differs
 
 
 def residue_exercise() -> tuple[str, Callable, Callable, Callable]:
@@ -264,40 +341,47 @@ def simulate(step: Any, arrays: tuple[np.ndarray, ...], alpha: float, beta: floa
 
 
 def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
-    """3b's FP64 epilogue kernel, whole, in numba's CUDA simulator (small shapes: a launch takes about a second)."""
+    """3b's FP64 epilogue kernel, whole, its Python body run thread by thread (``_ThreadLoopCuda``)."""
     from utilities.operands import NONFINITE_SHIFT
     from utilities.ozaki import check, simt
-    from utilities.ozaki.epilogue import reconstruct
     from utilities.rounding import epilogue_bound
 
-    text, build = module_exercise(simt, "make_epilogue_kernel", device=False)
+    text, build = module_exercise(simt, "make_epilogue_kernel", device=False, thread_loop=True)
 
-    def launch(factory: Any, diagonals: np.ndarray, e: np.ndarray, f: np.ndarray, alpha: float, beta: float,
-               c: np.ndarray) -> np.ndarray:  # fmt: skip
-        offsets = np.arange(diagonals.shape[0] + 1, dtype=np.int32)
+    def launch(factory: Any, terms: np.ndarray, offsets: np.ndarray, e: np.ndarray, f: np.ndarray, alpha: float,
+               beta: float, c: np.ndarray) -> np.ndarray:  # fmt: skip
         step = simt.epilogue_launch(*c.shape, factory)
-        return simulate(step, (diagonals, offsets, e, f), alpha, beta, c)
+        out = np.full(c.shape, np.nan)
+        step.kernel[step.grid, step.block](terms, offsets, e, f, float(alpha), float(beta), c, out)
+        return out
 
     def differs(factory: Any) -> bool:
         rng = np.random.default_rng(16)
-        for s in (1, 2, 7, 8, 12):
-            m, n = 9, 37
-            diagonals = rng.integers(-(2**31), 2**31, (s, m, n), dtype=np.int64).astype(np.int32)
-            e, f = rng.integers(-40, 40, m).astype(np.int32), rng.integers(-40, 40, n).astype(np.int32)
-            e[1], f[2] = NONFINITE_SHIFT, NONFINITE_SHIFT
-            c = rng.standard_normal((m, n))
-            for alpha, beta in ((1.0, 0.0), (0.75, -1.25)):
-                want = reconstruct(diagonals, e, f, alpha, beta, c)
-                got = launch(factory, diagonals, e, f, alpha, beta, np.full_like(c, np.nan) if beta == 0 else c)
-                finite = np.isfinite(want)
-                bound = epilogue_bound(want - beta * c, c, alpha, beta)
-                if not np.array_equal(np.isnan(got), np.isnan(want)) or np.any(
-                    np.abs(got[finite] - want[finite]) > np.broadcast_to(bound, want.shape)[finite]
-                ):
-                    return True
+        for s in range(1, 13):
+            for m, n in ((9, 37), (70, 20)):
+                offsets = check.unfused_offsets(s) if s % 2 else check.diagonal_offsets(s)
+                terms = rng.integers(-(2**31), 2**31, (int(offsets[-1]), m, n), dtype=np.int64).astype(np.int32)
+                e, f = rng.integers(-40, 40, m).astype(np.int32), rng.integers(-40, 40, n).astype(np.int32)
+                e[1], f[2] = NONFINITE_SHIFT, NONFINITE_SHIFT
+                e[2], f[3] = 900, -1000  # results near both ends of the range (none overflows)
+                c = rng.standard_normal((m, n))
+                for alpha, beta in ((1.0, 0.0), (0.75, -1.25)):
+                    want = check.epilogue_reference(terms, offsets, e, f, alpha, beta, c)
+                    got = launch(
+                        factory, terms, offsets, e, f, alpha, beta, np.full_like(c, np.nan) if beta == 0 else c
+                    )
+                    finite = np.isfinite(want)
+                    bound = epilogue_bound(want - beta * c, c, alpha, beta)
+                    if not np.array_equal(np.isnan(got), np.isnan(want)) or np.any(
+                        np.abs(got[finite] - want[finite]) > np.broadcast_to(bound, want.shape)[finite]
+                    ):
+                        return True
         return False
 
-    return text, build, lambda f: check.check_epilogue(lambda *args: launch(f, *args), seed=17), differs
+    def run_check(factory: Any, seed: int = 17) -> Any:
+        return check.check_epilogue(lambda *args: launch(factory, *args), seed=seed)
+
+    return text, build, run_check, differs
 
 
 def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
@@ -335,7 +419,7 @@ EXERCISES: dict[str, Callable[[], tuple[str, Callable, Callable, Callable]]] = {
     "3a slice_number": slice_number_exercise,
     "3a diagonal_terms": diagonal_terms_exercise,
     "3b split_digits (device function)": split_digits_exercise,
-    "3b epilogue (SIMT kernel, simulator)": epilogue_exercise,
+    "3b epilogue (SIMT kernel, thread by thread)": epilogue_exercise,
     "4a symmetric_residue": residue_exercise,
     "4a crt_reconstruct": crt_exercise,
     "4b residue (device function)": residue_device_exercise,
@@ -344,16 +428,12 @@ EXERCISES: dict[str, Callable[[], tuple[str, Callable, Callable, Callable]]] = {
 
 
 def run(names: list[str], quiet: bool = False) -> list[mutants.Score]:
-    import contextlib
-    import io
-    import warnings
-
+    """The syntactic mutants of each exercise in ``names``, through its checker."""
     scores = []
     for name in names:
         text, build, check, differs = EXERCISES[name]()
         start = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # the checkers' pass lines
-            warnings.simplefilter("ignore")  # a mutant's division by zero
+        with _quiet():
             score = mutants.evaluate(name, text, build, check, differs)
         scores.append(score)
         if not quiet:
@@ -363,27 +443,75 @@ def run(names: list[str], quiet: bool = False) -> list[mutants.Score]:
     return scores
 
 
+def run_semantic(names: list[str], quiet: bool = False, seeds: tuple[int, ...] = SEEDS) -> list[mutants.SemanticScore]:
+    """The mistakes and alternatives of ``tools/mistakes`` for each exercise in ``names``, on every seed."""
+    mistakes, alternatives = mutants.load_mistakes(MISTAKES)
+    scores = []
+    for name in names:
+        text, build, check, _ = EXERCISES[name]()
+        start = time.perf_counter()
+        with _quiet():
+            score = mutants.evaluate_semantic(name, text, build, check, mistakes, alternatives, seeds)
+        scores.append(score)
+        if not quiet:
+            print(f"{score.line()} ({time.perf_counter() - start:.0f} s)", flush=True)
+            for verdict in score.holes:
+                print(f"    {verdict.line()}", flush=True)
+    return scores
+
+
+def _quiet() -> Any:
+    """Silence the checkers' pass lines and a mutant's warnings (a division by zero)."""
+    import contextlib
+    import io
+    import warnings
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore")
+    return stack
+
+
+def entry(name: str, syntactic: mutants.Score | None, semantic: mutants.SemanticScore | None) -> dict[str, Any]:
+    """One exercise's entry of ``results/mutation-*.json``."""
+    out: dict[str, Any] = {"exercise": name, "date": time.strftime("%Y-%m-%d")}
+    if syntactic is not None:
+        out["syntactic"] = mutants.syntactic_json(syntactic)
+    if semantic is not None:
+        out["semantic"] = semantic.as_json()
+    return out
+
+
+def write_entries(path: Path, command: str, entries: list[dict[str, Any]], order: list[str]) -> None:
+    """Merge ``entries`` into the JSON at ``path`` (an exercise's new entry replaces its old one, kind by kind)."""
+    try:
+        old = {e["exercise"]: e for e in json.loads(path.read_text())["exercises"]}
+    except (OSError, ValueError, KeyError):
+        old = {}
+    for new in entries:
+        old[new["exercise"]] = {**old.get(new["exercise"], {}), **new}
+    rank = {name: i for i, name in enumerate(order)}
+    merged = sorted(old.values(), key=lambda e: rank.get(e["exercise"], len(rank)))
+    path.write_text(json.dumps({"command": command, "exercises": merged}, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="exercises whose name contains this")
+    kinds = parser.add_mutually_exclusive_group()
+    kinds.add_argument("--semantic", action="store_true", help="only the mistakes and alternatives of tools/mistakes")
+    kinds.add_argument("--syntactic", action="store_true", help="only the single-change mutants")
     parser.add_argument("--json", default=str(ROOT / "results" / "mutation-cpu.json"), help="where to write the scores")
     args = parser.parse_args(argv)
     names = [n for n in EXERCISES if args.only in n]
-    scores = run(names)
-    data = {
-        "command": "python tools/mutation_test.py" + (f" --only {args.only}" if args.only else ""),
-        "date": time.strftime("%Y-%m-%d"),
-        "exercises": [
-            {"exercise": s.exercise, "rejected": len(s.rejected), "survived": len(s.survived),
-             "equivalent": len(s.equivalent), "score": s.score,
-             "survivors": [f"line {m.line}: {m.what}" for m in s.survived],
-             "equivalents": [f"line {m.line}: {m.what}" for m in s.equivalent]}
-            for s in scores
-        ],
-    }  # fmt: skip
-    if not args.only:
-        Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
-    return 0 if all(not s.survived for s in scores) else 1
+    syntactic = {s.exercise: s for s in ([] if args.semantic else run(names))}
+    semantic = {s.exercise: s for s in ([] if args.syntactic else run_semantic(names))}
+    entries = [entry(n, syntactic.get(n), semantic.get(n)) for n in names]
+    command = shlex.join(["python", "tools/mutation_test.py", *(argv if argv is not None else sys.argv[1:])])
+    write_entries(Path(args.json), command, entries, list(EXERCISES))
+    holes = any(s.survived for s in syntactic.values()) or any(s.holes for s in semantic.values())
+    return 1 if holes else 0
 
 
 if __name__ == "__main__":

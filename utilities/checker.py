@@ -9,7 +9,13 @@ NumPy reference, and then either
 - prints "not implemented yet" for an untouched skeleton (:func:`not_yet`), so that an exercise notebook still
   runs to the end, or
 - raises :class:`CheckFailure` (an AssertionError, so nbval and pytest see it) naming the stage, the first
-  mismatching indices with got/expected values, and a hint (:func:`compare`).
+  mismatching indices with got/expected values (printed as plain numbers), and a hint (:func:`compare`).
+
+Each checker states its domain (what it feeds: counts, layouts, shapes, ranges, special values) and feeds the
+corners of that domain on every run beside the random inputs, so that its verdict does not depend on the seed. A
+failure is diagnosed by its cause where the cause can be told from the symptom: an output that is NaN only because
+the C handed in was NaN says "C was read although beta = 0" (:func:`c_read_when_beta_is_zero`); a CUDA error raised
+while running the attendee's kernel says what in a kernel causes it (:func:`explain_error`).
 
 A checker declared with :func:`checker` takes ``exercise=``: the attendee's functions (kernel factories) whose
 source an exercise notebook marked with :data:`PLACEHOLDER` lines. A failure is reported as unfinished only
@@ -64,6 +70,20 @@ def fresh_seed(seed: int | None = None) -> int:
 # ------------------------------------------------------------------------------------------------------------
 
 
+def plain(value: Any) -> str:
+    """A value as an attendee reads it: ``2`` and ``0.348``, not ``np.int64(2)`` and ``np.float16(0.348)``."""
+    if isinstance(value, np.bool_ | bool):
+        return str(bool(value))
+    if isinstance(value, np.integer):
+        return str(int(value))
+    if isinstance(value, np.floating):
+        return str(value)  # NumPy's shortest repr for the value's own precision (0.348 for an FP16 0.348)
+    if isinstance(value, np.ndarray | list | tuple):
+        items = ", ".join(plain(v) for v in value)
+        return f"({items})" if isinstance(value, tuple) else f"[{items}]"
+    return repr(value)
+
+
 def _format_index(index: tuple[int, ...], names: Sequence[str] | None) -> str:
     if names and len(names) == len(index):
         return ", ".join(f"{n} {i}" for n, i in zip(names, index, strict=True))
@@ -87,7 +107,7 @@ def mismatch_report(
     ]
     for idx in where[:MAX_SHOWN]:
         t = tuple(int(i) for i in idx)
-        line = f"  at ({_format_index(t, names)}): got {got[t]!r}, expected {expected[t]!r}"
+        line = f"  at ({_format_index(t, names)}): got {plain(got[t])}, expected {plain(expected[t])}"
         if bound is not None:
             line += f" (allowed difference {float(bound[t]):.3g})"
         lines.append(line)
@@ -110,7 +130,8 @@ def compare(
 ) -> None:
     """Raise :class:`CheckFailure` unless ``got`` equals ``expected`` (or is within ``bound``, elementwise).
 
-    NaN matches NaN; shapes and dtypes are checked first.
+    NaN matches NaN and an infinity only the same infinity (a bound never excuses a non-finite entry); shapes and
+    dtypes are checked first.
     """
     got = np.asarray(got)
     expected = np.asarray(expected)
@@ -118,14 +139,18 @@ def compare(
         raise CheckFailure(stage, f"stage '{stage}': shape {got.shape}, expected {expected.shape}" + _hint(hint))
     if got.dtype.kind != expected.dtype.kind or (expected.dtype.kind in "iu" and got.dtype != expected.dtype):
         raise CheckFailure(stage, f"stage '{stage}': dtype {got.dtype}, expected {expected.dtype}" + _hint(hint))
-    both_nan = np.isnan(got) & np.isnan(expected) if expected.dtype.kind == "f" else np.zeros(got.shape, bool)
+    floating = expected.dtype.kind == "f"
+    both_nan = np.isnan(got) & np.isnan(expected) if floating else np.zeros(got.shape, bool)
     if bound is None:
         bad = (got != expected) & ~both_nan
     else:
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):
             diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
         bound = np.broadcast_to(np.asarray(bound, dtype=np.float64), got.shape)
-        bad = ~(diff <= bound) & ~both_nan
+        bad = ~((diff <= bound) | (got == expected)) & ~both_nan
+        if floating:
+            special = ~np.isfinite(expected) | ~np.isfinite(got)
+            bad = np.where(special, (got != expected) & ~both_nan, bad)
     if bad.any():
         raise CheckFailure(
             stage,
@@ -147,9 +172,9 @@ def untouched(got: Any, poison: float | int = 0) -> bool:
     return bool((got == poison).all())
 
 
-def passed(name: str, cases: int, seed: int) -> CheckResult:
-    """Print the pass line of checker ``name`` and return its result."""
-    print(f"✓ {name}: passed on {cases} inputs (seed {seed})")
+def passed(name: str, cases: int, seed: int, domain: str = "") -> CheckResult:
+    """Print the pass line of checker ``name`` (and the domain it covered, when given) and return its result."""
+    print(f"✓ {name}: passed on {cases} inputs (seed {seed})" + (f"\n  checked: {domain}" if domain else ""))
     return CheckResult(name, "passed", cases, seed)
 
 
@@ -157,6 +182,118 @@ def not_yet(name: str, what: str) -> CheckResult:
     """Print the "not implemented yet" line of checker ``name`` (``what`` says why) and return its result."""
     print(f"… {name}: not implemented yet ({what})")
     return CheckResult(name, "not implemented", why=what)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Diagnosis by cause
+# ------------------------------------------------------------------------------------------------------------
+
+C_READ = "C was read although beta = 0"
+
+
+def c_read_when_beta_is_zero(
+    stage: str,
+    got: Any,
+    expected: np.ndarray,
+    rerun: Callable[[], Any],
+    *,
+    c_name: str = "C",
+    beta_name: str = "beta",
+    names: Sequence[str] | None = None,
+    case: str = "",
+) -> None:
+    """Raise :class:`CheckFailure` saying that C was read, when that is why ``got`` is wrong.
+
+    ``got`` was computed with beta = 0 and a C full of NaN, which must not be read (BLAS: with beta = 0, C is never
+    read, so NaN or garbage in it cannot show). ``rerun()`` computes the same with a C of zeros. When ``got`` holds
+    NaN where ``expected`` is finite and the rerun does not, the NaN came from C: the message says so, whatever else
+    is wrong. Returns quietly otherwise (the caller then compares as usual).
+    """
+    got = np.asarray(got)
+    if got.shape != np.shape(expected) or got.dtype.kind != "f":
+        return
+    nan = np.isnan(got) & np.isfinite(expected)
+    if not nan.any():
+        return
+    again = np.asarray(rerun())
+    if again.shape != got.shape or np.isnan(again[nan]).any():
+        return
+    what = C_READ.replace("C", c_name, 1).replace("beta", beta_name)
+    first = tuple(int(i) for i in np.argwhere(nan)[0])
+    raise CheckFailure(
+        stage,
+        f"stage '{stage}'" + (f" on input '{case}'" if case else "") + f": {what}: {int(nan.sum())} of {nan.size} "
+        f"entries are NaN with a {c_name} full of NaN and are not with a {c_name} of zeros (the first at "
+        f"({_format_index(first, names)}))\nhint: with {beta_name} = 0 the result is alpha * (the product) alone: "
+        f"do not load {c_name} at all (0 * NaN is NaN, so multiplying it by {beta_name} = 0 does not help); read it "
+        f"only under `if {beta_name} != 0`",
+    )
+
+
+# What in a kernel causes each CUDA error (the driver's name; the runtime's cudaErrorXxx maps to the same).
+CUDA_CAUSES = {
+    "ILLEGAL_ADDRESS": "an access outside an array: an index past its end (a missing `if i < m` bound check, a row "
+    "and column index swapped, a tile offset computed from the wrong block index), or a pointer into freed memory",
+    "MISALIGNED_ADDRESS": "a vector access (a 16-byte copy) from an address that is not a multiple of its size: a "
+    "tile offset that is not a multiple of the tile, or a view that starts at an odd element",
+    "LAUNCH_OUT_OF_RESOURCES": "the kernel needs more registers per thread (or shared memory) than its launch "
+    "allows: a new local array, values kept alive across a long loop, int64 or float64 where int32 or float32 did, "
+    "or a conversion with a slow path (float to int64 of a large value) raise the register count; with "
+    "launch_bounds the compiler must fit the block, without it the block may be too large for what it compiled",
+    "INVALID_VALUE": "a launch the GPU refuses: more than 1024 threads per block, more dynamic shared memory than "
+    "the kernel was allowed (set its maximum first), or a grid dimension of 0",
+    "ILLEGAL_INSTRUCTION": "an instruction the GPU cannot execute: most often a barrier (syncthreads, copy_wait) "
+    "that not every thread of the block reaches, because it sits inside a branch or a loop with per-thread bounds",
+    "ASSERT": "an assert in the kernel failed",
+    "LAUNCH_TIMEOUT": "the kernel ran too long: a loop that never ends, or a barrier some threads never reach",
+    "LAUNCH_FAILED": "the kernel faulted: see ILLEGAL_ADDRESS and ILLEGAL_INSTRUCTION",
+}
+_RUNTIME_NAMES = {"IllegalAddress": "ILLEGAL_ADDRESS", "MisalignedAddress": "MISALIGNED_ADDRESS",
+                  "LaunchOutOfResources": "LAUNCH_OUT_OF_RESOURCES", "InvalidValue": "INVALID_VALUE",
+                  "IllegalInstruction": "ILLEGAL_INSTRUCTION", "Assert": "ASSERT", "LaunchTimeout": "LAUNCH_TIMEOUT",
+                  "LaunchFailure": "LAUNCH_FAILED"}  # fmt: skip
+_CUDA_ERROR = re.compile(r"CUDA_ERROR_(?P<driver>[A-Z_]+)|cudaError(?P<runtime>[A-Za-z]+)")
+STICKY_CUDA_ERRORS = ("ILLEGAL_ADDRESS", "MISALIGNED_ADDRESS", "ILLEGAL_INSTRUCTION", "ASSERT", "LAUNCH_FAILED")
+
+
+def cuda_error_name(error: BaseException) -> str | None:
+    """The CUDA error an exception reports (``ILLEGAL_ADDRESS``...), from its message, or None."""
+    match = _CUDA_ERROR.search(f"{type(error).__name__}: {error}")
+    if match is None:
+        return None
+    return match["driver"] or _RUNTIME_NAMES.get(match["runtime"], match["runtime"])
+
+
+def explain_error(error: BaseException) -> str:
+    """A hint naming what in a kernel causes ``error`` (a CUDA error or numba's typing errors), or a generic one."""
+    name = cuda_error_name(error)
+    if name is not None:
+        cause = CUDA_CAUSES.get(name, "an error the GPU reported while running your kernel")
+        hint = f"CUDA_ERROR_{name} while running your kernel: {cause}"
+        if name in STICKY_CUDA_ERRORS:
+            hint += ". The GPU context is now unusable: restart the notebook's kernel, then run the cells again"
+        return hint
+    kind = type(error).__name__
+    if isinstance(error, OverflowError):
+        return (
+            "a value beyond DBL_MAX: a power of two such as 2.0 ** n overflows for n > 1023 (rows at the ends of "
+            "the FP64 range need shifts from -1073 to 1025); math.ldexp(x, n) scales in one exact step"
+        )
+    if isinstance(error, ZeroDivisionError):
+        return (
+            "a division by zero: a divisor that underflowed to 0 (2.0 ** n is 0 for n < -1074; rows at the ends "
+            "of the FP64 range need shifts from -1073 to 1025), or a count that is 0"
+        )
+    if isinstance(error, IndexError):
+        return (
+            "an index past the end of an array: a row and a column index swapped, or a loop bound that is not "
+            "the array's own length (a hard-coded count)"
+        )
+    if kind in ("TypingError", "LoweringError", "UnsupportedError", "NumbaError"):
+        return ("numba could not compile your kernel: the message names the line and the types it could not handle "
+                "(a Python list or dict, a float used as an index: int() it, a variable given two types, a name "
+                "that is not defined in the kernel)")  # fmt: skip
+    return "the traceback above this message ends in the line of your code that raised"
 
 
 _TODO = re.compile(r"^\s*# TODO\b(?P<text>.*)$")
@@ -268,8 +405,7 @@ def checker(
                     return not_yet(name, why)
                 raise CheckFailure(
                     "running your code",
-                    f"stage 'running your code': {type(error).__name__}: {error}\nhint: the traceback above this "
-                    "message ends in the line of your code that raised",
+                    f"stage 'running your code': {type(error).__name__}: {error}\nhint: {explain_error(error)}",
                 ) from error
             if result.status != "passed" and untouched_exercise(*functions) is None:
                 raise CheckFailure(

@@ -1,15 +1,22 @@
 """Mutants of an exercise's solution: how the course proves that a checker rejects wrong code.
 
-A mutant changes one thing inside a solution region (``# BEGIN SOLUTION`` ... ``# END SOLUTION``): an arithmetic,
-bitwise or comparison operator, a constant by one (or a float by a factor of two), a sign, ``and``/``or``, two
-indices of a subscript or two arguments of a call swapped, or a statement dropped. :func:`mutants` lists them
-(plain ``ast``, no imports of the code), :func:`evaluate` sorts each into
+Two kinds. A **syntactic** mutant changes one thing inside a solution region (``# BEGIN SOLUTION`` ...
+``# END SOLUTION``): an arithmetic, bitwise or comparison operator, a constant by one (or a float by a factor of
+two), a sign, ``and``/``or``, two indices of a subscript or two arguments of a call swapped, or a statement dropped.
+:func:`mutants` lists them (plain ``ast``, no imports of the code), :func:`evaluate` sorts each into
 
 - **rejected**: the checker raised ``CheckFailure`` (which names the stage);
 - **survived**: the checker passed, and some valid input gives a different result: a hole in the checker;
 - **equivalent**: the checker passed, and no valid input tried gives a different result (not counted).
 
-The score is rejected / (rejected + survived). ``tools/mutation_test.py`` runs every CPU exercise.
+The score is rejected / (rejected + survived).
+
+A **semantic** mutant is a realistic wrong implementation, written as data (:class:`Mistake`: a textual replacement
+in the exercise's solution source, and what goes wrong); a correct alternative implementation likewise
+(:class:`Alternative`), which the checker must accept. ``tools/mistakes/<track>.py`` hold them as ``MISTAKES`` and
+``CORRECT`` lists (:func:`load_mistakes`); ``tools/mutation_test.py`` runs every CPU exercise's mutants of both
+kinds (a mistake counts as rejected only when every seed rejects it, with a message that names it), and
+``tools/mutation_gpu.py`` the GPU exercises'.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import copy
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 _BEGIN = re.compile(r"^\s*# BEGIN SOLUTION\s*$")
@@ -122,6 +130,76 @@ def mutants(source: str, lines: set[int] | None = None) -> list[Mutant]:
     return found
 
 
+@dataclass(frozen=True)
+class Mistake:
+    """A realistic wrong implementation of an exercise: ``old`` replaced once by ``new`` in its solution source.
+
+    ``exercise`` names it as the mutation tools do (``"3a slice_number"``; a name without the tool's parenthesised
+    suffix matches too), ``kind`` sorts it (``edge``, ``hard-coded count``, ``swapped axes``, ``rounding order``,
+    ``beta = 0``, ...), ``what`` says what goes wrong. ``message``, when given, is a piece of text the checker's
+    message must hold: the rejection must name the mistake, not only happen.
+    """
+
+    exercise: str
+    kind: str
+    what: str
+    old: str
+    new: str
+    message: str = ""
+
+    def apply(self, source: str) -> str:
+        return replace_once(source, self.old, self.new, f"{self.exercise}: {self.what}")
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A correct implementation other than the solution (``old`` replaced once by ``new``): the checker must pass it."""
+
+    exercise: str
+    what: str
+    old: str
+    new: str
+
+    def apply(self, source: str) -> str:
+        return replace_once(source, self.old, self.new, f"{self.exercise}: {self.what}")
+
+
+def replace_once(source: str, old: str, new: str, label: str = "") -> str:
+    """``source`` with ``old`` replaced by ``new``; ``old`` must occur exactly once."""
+    found = source.count(old)
+    if found != 1:
+        raise ValueError(f"{label}: the text to replace occurs {found} times in the solution source, not once: "
+                         f"{old[:80]!r}")  # fmt: skip
+    return source.replace(old, new)
+
+
+def exercise_key(name: str) -> str:
+    """The name an exercise goes by in ``tools/mistakes``: without the tools' parenthesised suffix."""
+    return name.split(" (")[0].strip()
+
+
+def load_mistakes(folder: Path) -> tuple[list[Mistake], list[Alternative]]:
+    """Every ``MISTAKES`` and ``CORRECT`` entry of the ``*.py`` files in ``folder`` (each file run on its own)."""
+    import importlib.util
+
+    mistakes: list[Mistake] = []
+    alternatives: list[Alternative] = []
+    for path in sorted(Path(folder).glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        spec = importlib.util.spec_from_file_location(f"mistakes_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        mistakes += list(getattr(module, "MISTAKES", []))
+        alternatives += list(getattr(module, "CORRECT", []))
+    return mistakes, alternatives
+
+
+def for_exercise(items: list[Any], exercise: str) -> list[Any]:
+    """The entries of ``items`` (mistakes or alternatives) that belong to ``exercise``."""
+    return [item for item in items if exercise_key(item.exercise) == exercise_key(exercise)]
+
+
 @dataclass
 class Score:
     """What the mutants of one exercise did."""
@@ -171,3 +249,157 @@ def evaluate(
             different = True
         (score.survived if different else score.equivalent).append(mutant)
     return score
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Semantic mutants: mistakes and alternatives, over several seeds
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """What a checker did with one semantic mutant over the seeds.
+
+    Mistakes: ``rejected`` (every seed, with the mistake's message text), ``misnamed`` (every seed, but a message
+    without that text), ``some seeds``, ``missed``, ``does not build`` or ``error`` (the check itself raised
+    something other than CheckFailure). Alternatives: ``accepted`` (every seed) or ``false alarm``.
+    """
+
+    exercise: str
+    kind: str
+    what: str
+    status: str
+    message: str = ""
+
+    def line(self) -> str:
+        return f"{self.status}: {self.kind}: {self.what}" + (
+            f" ({self.message.splitlines()[0]})" if self.message else ""
+        )
+
+
+def run_check(check: Callable[..., Any], obj: Any, seed: int) -> None:
+    """``check(obj, seed=seed)``, or ``check(obj)`` when the check takes no seed."""
+    import inspect
+
+    try:
+        takes_seed = "seed" in inspect.signature(check).parameters
+    except (TypeError, ValueError):
+        takes_seed = False
+    if takes_seed:
+        check(obj, seed=seed)
+    else:
+        check(obj)
+
+
+def _seeds_for(check: Callable[..., Any], seeds: tuple[int, ...]) -> tuple[int, ...]:
+    import inspect
+
+    try:
+        return seeds if "seed" in inspect.signature(check).parameters else seeds[:1]
+    except (TypeError, ValueError):
+        return seeds[:1]
+
+
+def judge(
+    item: Mistake | Alternative,
+    source: str,
+    build: Callable[[str], Any],
+    check: Callable[..., Any],
+    seeds: tuple[int, ...],
+) -> Verdict:
+    """Build ``item`` from the exercise's ``source`` and run the check on every seed (see :class:`Verdict`)."""
+    from .checker import CheckFailure
+
+    kind = item.kind if isinstance(item, Mistake) else "alternative"
+    try:
+        obj = build(item.apply(source))
+    except Exception as error:
+        return Verdict(item.exercise, kind, item.what, "does not build", f"{type(error).__name__}: {error}")
+    failures: list[str] = []
+    for seed in _seeds_for(check, seeds):
+        try:
+            run_check(check, obj, seed)
+        except CheckFailure as failure:
+            failures.append(str(failure))
+        except Exception as error:
+            return Verdict(item.exercise, kind, item.what, "error", f"{type(error).__name__}: {error}")
+    tried = len(_seeds_for(check, seeds))
+    if isinstance(item, Alternative):
+        return Verdict(item.exercise, kind, item.what, "false alarm" if failures else "accepted",
+                       failures[0] if failures else "")  # fmt: skip
+    if not failures:
+        return Verdict(item.exercise, kind, item.what, "missed")
+    if len(failures) < tried:
+        return Verdict(item.exercise, kind, item.what, "some seeds", f"{len(failures)} of {tried}: {failures[0]}")
+    named = all(item.message in text for text in failures)
+    return Verdict(item.exercise, kind, item.what, "rejected" if named else "misnamed", failures[0])
+
+
+@dataclass
+class SemanticScore:
+    """The semantic mutants of one exercise: its mistakes' and its alternatives' verdicts."""
+
+    exercise: str
+    mistakes: list[Verdict] = field(default_factory=list)
+    alternatives: list[Verdict] = field(default_factory=list)
+
+    @property
+    def score(self) -> float | None:
+        """Mistakes rejected on every seed with their message, of all mistakes (None without any)."""
+        return sum(v.status == "rejected" for v in self.mistakes) / len(self.mistakes) if self.mistakes else None
+
+    @property
+    def holes(self) -> list[Verdict]:
+        """Mistakes not rejected with their message, and alternatives not accepted."""
+        return [v for v in self.mistakes if v.status != "rejected"] + [
+            v for v in self.alternatives if v.status != "accepted"
+        ]
+
+    def line(self) -> str:
+        rejected = sum(v.status == "rejected" for v in self.mistakes)
+        accepted = sum(v.status == "accepted" for v in self.alternatives)
+        return (f"{self.exercise}: {rejected} of {len(self.mistakes)} mistakes rejected on every seed, "
+                f"{accepted} of {len(self.alternatives)} alternatives accepted")  # fmt: skip
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "mistakes": len(self.mistakes),
+            "rejected": sum(v.status == "rejected" for v in self.mistakes),
+            "score": self.score,
+            "holes": [v.line() for v in self.mistakes if v.status != "rejected"],
+            "alternatives": len(self.alternatives),
+            "accepted": sum(v.status == "accepted" for v in self.alternatives),
+            "false_alarms": [v.line() for v in self.alternatives if v.status != "accepted"],
+            "verdicts": [
+                {"kind": v.kind, "what": v.what, "status": v.status} for v in self.mistakes + self.alternatives
+            ],
+        }
+
+
+def evaluate_semantic(
+    exercise: str,
+    source: str,
+    build: Callable[[str], Any],
+    check: Callable[..., Any],
+    mistakes: list[Mistake],
+    alternatives: list[Alternative],
+    seeds: tuple[int, ...],
+) -> SemanticScore:
+    """Judge every mistake and alternative of ``exercise`` (those of the lists that name it)."""
+    return SemanticScore(
+        exercise,
+        [judge(m, source, build, check, seeds) for m in for_exercise(mistakes, exercise)],
+        [judge(a, source, build, check, seeds) for a in for_exercise(alternatives, exercise)],
+    )
+
+
+def syntactic_json(score: Score) -> dict[str, Any]:
+    """A syntactic score as ``results/mutation-*.json`` holds it."""
+    return {
+        "rejected": len(score.rejected),
+        "survived": len(score.survived),
+        "equivalent": len(score.equivalent),
+        "score": score.score,
+        "survivors": [f"line {m.line}: {m.what}" for m in score.survived],
+        "equivalents": [f"line {m.line}: {m.what}" for m in score.equivalent],
+    }

@@ -6,6 +6,15 @@ reference within the derived bound (``reference.b2b_bound``), and either prints 
 implemented yet" for an untouched skeleton, or raises ``CheckFailure`` naming the stage (``d0``, ``d1``, which
 batch), the first wrong indices with got/expected values, and a hint found by testing the usual mistakes
 (ReLU missing, beta1*C1 missing, alpha applied twice, a block reading another block's rows, ...).
+
+Domain, fed on every run beside the random inputs:
+- GEMM + bias + ReLU: the plan's shape (the notebook's has 3 x 2 block tiles, so that a swapped grid or a bias
+  read by row fails), every pre-activation negative, values near zero (FP16 subnormals), near FP16's overflow, a
+  bias that dominates, a bias that nearly cancels the sum (the FP32 accumulator rounded to FP16 before the bias
+  shows), and non-finite values: a NaN in A, an Inf in B, +-Inf and NaN in the bias (ReLU of NaN may be NaN or 0);
+- back-to-back GEMM: the plan's shape, batched or not, the cases of ``reference.B2B_CASES`` with a C1 full of NaN
+  when beta1 = 0 (it must not be read: the failure then says "C1 was read although beta1 = 0"), and an Inf and a
+  -Inf in C1 with beta1 != 0.
 """
 
 from __future__ import annotations
@@ -15,7 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from ..checker import CheckFailure, CheckResult, checker, compare, fresh_seed, not_yet, passed, untouched
+from ..checker import (
+    CheckFailure,
+    CheckResult,
+    c_read_when_beta_is_zero,
+    checker,
+    compare,
+    fresh_seed,
+    not_yet,
+    passed,
+    untouched,
+)
 from . import reference as ref
 
 B2B_SHAPE = (256, 576, 64, 128)  # m, k0, n0, n1: example 13's K0, N0, N1 on a few row tiles
@@ -26,7 +45,7 @@ BATCH = 3
 def _within(got: np.ndarray, want: np.ndarray, bound: np.ndarray, share: float = 0.99) -> bool:
     """True when at least ``share`` of the entries of ``got`` lie within ``bound`` of ``want``."""
     with np.errstate(invalid="ignore", over="ignore"):
-        ok = np.abs(got.astype(np.float64) - want) <= bound
+        ok = (np.abs(got.astype(np.float64) - want) <= bound) | (got == want)
     return bool(ok.mean() >= share)
 
 
@@ -35,7 +54,7 @@ def _structure_hint(got: np.ndarray, want: np.ndarray, bound: np.ndarray, what: 
     g = got.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         bad = ~(np.abs(g - want) <= bound)
-    if np.isnan(g).any():
+    if (np.isnan(g) & ~np.isnan(want)).any():
         return f"{what} holds NaN: some entries were never written (the poison value shows through)"
     if (g < 0).any():
         return f"ReLU missing: {what} has negative values"
@@ -59,10 +78,17 @@ def _structure_hint(got: np.ndarray, want: np.ndarray, bound: np.ndarray, what: 
 def _diagnose(
     got: np.ndarray, bound: np.ndarray, candidates: dict[str, np.ndarray], want: np.ndarray, what: str
 ) -> str:
-    """The hint of the first candidate (a known mistake's result) that ``got`` matches, else a structural hint."""
+    """The hint of the first candidate (a known mistake's result) that explains ``got``: it matches ``got`` almost
+    everywhere and at almost every wrong entry, where it is wrong too; else a structural hint."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        wrong = ~((np.abs(got.astype(np.float64) - want) <= bound) | (got == want))
     for hint, value in candidates.items():
         slack = bound + 4 * ref.U16 * np.abs(value)  # the bound was derived for ``want``, not for ``value``
-        if _within(got, value, slack) and not _within(value, want, bound):
+        if not _within(got, value, slack) or not wrong.any():
+            continue
+        if _within(got[wrong], value[wrong], slack[wrong]) and not _within(
+            value[wrong], want[wrong], bound[wrong], 0.5
+        ):
             return hint
     return _structure_hint(got, want, bound, what)
 
@@ -170,16 +196,41 @@ def check_back_to_back(
     name, seed = "back-to-back GEMM" + (f" (batched x{batch})" if batched else ""), fresh_seed(seed)
     m, k0, n0, n1 = (int(s) for s in shape)
     count = 0
-    for x in ref.b2b_cases(m, k0, n0, n1, seed, batch if batched else None, tuple(cases)):
-        got = np.asarray(run(*(a.copy() if isinstance(a, np.ndarray) else a for a in x.args())))
+    inputs = list(ref.b2b_cases(m, k0, n0, n1, seed, batch if batched else None, tuple(cases)))
+    inputs.append(_infinite_c1(inputs[0]))
+    for x in inputs:
+        handed = x.args()
+        if float(x.beta1) == 0.0:  # C1 must not be read: hand it over full of NaN
+            handed = (*handed[:3], np.full_like(x.c1, np.nan), *handed[4:])
+        got = np.asarray(run(*(a.copy() if isinstance(a, np.ndarray) else a for a in handed)))
         kept = {k: np.asarray(v) for k, v in (stages() if stages is not None else {}).items()}
+        label = f"{x.name} {m}x{k0}x{n0}x{n1}"
+        if float(x.beta1) == 0.0:
+
+            def rerun(x: ref.B2BInputs = x) -> Any:
+                args = [a.copy() if isinstance(a, np.ndarray) else a for a in x.args()]
+                args[3] = np.zeros_like(x.c1)
+                return run(*args)
+
+            names = ("batch", "row", "col") if batched else ("row", "col")
+            want = ref.b2b_ref(*x.args()).d1
+            c_read_when_beta_is_zero("d1", got, want, rerun, c_name="C1", beta_name="beta1", names=names, case=label)
         if count == 0:
             blank = _b2b_not_written(got, kept)
             if blank:
                 return not_yet(name, blank)
-        _check_b2b_case(x, got, kept, batched, f"{x.name} {m}x{k0}x{n0}x{n1}")
+        _check_b2b_case(x, got, kept, batched, label)
         count += 1
-    return passed(name, count, seed)
+    domain = f"shape (m, k0, n0, n1) = {(m, k0, n0, n1)}; cases {', '.join(x.name for x in inputs)}"
+    return passed(name, count, seed, domain)
+
+
+def _infinite_c1(x: ref.B2BInputs) -> ref.B2BInputs:
+    """``x`` with an Inf and a -Inf in C1 and beta1 = 0.5: D1 is Inf at the one, 0 at the other."""
+    c1 = x.c1.copy()
+    flat = c1.reshape(-1)
+    flat[len(flat) // 3], flat[2 * len(flat) // 3] = np.inf, -np.inf
+    return ref.B2BInputs("an Inf and a -Inf in C1", x.a0, x.b0, x.b1, c1, x.alpha0, x.alpha1, 0.5)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -205,7 +256,38 @@ def _gemm_candidates(x: ref.GemmInputs) -> dict[str, np.ndarray]:
             )
     if p.shape[0] == p.shape[1]:
         out["bias indexed by row instead of by column"] = ref.relu(p + bias[:, None])
+    with np.errstate(over="ignore", invalid="ignore"):
+        out["the accumulator was rounded to FP16 before the bias: add the bias to the FP32 value and round once, at "
+            "the end"] = ref.relu(p.astype(np.float16).astype(np.float64) + bias)  # fmt: skip
     return out
+
+
+CANCELLING = "a bias that nearly cancels the sum"
+
+
+def _fp16(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(x, dtype=np.float64).astype(np.float16))
+
+
+NONFINITE = "a NaN in A, an Inf in B, +-Inf and NaN in the bias"
+
+
+def gemm_corners(m: int, n: int, k: int, seed: int) -> list[ref.GemmInputs]:
+    """Inputs that make the rounding order visible and that hold non-finite values (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(0.5, 1.0, k)
+    a = base[None, :] + np.ldexp(rng.integers(-4, 5, (m, k)), -10)  # rows close to one another: sums close too
+    b = rng.uniform(0.0, 1.0, (k, n))
+    a16, b16 = _fp16(a), _fp16(b)
+    p0 = a16[0].astype(np.float64) @ b16.astype(np.float64)
+    cancelling = ref.GemmInputs(CANCELLING, a16, b16, _fp16(-p0))  # relu(acc + bias) is small, |acc| is not
+    x = ref.gemm_inputs(m, n, k, "random", int(rng.integers(2**31)))
+    a, b, bias = x.a.copy(), x.b.copy(), x.bias.copy()
+    a[int(rng.integers(m)), int(rng.integers(k))] = np.nan
+    b[int(rng.integers(k)), int(rng.integers(n))] = np.inf
+    columns = rng.choice(n, 3, replace=False)
+    bias[columns] = (np.inf, -np.inf, np.nan)
+    return [cancelling, ref.GemmInputs(NONFINITE, a, b, bias)]
 
 
 @checker("GEMM + bias + ReLU")
@@ -220,15 +302,19 @@ def check_gemm_bias_relu(
     name, seed = "GEMM + bias + ReLU", fresh_seed(seed)
     m, n, k = (int(s) for s in shape)
     count = 0
-    for x in ref.gemm_cases(m, n, k, seed, tuple(cases)):
+    inputs = [*ref.gemm_cases(m, n, k, seed, tuple(cases)), *gemm_corners(m, n, k, seed)]
+    for x in inputs:
         got = np.asarray(run(x.a.copy(), x.b.copy(), x.bias.copy()))
-        want, bound = ref.gemm_bias_relu_ref(*x.args())
+        with np.errstate(over="ignore", invalid="ignore"):
+            want, bound = ref.gemm_bias_relu_ref(*x.args())
         if count == 0 and (untouched(got) or untouched(got, float("nan"))):
             return not_yet(name, "the output is all zero or was not written")
         label = f"{x.name} {m}x{n}x{k}"
         if got.shape == want.shape and got.dtype != np.float16:
             raise CheckFailure("out", f"stage 'out' on input '{label}': dtype {got.dtype}, expected float16")
+        if got.shape == want.shape:
+            want = np.where(np.isnan(want) & (got == 0), 0.0, want)  # ReLU of NaN: NaN or 0 (x if x > 0 else 0)
         hint = "" if got.shape != want.shape else _diagnose(got, bound, _gemm_candidates(x), want, "the output")
         compare("out", got, want, bound=bound, names=("row", "col"), hint=hint, case=label)
         count += 1
-    return passed(name, count, seed)
+    return passed(name, count, seed, f"shape (m, n, k) = {(m, n, k)}; cases {', '.join(x.name for x in inputs)}")

@@ -2,6 +2,11 @@
 
 A wrong phase loop is reported with the phase it got wrong when the result matches a known mistake (a phase
 skipped, repeated, or never prefetched).
+
+Domain (fed on every run, beside random operands): outputs of 3 x 2 and 2 x 3 block tiles (a grid with its axes
+swapped fails), the fewest phases the double buffer allows (2), an odd count (3) and many (16); the int8 extremes
+(all -128, all 127, mixed: the largest and the most negative sums); for FP16 a NaN in A within the last phase and an
+Inf in B within the first, which a skipped or repeated phase shows.
 """
 
 from __future__ import annotations
@@ -11,8 +16,28 @@ from typing import Any
 
 import numpy as np
 
-from ..checker import CheckResult, checker, compare, fresh_seed, not_yet, passed, untouched
+from ..checker import CheckResult, checker, compare, fresh_seed, not_yet, passed, plain, untouched
 from .reference import CASES, fp32_bound, operands, phase_products, reference
+
+NONFINITE = "a NaN in A's last phase, an Inf in B's first"
+TILE = (128, 128)  # the block tile of the course's configurations (PassConfig)
+
+
+def pass_gemm_shapes(phase_k: int, tile: tuple[int, int] = TILE) -> list[tuple[int, int, int]]:
+    """3 x 2 tiles with 2 phases, 2 x 3 tiles with 3 phases, one tile with 16 phases."""
+    tm, tn = tile
+    return [(3 * tm, 2 * tn, 2 * phase_k), (2 * tm, 3 * tn, 3 * phase_k), (tm, tn, 16 * phase_k)]
+
+
+def gemm_operands(case: str, m: int, n: int, k: int, dtype: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The operands of ``case``: one of ``reference.CASES``, or :data:`NONFINITE` (FP16)."""
+    if case != NONFINITE:
+        return operands(case, m, n, k, dtype, seed)
+    a, bt = operands("random", m, n, k, dtype, seed)
+    rng = np.random.default_rng(seed)
+    a[int(rng.integers(m)), k - 1 - int(rng.integers(min(k, 16)))] = np.nan
+    bt[int(rng.integers(n)), int(rng.integers(min(k, 16)))] = np.inf
+    return a, bt
 
 
 def _diagnose(got: np.ndarray, parts: np.ndarray, bound: np.ndarray | None = None) -> str:
@@ -50,38 +75,48 @@ def check_pass_gemm(
     dtype: str = "int8",
     *,
     phase_k: int | None = None,
-    shapes: Sequence[tuple[int, int, int]] = ((256, 256, 1024),),
-    cases: Iterable[str] = CASES,
+    shapes: Sequence[tuple[int, int, int]] | None = None,
+    cases: Iterable[str] | None = None,
     seed: int | None = None,
 ) -> CheckResult:
     """``run(a, bt)`` returns C = A @ B (B^T given as ``bt``, (n, k)): int32 exact for int8, FP32 within a bound.
 
-    ``phase_k`` (F * PK), when given, lets a failure name the phase that went wrong.
+    ``run`` takes every shape of ``shapes`` (default: :func:`pass_gemm_shapes` of ``phase_k``, else one 256 x 256 x
+    1024 product); ``phase_k`` (F * PK), when given, lets a failure name the phase that went wrong. ``cases``
+    default: ``reference.CASES``, and :data:`NONFINITE` for FP16.
     """
     name, seed = f"multi-pass tile GEMM ({dtype})", fresh_seed(seed)
+    if shapes is None:
+        shapes = pass_gemm_shapes(phase_k) if phase_k else [(256, 256, 1024)]
+    if cases is None:
+        cases = (*CASES, NONFINITE) if dtype == "float16" else CASES
     count = 0
     for m, n, k in shapes:
         for case in cases:
-            a, bt = operands(case, m, n, k, dtype, seed + count)
+            a, bt = gemm_operands(case, m, n, k, dtype, seed + count)
             got = np.asarray(run(a, bt))
             want = reference(a, bt)
             if count == 0 and want.any() and (untouched(got) or untouched(got, float("nan"))):
                 return not_yet(name, "C is all zero or was not written")
             exact = dtype == "int8"
             parts = phase_products(a, bt, phase_k) if phase_k and got.shape == want.shape else None
+            label = f"{case} {m}x{n}x{k}" + (f", {k // phase_k} phases" if phase_k else "")
             if exact:
                 hint = _diagnose(got, parts) if parts is not None and not np.array_equal(got, want) else ""
-                compare("C", got, want, names=("row", "col"), case=f"{case} {m}x{n}x{k}", hint=hint or _HINT)
+                compare("C", got, want, names=("row", "col"), case=label, hint=hint or _HINT)
             else:
                 bound = fp32_bound(a, bt)
-                bad = not (np.abs(got.astype(np.float64) - want) <= bound).all()
+                with np.errstate(invalid="ignore"):
+                    bad = not ((np.abs(got.astype(np.float64) - want) <= bound) | (got == want)).all()
                 hint = _diagnose(got.astype(np.float64), parts, bound) if parts is not None and bad else ""
-                compare(
-                    "C", got, want.astype(np.float32), bound=bound, names=("row", "col"), case=f"{case} {m}x{n}x{k}",
-                    hint=hint or _HINT,
-                )  # fmt: skip
+                if bad and not hint and case == NONFINITE:
+                    hint = ("a NaN or an Inf of one phase is missing from C, or shows where it should not: every "
+                            "phase must reach the accumulator exactly once")  # fmt: skip
+                compare("C", got, want.astype(np.float32), bound=bound, names=("row", "col"), case=label,
+                        hint=hint or _HINT)  # fmt: skip
             count += 1
-    return passed(name, count, seed)
+    domain = f"shapes {plain(list(shapes))}; cases {', '.join(cases)}"
+    return passed(name, count, seed, domain)
 
 
 _HINT = "check which K range each phase loads, and that every phase is executed once from the buffer it was loaded into"

@@ -52,28 +52,36 @@ def make_split_digits(slices: int):
     the reference. Integer arithmetic, not FP64 digit by digit: ldexp and rint are exact here, and adding
     128 to every digit below the top one (the bias 0x80...80) turns the balanced digits into the plain bytes
     of N + bias, so each digit is a shift, a mask and a subtraction; the top digit is what is left, a signed
-    shift. Up to 8 slices N fits an int64; beyond, it is split into a high part and its lowest 4 digits.
+    shift. Up to 8 slices N fits an int64; beyond, the given ``high_part`` splits it into its lowest 4 digits
+    (which it writes) and the int64 part above them, whose HIGH = slices - 4 digits remain to be written.
     """
     SLICES, HIGH = slices, slices - 4 if slices > 8 else slices  # HIGH: digits in the (high) int64 word
     BIAS_HIGH = sum(128 << (8 * j) for j in range(HIGH - 1))  # 128 in each byte below the top digit
     BIAS_LOW = 0x80808080
 
     @cuda.jit(device=True)
+    def high_part(v, digits):
+        """N = rint(v) as an int64 (up to 8 slices). Beyond 8 slices N needs more than 63 bits: this writes its
+        lowest 4 digits from the remainder below 2^32 (exact: |v - high 2^32| < 2^32) and returns the part above."""
+        if SLICES <= 8:
+            return int64(round(v))  # rint, half to even
+        high = int64(math.trunc(v * 2.0**-32))
+        word = round(v - float64(high) * 2.0**32) + BIAS_LOW
+        for j in range(4):
+            digits[SLICES - 1 - j] = int32((word >> (8 * j)) & 255) - 128
+        return high + (word >> 32)  # the carry, -1, 0 or 1
+
+    @cuda.jit(device=True)
     def split_digits(x, e, digits):
-        # TODO (about 12 lines): fill digits[0..SLICES-1] with the balanced base-256 digits of x * 2^(7 - e)
+        # TODO (about 5 lines): v = x 2^(8 SLICES - 1 - e); high_part(v, digits) (given) returns N = rint(v), or
+        # beyond 8 slices the part of N above its 4 lowest digits (which it writes). Its HIGH digits go to
+        # digits[0..HIGH-1], most significant first: add BIAS_HIGH, take each byte, subtract 128; the top digit
+        # is what is left above the others (a signed shift)
         # SKELETON: for s in range(SLICES):
         # SKELETON:     digits[s] = 0
         # BEGIN SOLUTION
-        v = math.ldexp(x, int(8 * SLICES - 1 - e))  # N = rint(v); |v| <= 127/128 2^(8 SLICES - 1)
-        if SLICES > 8:  # N needs more than 63 bits: its lowest 4 digits come from the remainder below 2^32
-            high = int64(math.trunc(v * 2.0**-32))
-            word = round(v - float64(high) * 2.0**32) + BIAS_LOW  # v - high 2^32 is exact; |remainder| < 2^32
-            for j in range(4):
-                digits[SLICES - 1 - j] = int32((word >> (8 * j)) & 255) - 128
-            high += word >> 32  # the carry, -1, 0 or 1
-        else:
-            high = round(v)  # rint, half to even, as an int64
-        word = high + BIAS_HIGH
+        v = math.ldexp(x, int(8 * SLICES - 1 - e))  # |v| <= 127/128 2^(8 SLICES - 1): exact
+        word = high_part(v, digits) + BIAS_HIGH
         for j in range(HIGH - 1):
             digits[HIGH - 1 - j] = int32((word >> (8 * j)) & 255) - 128
         digits[0] = int32(word >> (8 * (HIGH - 1)))

@@ -121,7 +121,7 @@ def make_products_kernel(MM: Matmul):
     def ozaki_products_kernel(products, term_s, term_t, device_pipeline):
         smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
         (bx, by), p = grouped_tile(), cuda.blockIdx.z
-        # TODO (about 2 lines): the slices s and t of product p, for get_tile's (tile, slice) indices
+        # TODO (about 1 line): the slices s and t of product p, for get_tile's (tile, slice) indices
         # SKELETON: s, t = 0, 0
         # BEGIN SOLUTION
         s, t = term_s[p], term_t[p]
@@ -209,7 +209,9 @@ def make_fused_kernel(MM: Matmul):
                 r, q = acc.map_fragment_index(i)
                 row, col = bx * TM + r, by * TN + q
                 if row < out.shape[0] and col < out.shape[1]:
-                    # TODO (about 6 lines): shift by e[row] + f[col] - 14, apply alpha and beta (C unread if beta == 0)
+                    # TODO (about 7 lines): NaN where e[row] or f[col] is the sentinel NONFINITE_SHIFT (that row of A
+                    # or column of B holds a NaN or an Inf); else alpha * ldexp(total[i], e[row] + f[col] - 14), plus
+                    # beta * c[row, col] only if beta != 0 (C is not read when beta == 0)
                     # SKELETON: out[row, col] = math.nan
                     # BEGIN SOLUTION
                     if e[row] == NONFINITE_SHIFT or f[col] == NONFINITE_SHIFT:
@@ -354,13 +356,14 @@ def slice_rows_on_gpu(
 
 
 def epilogue_on_gpu(
-    diagonals: np.ndarray, e: np.ndarray, f: np.ndarray, alpha: float, beta: float, c: np.ndarray,
+    terms: np.ndarray, offsets: np.ndarray, e: np.ndarray, f: np.ndarray, alpha: float, beta: float, c: np.ndarray,
     epilogue_factory: Callable[[], Any] | None = None,
 ) -> np.ndarray:  # fmt: skip
-    """Stage 3 alone, for the checkers: C from the anti-diagonal sums (S, m, n), on the GPU."""
-    S, m, n = diagonals.shape
+    """Stage 3 alone, for the checkers: C from the int32 terms (T, m, n), diagonal d's being
+    ``terms[offsets[d]:offsets[d + 1]]`` (the unfused products or the partial variant's diagonals), on the GPU."""
+    _, m, n = terms.shape
     out = cp.full((m, n), np.nan)
     step = plain.epilogue_launch(m, n, epilogue_factory)
-    args = (cp.asarray(diagonals), cp.arange(S + 1, dtype=cp.int32), cp.asarray(e), cp.asarray(f))
+    args = (cp.asarray(terms), cp.asarray(offsets, dtype=cp.int32), cp.asarray(e), cp.asarray(f))
     step.kernel[step.grid, step.block](*args, float(alpha), float(beta), cp.asarray(c), out)
     return cp.asnumpy(out)

@@ -1,0 +1,40 @@
+"""Semantic mutants of the fusion exercises (notebooks 2a and 2b, GPU kernels: ``tools/mutation_gpu.py`` runs them)."""
+
+from utilities.mutants import Alternative, Mistake
+
+_BIAS = "x = result[i] + float32(bias[col0 + col])"
+_D1 = "x = alpha1 * r1[i] + beta1 * float32(c_part[i])"
+
+MISTAKES = [
+    # 2a: bias and ReLU in the epilogue
+    Mistake("2a gemm_bias_relu", "indexing", "reads the bias at the column within the block tile", old=_BIAS,
+            new="x = result[i] + float32(bias[col])", message="column offset"),
+    Mistake("2a gemm_bias_relu", "swapped axes", "reads the bias by row", old="_, col = acc.map_fragment_index(i)",
+            new="col, _ = acc.map_fragment_index(i)"),
+    Mistake("2a gemm_bias_relu", "rounding order", "rounds the FP32 accumulator to FP16 before adding the bias",
+            old=_BIAS, new="x = float32(np.float16(result[i])) + float32(bias[col0 + col])",
+            message="rounded to FP16 before the bias"),
+    Mistake("2a gemm_bias_relu", "order", "applies ReLU before the bias", old=_BIAS,
+            new="x = max(result[i], float32(0)) + float32(bias[col0 + col])", message="ReLU applied before the bias"),
+    Mistake("2a gemm_bias_relu", "missing", "forgets the ReLU", old="tile[i] = x if x > 0 else float32(0)",
+            new="tile[i] = x", message="ReLU missing"),
+    # 2b: the two epilogues of the back-to-back GEMM
+    Mistake("2b b2b", "missing", "forgets alpha0", old="x = alpha0 * r0[i]", new="x = r0[i]", message="alpha0 missing"),
+    Mistake("2b b2b", "swapped", "scales D0 by alpha1", old="x = alpha0 * r0[i]", new="x = alpha1 * r0[i]",
+            message="alpha1 used instead of alpha0"),
+    Mistake("2b b2b", "missing", "forgets the first ReLU", old="d0_tile[i] = x if x > 0 else float32(0)",
+            new="d0_tile[i] = x", message="ReLU missing in the first epilogue"),
+    Mistake("2b b2b", "missing", "adds C1 without beta1", old=_D1, new="x = alpha1 * r1[i] + float32(c_part[i])",
+            message="C1 added without beta1"),
+    Mistake("2b b2b", "order", "scales C1 by alpha1 too", old=_D1,
+            new="x = alpha1 * (r1[i] + beta1 * float32(c_part[i]))", message="alpha1 also scales C1"),
+    Mistake("2b b2b", "missing", "forgets the second ReLU",
+            old="out[i] = x if x > 0 else float32(0)\n                #",  # the branch that reads C1
+            new="out[i] = x\n                #", message="ReLU missing in the second epilogue"),
+]  # fmt: skip
+
+CORRECT = [
+    Alternative("2a gemm_bias_relu", "ReLU with max", old="tile[i] = x if x > 0 else float32(0)",
+                new="tile[i] = max(x, float32(0))"),
+    Alternative("2b b2b", "beta1 * C1 first", old=_D1, new="x = beta1 * float32(c_part[i]) + alpha1 * r1[i]"),
+]  # fmt: skip

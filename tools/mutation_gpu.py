@@ -1,0 +1,440 @@
+"""GPU mutants of the kernel exercises, each built and checked by its notebook's own check cell, on a GPU.
+
+    python tools/mutation_gpu.py --dry-run                  # list every mutant (no GPU needed)
+    python tools/mutation_gpu.py                            # every exercise: one process each, all at once
+    python tools/mutation_gpu.py --only 3b,3d --max-mutants 12 --timeout 300
+
+For each exercise (an exercise cell of a solution notebook, by id, and the cell that checks it), one process:
+the notebook's code cells before the check cell, the exercise's left out, run once (imports, preflight, the build
+cache, the other exercises' solutions), then the solution and its check (the baseline, which must pass), then each
+mutant as an attendee would edit and re-run: the exercise cell with one change, then the check cell. Mutants:
+
+- syntactic: a deterministic sample of ``utilities.mutants``' single changes of the solution regions
+  (``--max-mutants``, spread evenly over the list);
+- semantic: every ``MISTAKES`` entry of ``tools/mistakes/*.py`` for the exercise, and every ``CORRECT`` one
+  (an alternative, which must pass).
+
+A mutant is rejected when the check cell raises (``CheckFailure`` names the stage; another error counts too, as
+the attendee sees it at once), survives when the check passes, and times out past ``--timeout`` seconds: the
+process is then killed and started again from the next mutant, as it is after a CUDA error that leaves the context
+unusable. A survivor is not proven to change a result (no wider differential test runs on the GPU): review each.
+Kernels go through the build cache (``utilities.machinery.buildcache.install()``), so after ``./course prebuild``
+only the mutated kernel compiles. Results: ``results/mutation-gpu.json``, in the form of ``mutation-cpu.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from utilities import mutants  # noqa: E402
+
+MISTAKES = ROOT / "tools" / "mistakes"
+RESULTS = ROOT / "results" / "mutation-gpu.json"
+
+
+@dataclass(frozen=True)
+class GpuExercise:
+    """An exercise cell of ``solutions/<stem>.ipynb`` and the cell that checks it (ids)."""
+
+    stem: str
+    cell: str
+    check: str
+
+
+GPU_EXERCISES: dict[str, GpuExercise] = {
+    "1 multipass": GpuExercise("1_multipass", "8c696818", "23b9f981"),
+    "2a gemm_bias_relu": GpuExercise("2a_epilogue_fusion", "41e8a00f", "71d73ac1"),
+    "2b b2b": GpuExercise("2b_back_to_back", "4bf83648", "6433fcd3"),
+    "2c conv epilogue": GpuExercise("2c_conv_fusion", "1adead88", "57e7ddee"),
+    "3b products": GpuExercise("3b_ozaki_unfused", "9aeaea33", "c514e398"),
+    "3c diagonals": GpuExercise("3c_ozaki_partial", "9859615e", "f139800c"),
+    "3d fused": GpuExercise("3d_ozaki_fused", "e020ac1f", "0760b8c8"),
+    "4b residue": GpuExercise("4b_ozaki2_gpu", "de0cfbfc", "06af9f15"),
+    "4b reconstruct": GpuExercise("4b_ozaki2_gpu", "c61c7c8c", "fd1ce685"),
+}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The plan: cells and mutants (no GPU)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def notebook_cells(stem: str) -> list[dict[str, Any]]:
+    return json.loads((ROOT / "solutions" / f"{stem}.ipynb").read_text())["cells"]
+
+
+def cell_plan(exercise: GpuExercise) -> tuple[list[str], str, str]:
+    """The setup (the code cells before the check cell but the exercise's: 3b's end-to-end check, for one, also
+    needs the epilogue exercise between them), the exercise cell's source, the check cell's."""
+    cells = notebook_cells(exercise.stem)
+    sources = {cell.get("id"): "".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"}
+    for want in (exercise.cell, exercise.check):
+        if want not in sources:
+            raise KeyError(f"solutions/{exercise.stem}.ipynb has no code cell with id {want!r}")
+    order = [cell.get("id") for cell in cells if cell["cell_type"] == "code"]
+    if order.index(exercise.check) < order.index(exercise.cell):
+        raise KeyError(f"solutions/{exercise.stem}.ipynb: the check cell {exercise.check} comes before the exercise")
+    setup = [sources[i] for i in order[: order.index(exercise.check)] if i != exercise.cell]
+    return setup, sources[exercise.cell], sources[exercise.check]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One mutant to run: its kind (``syntactic``, a mistake's kind, or ``alternative``), what it changes, the whole
+    mutated cell, and for a mistake the text its rejection must hold."""
+
+    kind: str
+    what: str
+    source: str
+    message: str = ""
+
+    @property
+    def alternative(self) -> bool:
+        return self.kind == "alternative"
+
+    @property
+    def semantic(self) -> bool:
+        return self.kind != "syntactic"
+
+
+def sample(items: list[Any], count: int) -> list[Any]:
+    """``count`` items spread evenly over ``items`` (all of them when there are fewer), always the same ones."""
+    if count <= 0:
+        return []
+    if len(items) <= count:
+        return list(items)
+    return [items[(i * len(items)) // count] for i in range(count)]
+
+
+def plan_mutants(name: str, source: str, max_mutants: int) -> tuple[list[Planned], list[str]]:
+    """The mutants of exercise ``name`` (cell ``source``), and the semantic entries that do not apply, with why."""
+    planned = [Planned("syntactic", f"line {m.line}: {m.what}", m.source)
+               for m in sample(mutants.mutants(source), max_mutants)]  # fmt: skip
+    mistakes, alternatives = mutants.load_mistakes(MISTAKES)
+    broken = []
+    for item in mutants.for_exercise(mistakes, name) + mutants.for_exercise(alternatives, name):
+        kind = item.kind if isinstance(item, mutants.Mistake) else "alternative"
+        try:
+            planned.append(Planned(kind, item.what, item.apply(source), getattr(item, "message", "")))
+        except ValueError as error:
+            broken.append(str(error))
+    return planned, broken
+
+
+def selected(only: str) -> list[str]:
+    """The exercises whose name contains one of the comma-separated ``only`` (all when empty)."""
+    patterns = [p.strip() for p in only.split(",") if p.strip()]
+    return [n for n in GPU_EXERCISES if not patterns or any(p in n for p in patterns)]
+
+
+def dry_run(names: list[str], max_mutants: int) -> int:
+    """Print every exercise's mutants; 1 when a cell is missing or a semantic entry does not apply."""
+    problems = 0
+    for name in names:
+        exercise = GPU_EXERCISES[name]
+        try:
+            _, source, _ = cell_plan(exercise)
+        except (KeyError, OSError) as error:
+            print(f"{name}: {error}")
+            problems += 1
+            continue
+        planned, broken = plan_mutants(name, source, max_mutants)
+        print(f"{name} (solutions/{exercise.stem}.ipynb, cell {exercise.cell}, checked by {exercise.check}): "
+              f"{len(planned)} mutants")  # fmt: skip
+        for p in planned:
+            print(f"  {p.kind}: {p.what}")
+        for why in broken:
+            print(f"  DOES NOT APPLY: {why}")
+        problems += len(broken)
+    return 1 if problems else 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The worker: one exercise, in a fresh process on the GPU machine
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _error_of(result: Any) -> BaseException | None:
+    return result.error_before_exec or result.error_in_exec
+
+
+def worker(plan_path: Path, out_dir: Path) -> int:
+    """Run the setup, the baseline (when starting from the first mutant) and the mutants from ``start``; one JSON line
+    per event in ``out_dir/results.jsonl``, the mutant under way in ``out_dir/progress``. Exits 3 after a CUDA error
+    that leaves the context unusable (the parent starts a fresh process from the next mutant)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from utilities.checker import STICKY_CUDA_ERRORS, cuda_error_name
+
+    plan = json.loads(plan_path.read_text())
+    results = (out_dir / "results.jsonl").open("a")
+
+    def emit(**event: Any) -> None:
+        results.write(json.dumps(event) + "\n")
+        results.flush()
+
+    shell = InteractiveShell.instance()
+    shell.run_cell("%matplotlib agg", silent=True)
+    for index, source in enumerate(plan["setup"]):
+        error = _error_of(shell.run_cell(source, silent=False))
+        if error is not None:
+            emit(event="setup failed", cell=index, error=f"{type(error).__name__}: {error}"[:800])
+            return 2
+    try:
+        import cupy
+
+        gpu = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    except Exception:  # the report says so
+        gpu = "unknown"
+
+    def attempt(cell: str) -> tuple[str, str, BaseException | None]:
+        """(status, message, error) of one edit: the cell, then the check."""
+        error = _error_of(shell.run_cell(cell, silent=False))
+        if error is not None:
+            return "rejected", f"the exercise cell raised {type(error).__name__}: {error}"[:800], error
+        error = _error_of(shell.run_cell(plan["check"], silent=False))
+        if error is None:
+            return "passed", "", None
+        how = "" if type(error).__name__ == "CheckFailure" else f"{type(error).__name__}: "
+        return "rejected", (how + str(error))[:1500], error
+
+    if plan["start"] == 0:
+        started = time.perf_counter()
+        status, message, _ = attempt(plan["cell"])
+        emit(event="baseline", status=status, message=message, gpu=gpu, seconds=time.perf_counter() - started)
+        if status != "passed":
+            return 2
+    for index in range(plan["start"], len(plan["mutants"])):
+        mutant = plan["mutants"][index]
+        (out_dir / "progress").write_text(json.dumps({"index": index, "since": time.time()}))
+        started = time.perf_counter()
+        status, message, error = attempt(mutant["source"])
+        emit(event="mutant", index=index, status=status, message=message, seconds=time.perf_counter() - started)
+        if error is not None and cuda_error_name(error) in STICKY_CUDA_ERRORS:
+            return 3
+    (out_dir / "progress").write_text(json.dumps({"index": None}))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The parent: processes, time limits, the report
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    """One exercise's process and what it has done so far."""
+
+    name: str
+    planned: list[Planned]
+    setup: list[str]
+    cell: str
+    check: str
+    folder: Path
+    process: subprocess.Popen | None = None
+    start: int = 0
+    outcome: dict[int, tuple[str, str, float]] | None = None
+    baseline: str = ""
+    gpu: str = ""
+    failure: str = ""
+    started: float = 0.0
+
+    def launch(self, jobs_per_process: int) -> None:
+        plan = {"setup": self.setup, "cell": self.cell, "check": self.check, "start": self.start,
+                "mutants": [{"source": p.source} for p in self.planned]}  # fmt: skip
+        plan_path = self.folder / f"plan-{self.start}.json"
+        plan_path.write_text(json.dumps(plan))
+        (self.folder / "progress").unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               "MPLBACKEND": "agg", "COURSE_BUILD_JOBS": str(jobs_per_process)}  # fmt: skip
+        log = (self.folder / "log.txt").open("a")
+        command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(plan_path), str(self.folder)]
+        self.process = subprocess.Popen(command, cwd=ROOT / "notebooks", env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)  # fmt: skip
+        self.started = time.time()
+
+    def events(self) -> list[dict[str, Any]]:
+        path = self.folder / "results.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def running_since(self) -> tuple[int | None, float]:
+        try:
+            progress = json.loads((self.folder / "progress").read_text())
+        except (OSError, ValueError):
+            return None, self.started
+        return progress.get("index"), progress.get("since", self.started)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def run_jobs(jobs: list[Job], parallel: int, timeout: float, setup_timeout: float, deadline: float = 0.0) -> None:
+    """Run every job to its end, at most ``parallel`` processes at once, killing a mutant that runs past ``timeout``
+    seconds (and a setup past ``setup_timeout``), and starting again from the next mutant. Past ``deadline`` seconds
+    (0: none) every process is stopped: the mutants not finished are reported as not run."""
+    waiting, active = list(jobs), []
+    per_process = max(1, (os.cpu_count() or 2) // max(1, min(parallel, len(jobs))))
+    stop_at = time.time() + deadline if deadline > 0 else float("inf")
+    while waiting or active:
+        if time.time() > stop_at:
+            for job in active:
+                job.kill()
+                job.failure = job.failure or f"stopped at the deadline ({deadline:.0f} s)"
+            return
+        while waiting and len(active) < parallel:
+            job = waiting.pop(0)
+            job.outcome = job.outcome or {}
+            job.launch(per_process)
+            active.append(job)
+        time.sleep(2)
+        for job in list(active):
+            done = {e["index"]: e for e in job.events() if e["event"] == "mutant"}
+            for index, e in done.items():
+                job.outcome[index] = (e["status"], e["message"], e["seconds"])
+            index, since = job.running_since()
+            code = job.process.poll()
+            over = timeout if index is not None else setup_timeout
+            if code is None and time.time() - since > over:
+                job.kill()
+                code = -9
+                if index is not None:
+                    job.outcome[index] = ("timed out", f"killed after {over:.0f} s", over)
+                else:
+                    job.failure = f"the setup or the baseline ran past {over:.0f} s"
+            if code is None:
+                continue
+            for e in job.events():
+                if e["event"] == "baseline":
+                    job.baseline, job.gpu = e["status"] + (f": {e['message']}" if e["message"] else ""), e["gpu"]
+                elif e["event"] == "setup failed":
+                    job.failure = f"setup cell {e['cell']} failed: {e['error']}"
+            if index is not None and index not in job.outcome:  # the process died on this mutant
+                job.outcome[index] = ("rejected", f"the process died (exit {code}): a crash the attendee sees", 0.0)
+            rest = [i for i in range(len(job.planned)) if i not in job.outcome]
+            active.remove(job)
+            if rest and not job.failure and job.baseline.startswith("passed"):
+                job.start = rest[0]
+                waiting.append(job)
+            elif rest and not job.failure:
+                job.failure = job.failure or f"the baseline did not pass: {job.baseline or 'no result'}"
+
+
+def entry(job: Job) -> dict[str, Any]:
+    """The exercise's entry of ``results/mutation-gpu.json``."""
+    outcome = job.outcome or {}
+    syntactic = [(p, outcome.get(i)) for i, p in enumerate(job.planned) if not p.semantic]
+    survived = [p for p, o in syntactic if o and o[0] == "passed"]
+    rejected = [p for p, o in syntactic if o and o[0] in ("rejected", "timed out")]
+    verdicts = []
+    for i, p in enumerate(job.planned):
+        if not p.semantic:
+            continue
+        status, message, _ = outcome.get(i, ("not run", "", 0.0))
+        if p.alternative:
+            status = {"passed": "accepted", "not run": "not run"}.get(status, "false alarm")
+        elif status in ("rejected", "timed out"):
+            status = "rejected" if p.message in message else "misnamed"
+        elif status == "passed":
+            status = "missed"
+        verdicts.append(mutants.Verdict(job.name, p.kind, p.what, status, message))
+    semantic = mutants.SemanticScore(job.name, [v for v in verdicts if v.kind != "alternative"],
+                                     [v for v in verdicts if v.kind == "alternative"])  # fmt: skip
+    counted = len(rejected) + len(survived)
+    return {
+        "exercise": job.name,
+        "date": time.strftime("%Y-%m-%d"),
+        "baseline": job.baseline or job.failure or "not run",
+        "syntactic": {
+            "sampled": len(syntactic), "rejected": len(rejected), "survived": len(survived), "equivalent": 0,
+            "score": len(rejected) / counted if counted else 1.0,
+            "survivors": [p.what for p in survived],
+            "timed_out": [p.what for p, o in syntactic if o and o[0] == "timed out"],
+            "not_run": [p.what for p, o in syntactic if o is None],
+        },
+        "semantic": semantic.as_json(),
+        "seconds": round(sum(o[2] for o in outcome.values()), 1),
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated: exercises whose name contains one of these")
+    parser.add_argument("--max-mutants", type=int, default=10, help="syntactic mutants per exercise (default 10)")
+    parser.add_argument("--timeout", type=float, default=240, help="seconds per mutant, build and check (default 240)")
+    parser.add_argument("--setup-timeout", type=float, default=900, help="seconds for the setup and the baseline")
+    parser.add_argument("--parallel", type=int, default=len(GPU_EXERCISES), help="processes at once (default: all)")
+    parser.add_argument("--deadline", type=float, default=0, help="stop everything after this many seconds, write "
+                        "what finished (the rest: not_run)")  # fmt: skip
+    parser.add_argument("--json", default=str(RESULTS), help="where to write the scores")
+    parser.add_argument("--dry-run", action="store_true", help="list the mutants, run nothing (no GPU needed)")
+    parser.add_argument("--worker", nargs=2, metavar=("PLAN", "DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(Path(args.worker[0]), Path(args.worker[1]))
+    names = selected(args.only)
+    if args.dry_run:
+        return dry_run(names, args.max_mutants)
+    jobs = []
+    folder = Path(tempfile.mkdtemp(prefix="mutation-gpu-"))
+    for name in names:
+        setup, cell, check = cell_plan(GPU_EXERCISES[name])
+        planned, broken = plan_mutants(name, cell, args.max_mutants)
+        for why in broken:
+            print(f"{name}: a semantic entry does not apply: {why}", flush=True)
+        job_dir = folder / name.replace(" ", "_")
+        job_dir.mkdir()
+        jobs.append(Job(name, planned, setup, cell, check, job_dir))
+    print(f"{sum(len(j.planned) for j in jobs)} mutants of {len(jobs)} exercises; logs in {folder}", flush=True)
+    started = time.perf_counter()
+    try:
+        run_jobs(jobs, args.parallel, args.timeout, args.setup_timeout, args.deadline)
+    finally:
+        for job in jobs:
+            job.kill()
+    entries = [entry(job) for job in jobs]
+    for e in entries:
+        s, m = e["syntactic"], e["semantic"]
+        print(f"{e['exercise']}: baseline {e['baseline'][:60]}; syntactic {s['rejected']} rejected, {s['survived']} "
+              f"survived of {s['sampled']}; semantic {m['rejected']} of {m['mistakes']} rejected, {m['accepted']} "
+              f"of {m['alternatives']} alternatives accepted")  # fmt: skip
+        for what in s["survivors"]:
+            print(f"    SURVIVED {what}")
+        for line in e["semantic"]["holes"] + e["semantic"]["false_alarms"]:
+            print(f"    {line}")
+    gpu = next((j.gpu for j in jobs if j.gpu), "unknown")
+    command = shlex.join(["python", "tools/mutation_gpu.py", *(argv if argv is not None else sys.argv[1:])])
+    write(Path(args.json), command, gpu, entries)
+    print(f"wrote {args.json} ({time.perf_counter() - started:.0f} s)")
+    return 0 if all(not e["syntactic"]["survivors"] and not e["semantic"]["holes"] for e in entries) else 1
+
+
+def write(path: Path, command: str, gpu: str, entries: list[dict[str, Any]]) -> None:
+    """Merge ``entries`` into the report at ``path`` (an exercise's new entry replaces its old one)."""
+    try:
+        old = {e["exercise"]: e for e in json.loads(path.read_text())["exercises"]}
+    except (OSError, ValueError, KeyError):
+        old = {}
+    old.update({e["exercise"]: e for e in entries})
+    rank = {name: i for i, name in enumerate(GPU_EXERCISES)}
+    merged = sorted(old.values(), key=lambda e: rank.get(e["exercise"], len(rank)))
+    path.write_text(json.dumps({"command": command, "gpu": gpu, "exercises": merged}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
