@@ -88,3 +88,22 @@ def test_a_cpu_notebook_runs_through(tmp_path):
 def test_gpu_notebooks_are_skipped_with_a_reason_without_a_gpu():
     chosen, skipped = workshop.notebooks([], gpu=False)
     assert "3a_ozaki_numerics" in chosen and any(s.startswith("1_multipass") for s in skipped)
+
+
+def test_a_run_through_is_recorded_as_the_filled_exercise_row_of_the_ledger(tmp_path, monkeypatch):
+    from utilities import ledger
+
+    monkeypatch.setenv("COURSE_COMMIT", "abc123")
+    path = tmp_path / "notebooks.json"
+    passed = workshop.Entry("2a_epilogue_fusion", wall_s=61.0, longest_build_s=9.0, build_wait_s=20.0)
+    failed = workshop.Entry("3d_ozaki_fused", wall_s=12.0, longest_build_s=0.0, build_wait_s=0.0,
+                            error="code cell 4: CheckFailure: stage 'fused'\nTraceback ...")  # fmt: skip
+    workshop.record_in_ledger(passed, path, "NVIDIA H100 80GB HBM3", sharing=2)
+    workshop.record_in_ledger(failed, path, "NVIDIA H100 80GB HBM3")
+    rows = {r["notebook"]: r for r in ledger.load(path)["rows"]}
+    want = ledger.code_hash(ledger.variant_notebook("2a_epilogue_fusion", "exercise"))
+    assert rows["2a_epilogue_fusion"]["code_hash"] == want and rows["2a_epilogue_fusion"]["variant"] == "exercise"
+    assert rows["2a_epilogue_fusion"]["passed"] and rows["2a_epilogue_fusion"]["parallel"] == 2
+    assert rows["2a_epilogue_fusion"]["commit"] == "abc123"
+    assert not rows["3d_ozaki_fused"]["passed"] and "CheckFailure" in rows["3d_ozaki_fused"]["error"]
+    assert "\n" not in rows["3d_ozaki_fused"]["error"]

@@ -211,12 +211,35 @@ def table(entries: list[Entry]) -> str:
     return "\n".join(rows)
 
 
+def record_in_ledger(entry: Entry, path: Path, gpu: str, sharing: int = 1) -> None:
+    """The run-through of a notebook is a run of its filled exercise: record it as that variant's ledger row (its
+    edits ran after the notebook and do not count: the row is the notebook top to bottom)."""
+    from . import ledger
+
+    nb = ledger.variant_notebook(entry.notebook, "exercise")
+    error = headline(entry.error) if entry.error else ""
+    row = ledger.Row(entry.notebook, "exercise", ledger.code_hash(nb), ledger.commit_of(), time.strftime("%Y-%m-%d"),
+                     not entry.error, entry.wall_s, sharing, error)  # fmt: skip
+    ledger.save(path, ledger.merge({**ledger.load(path), "gpu": gpu}, [row]))
+
+
 def main(argv: list[str] | None = None) -> int:
     from .preflight import probe_gpus
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("patterns", nargs="*", help="run the notebooks whose name contains one of these")
     parser.add_argument("--json", default=None, help="where to write the entries (default results/<gpu>-workshop.json)")
+    parser.add_argument(
+        "--ledger",
+        default=None,
+        help="also record each notebook's run as its filled exercise's row of this GPU ledger file",
+    )
+    parser.add_argument(
+        "--sharing",
+        type=int,
+        default=1,
+        help="run-throughs sharing the GPU at once (recorded in the ledger's rows as 'parallel')",
+    )
     args = parser.parse_args(argv)
     gpus, problem, _ = probe_gpus()
     chosen, skipped = notebooks(args.patterns, bool(gpus))
@@ -241,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                 "notebooks": [asdict(e) for e in entries]}  # fmt: skip
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=1) + "\n")  # after each notebook: a cut-off run keeps what ran
+        if args.ledger:
+            record_in_ledger(e, Path(args.ledger), gpus[0].name if gpus else "none", args.sharing)
     if not entries:
         print("nothing to run")
         return 1
