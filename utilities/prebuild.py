@@ -204,10 +204,11 @@ MULTIPASS_JOBS = (
     "multipass:int8:1,multipass:int8:2,multipass:int8:4,multipass:int8:8,multipass:float16:1,multipass:float16:2,"
     "multipass:float16:4,multipass:float16:8,pipeline:int8:256,pipeline:float16:256"
 )
-CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels at the plan's default tile; the back-to-back
-    # kernel at the target's channels and at the checks' (C_out = 128))
+CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels and 2c's diagnostics at the plan's default
+    # tile; the back-to-back kernel at the target's channels and at the checks' (C_out = 128))
     "conv:64x64,conv_unfused:64x64,conv:32x32,conv_unfused:32x32,conv_pipe:64x64,conv_pipe_unfused:64x64,"
-    "conv_1x1:64x64,conv_b2b:64x64x64,conv_b2b:64x64x128,conv_b2b_keep:64x64x128"
+    "conv_pipe_gather:64x64,conv_pipe_mma:64x64,conv_1x1:64x64,conv_b2b:64x64x64,conv_b2b:64x64x128,"
+    "conv_b2b_keep:64x64x128"
 )
 # Every kernel `python -m utilities.conv.benchmarks` builds (utilities.conv.layout.speed_configs: the default tile
 # first), for --jobs before that run: each setting fused and unfused, the default's two diagnostics, 2c's two-stage
