@@ -370,8 +370,11 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
             lines.append(f"conv.fused@{cfg.spec}: left out ({exc})")
             continue
         check.check_conv(numpy_run(plan), shape=shape, seed=31)
+        # two blocks a column tile: each walks several row tiles (the ring across tiles, the output in the ring)
+        check.check_conv(numpy_run(PipelinedConv(shape, cfg=cfg_n, blocks=2)), shape=shape, seed=38)
         check.check_conv(numpy_run(UnfusedPipelined(shape, cfg_n)), shape=shape, fused=False, seed=32)
-        lines.append(f"conv.fused@{cfg.spec} and its unfused path: passed")
+        lines.append(f"conv.fused@{cfg.spec} (one block a row tile, and two walking them all) and its unfused path: "
+                     "passed")  # fmt: skip
     check.check_conv(numpy_run(Conv3x3(shape)), shape=shape, seed=33)
     lines.append("conv.twostage: passed")
     if triton_peer.available() is None:
@@ -386,8 +389,11 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
     b2b = ConvB2B(check.B2B_SHAPE, keep_d0=True)
     check.check_conv_b2b(numpy_run(b2b), stages=b2b.stages, shape=check.B2B_SHAPE, seed=35)
     check.check_conv_b2b(numpy_run(ConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=36)
+    walk = ConvB2B(check.B2B_SHAPE, keep_d0=True, blocks=2)  # each block walks several row tiles
+    check.check_conv_b2b(numpy_run(walk), stages=walk.stages, shape=check.B2B_SHAPE, seed=39)
     check.check_conv_b2b(numpy_run(UnfusedConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=37)
-    lines.append("conv_b2b.fused (with and without D0 kept) and conv_b2b.unfused: passed")
+    lines.append("conv_b2b.fused (with and without D0 kept, one block a row tile and two walking them all) and "
+                 "conv_b2b.unfused: passed")  # fmt: skip
     return lines
 
 

@@ -271,11 +271,12 @@ class PipelinedConv:
     padding 1, w of shape (3, 3, C_in, C_out)) or 1 (1x1, w of shape (C_in, C_out)). NHWC FP16 in and out.
 
     ``parts`` "gather" or "mma" builds a diagnostic kernel that does only that part of the work (wrong results):
-    the benchmarks time them beside the whole kernel. ``resources`` (after the first call): registers, spills,
-    shared memory and blocks an SM of the compiled kernel (``launch.resources``)."""
+    the benchmarks time them beside the whole kernel. ``blocks`` caps the blocks along x (default: one wave), so
+    that a check at a small shape has each block walk several row tiles, as at full size. ``resources`` (after the
+    first call): registers, spills, shared memory and blocks an SM of the compiled kernel (``launch.resources``)."""
 
     def __init__(self, shape: ConvShape, fused: bool = True, cfg: PipeConfig | None = None, taps: int = 9,
-                 parts: str = "all"):  # fmt: skip
+                 parts: str = "all", blocks: int | None = None):  # fmt: skip
         if taps not in (1, 9):
             raise ValueError(f"taps must be 9 (3x3) or 1 (1x1), got {taps}")
         if parts not in PARTS:
@@ -292,6 +293,7 @@ class PipelinedConv:
         _fits(self.layout, c)
         self.kernel = make_pipelined_conv_kernel(self.MM, c, taps, self.n_stages, fused, parts)
         self.grid: tuple[int, int] | None = None
+        self.max_blocks = blocks
         self.resources: dict[str, Any] = {}
 
     def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
@@ -308,7 +310,7 @@ class PipelinedConv:
             columns = s.c_out // self.cfg.tile_n
             blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args,
                                               s.m // self.cfg.tile_m, columns)  # fmt: skip
-            self.grid = (blocks, columns)
+            self.grid = (min(blocks, self.max_blocks or blocks), columns)
         launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
         return out
 
@@ -428,10 +430,11 @@ class ConvB2B:
 
     ``w1`` is the 1x1 filters as a (C_mid, C_out) matrix. ``keep_d0=True`` also writes D0 to ``self.d0`` (NHWC), so
     that a checker can test the first stage on its own. ``kernel_factory``: the exercise's kernel factory.
+    ``blocks`` caps the blocks (default: one wave): a check with few blocks has each walk several row tiles.
     """
 
     def __init__(self, shape: B2BShape, cfg: PipeConfig | None = None, keep_d0: bool = False,
-                 kernel_factory: Any = None):  # fmt: skip
+                 kernel_factory: Any = None, blocks: int | None = None):  # fmt: skip
         c = cfg or PipeConfig(tile_n=shape.c_mid)
         if c.tile_n != shape.c_mid:
             raise ValueError(f"the tile's N ({c.tile_n}) must be C_mid = {shape.c_mid}: a block computes every "
@@ -448,6 +451,7 @@ class ConvB2B:
         d0_rows = shape.m if keep_d0 else c.tile_m
         self.d0 = cp.zeros((d0_rows, shape.c_mid), cp.float16)
         self.grid: tuple[int, int] | None = None
+        self.max_blocks = blocks
         self.resources: dict[str, Any] = {}
 
     def __call__(self, x: Any, w0: Any, w1: Any, bias1: Any, out: Any = None) -> Any:
@@ -462,7 +466,7 @@ class ConvB2B:
         if self.grid is None:
             tiles = s.m // self.cfg.tile_m
             blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args, tiles, 1)
-            self.grid = (blocks, 1)
+            self.grid = (min(blocks, self.max_blocks or blocks), 1)
         launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
         return out
 
