@@ -464,6 +464,9 @@ def summary_issue29(records: Sequence[bench.BenchRecord]) -> str:
             p = r.params
             lines.append(f"{r.name}: {p['registers']} registers, {p['spills']} bytes spilled, {p['smem']} bytes of "
                          f"shared memory, {p['blocks_per_sm']} blocks an SM")  # fmt: skip
+    outside = [r.name for r in records if r.error and r.error["max_elementwise"] > 1]
+    lines.append(f"sampled errors outside their bounds: {', '.join(outside)}" if outside else
+                 "every sampled error within its bound (err/bound <= 1)")  # fmt: skip
     split = model.time_split(t)
     if split is not None:
         lines.append(model.format_time_split(split))
