@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_spec_round_trip_and_errors():
-    for cfg in layout.sweep_configs():
+    for cfg in layout.speed_configs():
         assert layout.PipeConfig.parse(cfg.spec) == cfg
     with pytest.raises(ValueError, match="looks like"):
         layout.PipeConfig.parse("128x64")
@@ -36,21 +36,43 @@ def test_spec_round_trip_and_errors():
 
 
 def test_layouts_do_not_overlap_and_fit_at_the_target():
-    for cfg in layout.sweep_configs():
+    extra = [layout.PipeConfig.parse(t) for t in ("64x64x64-t128-d4-g1-s", "128x64x32-t128-d4-g2-r",
+                                                 "256x64x64-t256-d3-g1-r", "128x64x32-t128-d3-g1-s")]  # fmt: skip
+    for cfg in layout.speed_configs() + extra:
         n = layout.stages(9, 64, cfg.tile_k)
         layout.check_group(cfg, n)
         sa, sb, sc = cfg.tile_m * cfg.tile_k, cfg.tile_k * cfg.tile_n, cfg.tile_m * cfg.tile_n
         L = layout.pipe_layout(cfg, n, sa, sb, sc)
         slots, b_slots = cfg.depth * cfg.group, n if cfg.resident else cfg.depth * cfg.group
         spans = [(L.a + i * L.a_step, sa) for i in range(slots)] + [(L.b + i * L.b_step, sb) for i in range(b_slots)]
-        spans.append((L.c, sc))
+        if L.c_in_ring:  # the output tile fits the A slots of any one phase, which are contiguous
+            for phase in range(cfg.depth):
+                first = L.a + phase * cfg.group * L.a_step
+                assert first + sc <= L.a + (phase + 1) * cfg.group * L.a_step and first + sc <= L.b
+        else:
+            spans.append((L.c, sc))
         spans.sort()
         assert all(a + size <= b for (a, size), (b, _) in zip(spans, spans[1:], strict=False))
         assert all(start % 512 == 0 for start, _ in spans) and spans[-1][0] + spans[-1][1] <= L.end
         layout.check_fits(L, cfg)
-    big = layout.PipeConfig(tile_m=256, threads=256, depth=4)
+    big = layout.PipeConfig(tile_m=256, threads=256, depth=5, resident=True)
     with pytest.raises(ValueError, match="stream the filters"):
         layout.check_fits(layout.pipe_layout(big, 9, 256 * 64, 64 * 64, 256 * 64), big)
+
+
+def test_the_speed_settings_differ_in_blocks_per_sm():
+    """The settings the speed run measures: three, two and one block an SM by their shared memory, the default
+    (three) first; the launch bounds then leave each thread at least the register floor."""
+    got = []
+    for cfg in layout.speed_configs():
+        L = layout.pipe_layout(cfg, 9, 128 * 64, 64 * 64, 128 * 64)
+        assert L.c_in_ring, "one convolution stages its output in the ring: 16 KiB less a block"
+        got.append(layout.blocks_per_sm(L.nbytes))
+        blocks = layout.min_blocks(cfg, L.nbytes)
+        assert blocks <= got[-1] and layout.REGISTERS_PER_SM // (cfg.threads * blocks) >= layout.REGISTER_FLOOR
+    assert got == [3, 2, 1] and layout.speed_configs()[0] == layout.PipeConfig()
+    b2b = layout.pipe_layout(layout.PipeConfig(), 9, 128 * 64, 64 * 64, 128 * 64, 128 * 64, 64 * 64)
+    assert not b2b.c_in_ring and b2b.c >= 0 and b2b.d0 > b2b.c
 
 
 def swizzled(tile_k: int):
@@ -60,20 +82,26 @@ def swizzled(tile_k: int):
 
 def gather_stage(x: np.ndarray, cfg: layout.PipeConfig, row0: int, k0: int) -> tuple[np.ndarray, np.ndarray]:
     """What every thread's copies put into one A stage (the kernel's ``issue``, through the same device
-    functions), read back through the swizzle as a TM x TK tile; and how often each 16-byte chunk was written."""
+    functions, in the same order: rows and masks once per tile, tap once per stage, then a bit test per copy),
+    read back through the swizzle as a TM x TK tile; and how often each 16-byte chunk was written."""
     b, height, width, c_in = x.shape
     flat = x.reshape(-1)
     cpr, rpp, sw = cfg.chunks_per_row, cfg.threads // cfg.chunks_per_row, swizzled(cfg.tile_k)
     smem = np.full(cfg.tile_m * cfg.tile_k, np.nan, np.float16)
     writes = np.zeros(cfg.tile_m * cpr, int)
+    tap, c0 = simt.stage_tap.py_func(k0, c_in)
+    shift = simt.tap_offset.py_func(tap, width)
     for tid in range(cfg.threads):
         for i in range(cfg.loads_per_thread):
-            row, unit, tap, c0 = simt.stage_chunk.py_func(tid, i, k0, c_in, cpr, rpp)
+            row, unit = simt.chunk_row.py_func(tid, i, cpr, rpp)
             m = row0 + row
-            h, w = simt.pixel_coords.py_func(m, height, width)
-            src = simt.tap_source.py_func(m, h, w, tap, height, width)
+            inside = simt.tap_mask.py_func(*simt.pixel_coords.py_func(m, height, width), height, width)
+            ok = (inside >> tap) & 1
+            src, nbytes = m + shift * ok, 16 * ok  # the copy: nbytes of 16 read, the rest zeros
             dst = sw(row * cpr + unit) * 8
-            smem[dst : dst + 8] = flat[src * c_in + c0 : src * c_in + c0 + 8] if src >= 0 else 0
+            start = src * c_in + c0 + unit * 8
+            assert 0 <= start and start + 8 <= flat.size, "every copy's address lies inside x, read or not"
+            smem[dst : dst + 8] = flat[start : start + 8] if nbytes == 16 else 0
             writes[sw(row * cpr + unit)] += 1
     tile = np.empty((cfg.tile_m, cfg.tile_k), np.float16)
     for row in range(cfg.tile_m):
@@ -97,13 +125,19 @@ def test_every_thread_s_copies_fill_the_stage_with_the_implicit_gemm_rows(spec):
             np.testing.assert_array_equal(tile.astype(np.float64), a[row0 : row0 + cfg.tile_m, k0 : k0 + cfg.tile_k])
 
 
-def test_tap_source_is_the_index_map():
-    for b, height, width in ((2, 5, 7), (1, 1, 1), (3, 4, 1), (1, 3, 3)):
+def test_tap_masks_and_offsets_are_the_index_map():
+    for b, height, width in ((2, 5, 7), (1, 1, 1), (3, 4, 1), (1, 3, 3), (1, 1, 6)):
         for m in range(b * height * width):
-            h, w = simt.pixel_coords.py_func(m, height, width)
+            inside = simt.tap_mask.py_func(*simt.pixel_coords.py_func(m, height, width), height, width)
             for tap in range(9):
-                assert simt.tap_source.py_func(m, h, w, tap, height, width) == ref.neighbor(m, *divmod(tap, 3),
-                                                                                           height, width)  # fmt: skip
+                got = m + simt.tap_offset.py_func(tap, width) if (inside >> tap) & 1 else -1
+                assert got == ref.neighbor(m, *divmod(tap, 3), height, width), (b, height, width, m, tap)
+
+
+def test_a_stage_starts_at_its_tap_and_channel():
+    for c_in, tile_k in ((64, 64), (64, 32), (128, 32), (32, 32)):
+        for k0 in range(0, 9 * c_in, tile_k):
+            assert simt.stage_tap.py_func(k0, c_in) == divmod(k0, c_in)
 
 
 GATHER_KERNEL = """
@@ -114,7 +148,7 @@ import numba.cuda.dispatcher
 import numpy as np
 from numba import cuda, int32, int64, types
 numba.cuda.dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=(9, 0))
-from utilities.conv.simt import pixel_coords, stage_chunk, tap_source
+from utilities.conv.simt import chunk_row, pixel_coords, stage_tap, tap_mask, tap_offset
 from utilities.machinery import cp_async, swizzle
 SW = swizzle.a_tile(64)
 WAIT = cp_async.wait_prior(1)
@@ -122,18 +156,17 @@ WAIT = cp_async.wait_prior(1)
 def gather_kernel(x, out, height, width):
     # the kernel's issue() without cuBLASDx: one stage of a 128 x 64 tile, 128 threads, copies and groups
     smem = cuda.shared.array(8192, dtype=np.float16, alignment=1024)
-    tid = cuda.threadIdx.x
-    c_in = x.shape[0] // (out.shape[0] // 64)
+    tid = int32(cuda.threadIdx.x)
+    c_in = int32(x.shape[0] // (out.shape[0] // 64))
+    tap, c0 = stage_tap(int32(64 * 4), c_in)
+    shift = int32(tap_offset(int32(tap), width))
     for i in range(8):
-        row, unit, tap, c0 = stage_chunk(tid, i, 64 * 4, c_in, 8, 16)
+        row, unit = chunk_row(tid, i, 8, 16)
         m = int32(cuda.blockIdx.x * 128 + row)
         h, w = pixel_coords(m, height, width)
-        src = tap_source(m, h, w, tap, height, width)
-        dst = SW(row * 8 + unit) * 8
-        if src >= 0:
-            cp_async.copy16(smem, dst, x, int64(src) * c_in + c0, 16)
-        else:
-            cp_async.copy16(smem, dst, x, 0, 0)
+        ok = int32((tap_mask(int32(h), int32(w), height, width) >> tap) & 1)
+        dst = int32(SW(int32(row * 8 + unit)) * 8)
+        cp_async.copy16(smem, dst, x, int64(int32(m + shift * ok)) * c_in + int32(c0 + unit * 8), ok * 16)
     cp_async.commit()
     cp_async.commit()
     WAIT()
@@ -155,7 +188,8 @@ def test_the_gather_compiles_to_cp_async_and_assembles(tmp_path):
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
     for ptx_path in sorted(tmp_path.glob("*.ptx")):
         ptx = ptx_path.read_text()
-        assert ptx.count("cp.async.ca.shared.global") >= 2 and "16, %r" in ptx  # the copy and the zero fill
+        # one cp.async per copy (8, unrolled, or 1 in a loop), its size in a register: no branch to a zero fill
+        assert ptx.count("cp.async.ca.shared.global") in (1, 8) and "16, %r" in ptx
         assert ptx.count("cp.async.commit_group;") == 2 and "cp.async.wait_group 1;" in ptx
         ptxas = shutil.which("ptxas")
         if ptxas:  # the PTX ISA version numba writes may be newer than this ptxas knows: the instructions are not
@@ -167,9 +201,27 @@ def test_the_gather_compiles_to_cp_async_and_assembles(tmp_path):
             assert out.returncode == 0, out.stderr
 
 
-def test_the_prebuild_sweep_builds_the_tiles_the_speed_run_times():
+def test_the_prebuild_builds_every_kernel_the_speed_run_builds():
     from utilities import prebuild
 
-    assert prebuild.CONV_SWEEP_JOBS == ",".join(f"conv_pipe:64x64@{c.spec}" for c in layout.sweep_configs())
-    for job in prebuild.CONV_JOBS.split(","):
+    assert prebuild.CONV_SPEED_TILES == tuple(c.spec for c in layout.speed_configs())
+    jobs = prebuild.CONV_SPEED_JOBS.split(",")
+    for cfg in layout.speed_configs():
+        assert f"conv_pipe:64x64@{cfg.spec}" in jobs and f"conv_pipe_unfused:64x64@{cfg.spec}" in jobs
+    default = layout.speed_configs()[0].spec
+    assert f"conv_pipe_gather:64x64@{default}" in jobs and f"conv_pipe_mma:64x64@{default}" in jobs
+    for job in jobs + prebuild.CONV_JOBS.split(","):
         assert job.split(":")[0] in prebuild.BUILDERS
+
+
+def test_time_split_says_how_much_the_parts_overlap():
+    from utilities.conv import model
+
+    tile = layout.speed_configs()[0].spec
+    times = {f"conv.fused@{tile}": 1.0, f"conv.gather_only@{tile}": 0.7, f"conv.mma_only@{tile}": 0.5, "conv.x": 9.0}
+    split = model.time_split(times)
+    assert split["tile"] == tile and abs(split["overlap"] - 0.2) < 1e-12 and abs(split["hidden"] - 0.4) < 1e-12
+    serial = model.time_split({**times, f"conv.fused@{tile}": 1.2})
+    assert abs(serial["overlap"]) < 1e-12 and "0% of the shorter part" in model.format_time_split(serial)
+    assert model.time_split({f"conv.fused@{tile}": 1.0, f"conv.gather_only@{tile}": 0.7}) is None
+    assert model.time_split({"conv.fused": 1.0}) is None

@@ -109,8 +109,9 @@ def _conv(kind: str, spec: str, slices: int) -> None:
 
 
 def _conv_pipelined(kind: str, spec: str) -> None:
-    """conv_pipe[_unfused]:64x64@128x64x64-t128-d3-g1-r (C_out x C_in, tile), conv_1x1:64x64@... (1x1 + bias +
-    ReLU), conv_b2b[_keep]:64x64x64@... (C_in x C_mid x C_out): one build serves every image size."""
+    """conv_pipe[_unfused]:64x64@128x64x64-t128-d3-g1-s (C_out x C_in, tile), conv_pipe_gather and conv_pipe_mma
+    (the speed run's diagnostics: one part of the work each), conv_1x1:64x64@... (1x1 + bias + ReLU),
+    conv_b2b[_keep]:64x64x64@... (C_in x C_mid x C_out): one build serves every image size."""
     import cupy as cp
 
     from utilities.conv.layout import PipeConfig
@@ -132,7 +133,9 @@ def _conv_pipelined(kind: str, spec: str) -> None:
     c_out, c_in = sizes
     taps = 1 if kind == "conv_1x1" else 9
     w = cp.zeros((3, 3, c_in, c_out) if taps == 9 else (c_in, c_out), cp.float16)
-    plan = PipelinedConv(ConvShape(2, rows, 8, c_in, c_out), fused=kind != "conv_pipe_unfused", cfg=cfg, taps=taps)
+    parts = {"conv_pipe_gather": "gather", "conv_pipe_mma": "mma"}.get(kind, "all")
+    plan = PipelinedConv(ConvShape(2, rows, 8, c_in, c_out), fused=kind != "conv_pipe_unfused", cfg=cfg, taps=taps,
+                         parts=parts)  # fmt: skip
     plan(cp.zeros((2, rows, 8, c_in), cp.float16), w, cp.zeros(c_out, cp.float16))
 
 
@@ -176,6 +179,8 @@ BUILDERS: dict[str, Callable[[str, str, int], None]] = {
     "conv_unfused": _conv,
     "conv_pipe": _conv,
     "conv_pipe_unfused": _conv,
+    "conv_pipe_gather": _conv,
+    "conv_pipe_mma": _conv,
     "conv_1x1": _conv,
     "conv_b2b": _conv,
     "conv_b2b_keep": _conv,
@@ -198,6 +203,8 @@ KIND_SECONDS = {
     "conv_unfused": 165,
     "conv_pipe": 175,  # not measured yet: as the two-stage kernel
     "conv_pipe_unfused": 165,
+    "conv_pipe_gather": 120,
+    "conv_pipe_mma": 165,
     "conv_1x1": 165,
     "conv_b2b": 250,
     "conv_b2b_keep": 250,
@@ -218,23 +225,21 @@ MULTIPASS_JOBS = (
     "multipass:int8:1,multipass:int8:2,multipass:int8:4,multipass:int8:8,multipass:float16:1,multipass:float16:2,"
     "multipass:float16:4,multipass:float16:8,pipeline:int8:256,pipeline:float16:256"
 )
-CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels at the plan's default tile)
+CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels and 2c's diagnostics at the plan's default
+    # tile; the back-to-back kernel at the target's channels and at the checks' (C_out = 128))
     "conv:64x64,conv_unfused:64x64,conv:32x32,conv_unfused:32x32,conv_pipe:64x64,conv_pipe_unfused:64x64,"
-    "conv_1x1:64x64,conv_b2b:64x64x64,conv_b2b_keep:64x64x64"
+    "conv_pipe_gather:64x64,conv_pipe_mma:64x64,conv_1x1:64x64,conv_b2b:64x64x64,conv_b2b:64x64x128,"
+    "conv_b2b_keep:64x64x128"
 )
-# The tiles the convolution's speed run sweeps (utilities.conv.layout.sweep_configs), for --jobs before that run
-CONV_SWEEP_JOBS = ",".join(
-    f"conv_pipe:64x64@{t}"
-    for t in (
-        "128x64x64-t128-d3-g1-r",
-        "128x64x64-t256-d4-g1-r",
-        "128x64x64-t128-d2-g3-r",
-        "64x64x64-t128-d4-g1-r",
-        "128x64x64-t128-d3-g1-s",
-        "128x64x64-t128-d4-g1-s",
-        "64x64x64-t128-d4-g1-s",
-        "256x64x64-t256-d3-g1-r",
-    )
+# Every kernel `python -m utilities.conv.benchmarks` builds (utilities.conv.layout.speed_configs: the default tile
+# first), for --jobs before that run: each setting fused and unfused, the default's two diagnostics, 2c's two-stage
+# kernel, and the back-to-back kernels of its checks and of its timing.
+CONV_SPEED_TILES = ("128x64x64-t128-d3-g1-s", "128x64x64-t128-d2-g1-r", "128x64x64-t128-d3-g1-r")
+CONV_SPEED_JOBS = ",".join(
+    [f"conv_pipe:64x64@{t}" for t in CONV_SPEED_TILES]
+    + [f"conv_pipe_unfused:64x64@{t}" for t in CONV_SPEED_TILES]
+    + [f"conv_pipe_gather:64x64@{CONV_SPEED_TILES[0]}", f"conv_pipe_mma:64x64@{CONV_SPEED_TILES[0]}"]
+    + ["conv_1x1:64x64", "conv:64x64", "conv_b2b:64x64x64", "conv_b2b:64x64x128", "conv_b2b_keep:64x64x128"]
 )
 PRIMER_JOBS = "primer:tile,primer:stack"  # notebook 0's two kernels
 COURSE_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{CONV_JOBS},{MULTIPASS_JOBS},{PRIMER_JOBS}"

@@ -1,19 +1,23 @@
 """Benchmarks of the convolution track: the fused kernels beside the unfused course paths, the library and a
 Triton peer, in one run.
 
-    python -m utilities.conv.benchmarks --quick     # every kernel checked first, then the target shape, briefly
-    python -m utilities.conv.benchmarks             # the same, then every tile of layout.sweep_configs(), interleaved
-    python -m utilities.conv.benchmarks --tiles 128x64x64-t128-d3-g1-r,64x64x64-t128-d4-g1-s
+    python -m utilities.conv.benchmarks            # every kernel checked, then the settings of speed_configs()
+    python -m utilities.conv.benchmarks --quick    # the same with the plan's default tile only, 5 rounds
+    python -m utilities.conv.benchmarks --tiles 128x64x64-t128-d3-g1-s,128x64x64-t128-d2-g1-r
+
+Build first (minutes, in parallel): ``python -m utilities.prebuild --jobs <utilities.prebuild.CONV_SPEED_JOBS>``.
 
 Record names (RESULTS.md): ``conv.fused`` (the course's pipelined kernel, ``params["tile"]`` its tile: the fastest
 of those timed), ``conv.fused@<tile>`` (each tile timed), ``conv.unfused`` (the pipelined kernel storing the
 convolution, then a bias + ReLU kernel), ``conv.twostage`` (notebook 2c's exercise kernel: a two-stage K loop),
-``conv.cudnn`` (cuDNN through PyTorch), ``conv.triton`` (the Triton peer), ``conv.library`` (the fastest library
-path that ran, ``params["which"]``), ``conv.im2col`` (im2col + cuBLAS + bias + ReLU, in ``conv_records`` only);
-``conv_b2b.fused``, ``conv_b2b.unfused`` and ``conv_b2b.library`` (cuDNN twice) for the back-to-back chain. With
-``yours`` (the attendee's kernel factory, index map), ``conv.yours`` too. A record's m, n, k are the implicit
-GEMM's (B H W, C_out, 9 C_in); ``params`` hold the shape, the bytes the path must move (``utilities.conv.model``)
-and the fraction of the data-sheet HBM bandwidth achieved.
+``conv.gather_only@<tile>`` and ``conv.mma_only@<tile>`` (the default tile doing one part of its work: where its
+time goes), ``conv.cudnn`` (cuDNN through PyTorch), ``conv.triton`` (the Triton peer), ``conv.library`` (the
+fastest library path that ran, ``params["which"]``), ``conv.im2col`` (im2col + cuBLAS + bias + ReLU, in
+``conv_records`` only); ``conv_b2b.fused``, ``conv_b2b.unfused`` and ``conv_b2b.library`` (cuDNN twice) for the
+back-to-back chain, at the plan's default tile. With ``yours`` (the attendee's kernel factory, index map),
+``conv.yours`` too. A record's m, n, k are the implicit GEMM's (B H W, C_out, 9 C_in); ``params`` hold the shape,
+the bytes the path must move (``utilities.conv.model``), the fraction of the data-sheet HBM bandwidth achieved,
+and for the course's kernels their registers, spills, shared memory and blocks an SM.
 
 Timing: held samples (``bench.bench(..., hold=True)``) over enough copies of the operands to span three L2 caches.
 Errors: max |error| / derived bound on 64 sampled pixels (``utilities.conv.reference``), at most 1 within it.
@@ -180,10 +184,18 @@ def _record(name: str, timing: bench.Timing, m: int, n: int, k: int, t: Any, par
     return rec
 
 
+RESOURCE_KEYS = ("registers", "spills", "smem", "blocks_per_sm")
+
+
 def pipelined_records(shape: ref.ConvShape = TARGET, configs: Sequence[Any] = (), *, repeats: int = 10,
-                      seed: int = 0) -> list[bench.BenchRecord]:  # fmt: skip
+                      seed: int = 0, diagnostics: bool = False) -> list[bench.BenchRecord]:  # fmt: skip
     """The pipelined kernel at every tile of ``configs`` (the plan's default if empty), its unfused path (the best
-    tile's), notebook 2c's two-stage kernel, cuDNN and the Triton peer, interleaved at ``shape``."""
+    tile's), notebook 2c's two-stage kernel, cuDNN and the Triton peer, interleaved at ``shape``.
+
+    ``diagnostics``: also the first tile's kernel doing only its gathers (``conv.gather_only@<tile>``) and only
+    its MMAs (``conv.mma_only@<tile>``), timed in the same rounds: where the whole kernel's time goes (their results
+    are wrong by design: no error). Each kernel's record holds its registers, spills, shared memory and blocks an
+    SM (``params``)."""
     from . import triton_peer
     from .layout import PipeConfig
     from .tensorcore_persistent import PipelinedConv
@@ -198,6 +210,12 @@ def pipelined_records(shape: ref.ConvShape = TARGET, configs: Sequence[Any] = ()
         except ValueError as exc:
             print(f"conv: tile {cfg.spec} left out: {exc}")
     plans["twostage"] = Conv3x3(shape)
+    if diagnostics and cfgs:
+        for part in ("gather", "mma"):
+            try:
+                plans[f"{part}_only@{cfgs[0].spec}"] = PipelinedConv(shape, cfg=cfgs[0], parts=part)
+            except (ValueError, RuntimeError) as exc:  # a diagnostic never stops the report
+                print(f"conv: the {part}-only diagnostic left out: {exc}")
     paths = {name: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)]
              for name, p in plans.items()}  # fmt: skip
     which: dict[str, str] = {name: name for name in plans}
@@ -214,9 +232,21 @@ def pipelined_records(shape: ref.ConvShape = TARGET, configs: Sequence[Any] = ()
         print(f"conv: {triton_peer.available() or 'channels not multiples of 16'}")
     host = tuple(cp.asnumpy(v) for v in sets[0])
     pixels = sample_pixels(shape, seed)
-    errors = {name: _error(fns[0](), host, pixels, fused=True) for name, fns in paths.items()}  # also warms up
+    errors = {}
+    for name, fns in list(paths.items()):  # also warms up (builds, autotunes)
+        if "_only@" in name:
+            try:
+                fns[0]()
+            except Exception as exc:  # noqa: BLE001 (a diagnostic never stops the report)
+                print(f"conv: the diagnostic {name} left out: {type(exc).__name__}: {exc}")
+                del paths[name], plans[name]
+            errors[name] = None
+            continue
+        errors[name] = _error(fns[0](), host, pixels, fused=True)
     if "triton" in paths:
         which["triton"] = peer.which  # the autotuner has picked its blocks
+    resources = {name: dict(p.resources) for name, p in plans.items() if name != "twostage"}
+    resources["twostage"] = plans["twostage"].resources(*sets[0], outs[0])
     timings = interleaved(paths, repeats)
     fused = {n: t for n, t in timings.items() if n.startswith("fused@")}
     best = min(fused, key=lambda n: fused[n].median) if fused else None
@@ -234,8 +264,11 @@ def pipelined_records(shape: ref.ConvShape = TARGET, configs: Sequence[Any] = ()
         counted = "fused" if name != "cudnn" or which.get("cudnn") == "cudnn fused" else "unfused"
         t = model.conv_traffic(counted, shape)
         params = {**dims, "bytes": t.bytes, "which": which.get(name, name)}
-        if name.startswith("fused@"):
+        if "@" in name:
             params["tile"] = name.split("@", 1)[1]
+        if "_only@" in name:
+            params["diagnostic"] = f"{name.split('_only')[0]} only: the rest of the kernel's work left out"
+        params.update({k: resources[name][k] for k in RESOURCE_KEYS if k in resources.get(name, {})})
         records.append(_record(f"conv.{name}", timing, shape.m, shape.n, shape.k, t, params, errors[name]))
     if best is not None:
         b = next(r for r in records if r.name == f"conv.{best}")
@@ -311,6 +344,8 @@ def b2b_records(shape: ref.B2BShape = B2B_TARGET, cfg: Any = None, *, repeats: i
     for name, timing in timings.items():
         t = model.b2b_traffic("fused" if name == "fused" else "unfused", shape)
         params = {**dims, "bytes": t.bytes, "which": which[name]}
+        if name == "fused":
+            params.update({k: plans["fused"].resources[k] for k in RESOURCE_KEYS if k in plans["fused"].resources})
         records.append(_record(f"conv_b2b.{name}", timing, shape.m, shape.c_out, 9 * shape.c_in, t, params,
                                errors[name]))  # fmt: skip
     cp.get_default_memory_pool().free_all_blocks()
@@ -342,8 +377,11 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
             lines.append(f"conv.fused@{cfg.spec}: left out ({exc})")
             continue
         check.check_conv(numpy_run(plan), shape=shape, seed=31)
+        # two blocks a column tile: each walks several row tiles (the ring across tiles, the output in the ring)
+        check.check_conv(numpy_run(PipelinedConv(shape, cfg=cfg_n, blocks=2)), shape=shape, seed=38)
         check.check_conv(numpy_run(UnfusedPipelined(shape, cfg_n)), shape=shape, fused=False, seed=32)
-        lines.append(f"conv.fused@{cfg.spec} and its unfused path: passed")
+        lines.append(f"conv.fused@{cfg.spec} (one block a row tile, and two walking them all) and its unfused path: "
+                     "passed")  # fmt: skip
     check.check_conv(numpy_run(Conv3x3(shape)), shape=shape, seed=33)
     lines.append("conv.twostage: passed")
     if triton_peer.available() is None:
@@ -358,8 +396,11 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
     b2b = ConvB2B(check.B2B_SHAPE, keep_d0=True)
     check.check_conv_b2b(numpy_run(b2b), stages=b2b.stages, shape=check.B2B_SHAPE, seed=35)
     check.check_conv_b2b(numpy_run(ConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=36)
+    walk = ConvB2B(check.B2B_SHAPE, keep_d0=True, blocks=2)  # each block walks several row tiles
+    check.check_conv_b2b(numpy_run(walk), stages=walk.stages, shape=check.B2B_SHAPE, seed=39)
     check.check_conv_b2b(numpy_run(UnfusedConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=37)
-    lines.append("conv_b2b.fused (with and without D0 kept) and conv_b2b.unfused: passed")
+    lines.append("conv_b2b.fused (with and without D0 kept, one block a row tile and two walking them all) and "
+                 "conv_b2b.unfused: passed")  # fmt: skip
     return lines
 
 
@@ -371,13 +412,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from .. import report
     from ..machinery import buildcache
-    from .layout import PipeConfig, sweep_configs
+    from .layout import PipeConfig, speed_configs
 
     parser = argparse.ArgumentParser(description="The convolution track's report: every kernel checked, then timed.")
     parser.add_argument("--quick", action="store_true", help="check every kernel, then the target with the default "
-                        "tile only, 5 rounds")  # fmt: skip
+                        "tile only, 5 rounds, no diagnostics")  # fmt: skip
     parser.add_argument("--tiles", default="", help="comma-separated tile specs (layout.PipeConfig.spec); default: "
-                        "layout.sweep_configs() (the plan's default tile with --quick)")  # fmt: skip
+                        "layout.speed_configs() (the plan's default tile with --quick)")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=10, help="interleaved rounds")
     parser.add_argument("--out", default="results", help="folder of the report (<gpu>-conv2.json and .md)")
     parser.add_argument("--no-check", action="store_true", help="skip the correctness pass (not recommended)")
@@ -386,21 +427,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tiles:
         configs = [PipeConfig.parse(t) for t in args.tiles.split(",")]
     else:
-        configs = [PipeConfig()] if args.quick else sweep_configs()
+        configs = [PipeConfig()] if args.quick else speed_configs()
     repeats = 5 if args.quick else args.repeats
     notes = []
     if not args.no_check:
         for line in correctness(configs):
             print(line, flush=True)
             notes.append(line)
-    records = pipelined_records(TARGET, configs, repeats=repeats)
-    best = next((r.params["tile"] for r in records if r.name == "conv.fused"), None)
-    b2b_cfg = PipeConfig.parse(best) if best else None
-    try:
-        records += b2b_records(B2B_TARGET, b2b_cfg, repeats=repeats)
-    except ValueError as exc:  # the best single-convolution tile may not leave room for D0 and W1
-        print(f"conv_b2b: tile {best} does not fit ({exc}); the default tile instead")
-        records += b2b_records(B2B_TARGET, None, repeats=repeats)
+    records = pipelined_records(TARGET, configs, repeats=repeats, diagnostics=not args.quick)
+    records += b2b_records(B2B_TARGET, None, repeats=repeats)  # the plan's default tile: built before the run
     print(summary_issue29(records))
     bench.record(records)
     gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
@@ -431,6 +466,18 @@ def summary_issue29(records: Sequence[bench.BenchRecord]) -> str:
             got = t[b] / t[a]
             lines.append(f"{what}: {got:.2f}x (target {target}x: {'met' if got >= target else 'not met'})")
 
+    for r in records:
+        if "blocks_per_sm" in r.params and r.name != "conv.fused":  # (conv.fused repeats the best tile's record)
+            p = r.params
+            lines.append(f"{r.name}: {p['registers']} registers, {p['spills']} bytes spilled, {p['smem']} bytes of "
+                         f"shared memory, {p['blocks_per_sm']} blocks an SM")  # fmt: skip
+    outside = [r.name for r in records if r.error and r.error["max_elementwise"] > 1]
+    lines.append(f"sampled errors outside their bounds: {', '.join(outside)}" if outside else
+                 "every sampled error within its bound (err/bound <= 1)")  # fmt: skip
+    split = model.time_split(t)
+    if split is not None:
+        lines.append(model.format_time_split(split))
+    ratio("conv.fused", "conv.twostage", 1.0, "fused vs 2c's two-stage kernel (two-stage time / fused time)")
     ratio("conv.fused", "conv.cudnn", 0.5, "fused vs cuDNN (cuDNN time / fused time)")
     ratio("conv.fused", "conv.triton", 1.0, "fused vs Triton (Triton time / fused time)")
     ratio("conv.fused", "conv.unfused", 1.0, "fused vs its unfused path")

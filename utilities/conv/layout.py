@@ -9,7 +9,10 @@ pass groups), and whether the block's filters stay in shared memory while it wal
 stream with A, one stage at a time.
 
 :func:`pipe_layout` places every buffer on a 1 KiB boundary (``utilities.smem``) and says where the plan ends;
-the plans check the total against the GPU's limit per block.
+the plans check the total against the GPU's limit per block. The shared memory a block takes decides how many
+blocks share an SM (:func:`blocks_per_sm`), and with mma.sync that decides how much of the gathers' and barriers'
+latency other warps hide: ``instructor-notes/conv.md`` has the arithmetic, :func:`speed_configs` the settings the
+speed run measures.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from ..smem import fp16_segments
 
 SWIZZLED_TK = (32, 64)  # the A layout's swizzle was measured for these (utilities.machinery.swizzle)
 SMEM_LIMIT = 227 * 1024  # bytes a block may have on sm_90 (sm_80: 163 KiB); the plans ask the GPU itself
+SMEM_PER_SM = 228 * 1024  # bytes of shared memory an sm_90 SM shares among its blocks
+SMEM_RESERVED = 1024  # bytes the system keeps per block on sm_80 and later
+REGISTERS_PER_SM = 65536
+REGISTER_FLOOR = 160  # registers a thread keeps at least when the launch bounds cap them (see min_blocks)
 _SPEC = re.compile(r"^(\d+)x(\d+)x(\d+)-t(\d+)-d(\d+)-g(\d+)-([rs])$")
 
 
@@ -34,7 +41,7 @@ class PipeConfig:
     threads: int = 128
     depth: int = 3
     group: int = 1
-    resident: bool = True
+    resident: bool = False  # the default streams the filters: three blocks share an SM (speed_configs says why)
 
     def __post_init__(self) -> None:
         if self.tile_k not in SWIZZLED_TK:
@@ -95,7 +102,11 @@ def check_group(cfg: PipeConfig, n_stages: int) -> None:
 @dataclass(frozen=True)
 class PipeLayout:
     """FP16 offsets in dynamic shared memory: the A ring (``depth * group`` slots), the filters (every stage when
-    resident, else a ring like A's), the output tile, and, for back-to-back, D0 and the 1x1 filters W1."""
+    resident, else a ring like A's), the output tile, and, for back-to-back, D0 and the 1x1 filters W1.
+
+    ``c == -1``: the output tile has no buffer of its own; it is staged in the A slots of the phase the tile's K
+    loop read last (free once every warp is past its last MMA, and refilled only after the next tile's first
+    barrier)."""
 
     a: int
     a_step: int
@@ -110,20 +121,46 @@ class PipeLayout:
     def nbytes(self) -> int:
         return 2 * self.end
 
+    @property
+    def c_in_ring(self) -> bool:
+        """Whether the output tile is staged in the A ring (no buffer of its own)."""
+        return self.c < 0
+
 
 def pipe_layout(cfg: PipeConfig, n_stages: int, sa: int, sb: int, sc: int, sd: int = 0, sw: int = 0) -> PipeLayout:
     """Where each buffer starts; ``sa``, ``sb``, ``sc`` (and ``sd``, ``sw``) are the FP16 sizes of an A stage, a B
-    stage, the output tile (D0's tile and W1) in the layouts cuBLASDx suggests (their ``cosize``)."""
+    stage, the output tile (D0's tile and W1) in the layouts cuBLASDx suggests (their ``cosize``).
+
+    One convolution stages its output tile in the A slots of one phase when they hold it (``group`` slots of an
+    A stage, contiguous); the back-to-back kernel keeps its buffers apart."""
     slots = cfg.depth * cfg.group
     b_slots = n_stages if cfg.resident else slots
     extra = [sd, sw] if sd else []
-    offsets, end = fp16_segments(*([sa] * slots), *([sb] * b_slots), sc, *extra)
+    a_slot = fp16_segments(sa)[1]  # an A slot with its alignment
+    in_ring = not sd and cfg.group * a_slot >= sc
+    offsets, end = fp16_segments(*([sa] * slots), *([sb] * b_slots), *([] if in_ring else [sc]), *extra)
     a_step = offsets[1] - offsets[0] if slots > 1 else 0
     b0 = offsets[slots]
     b_step = offsets[slots + 1] - b0 if b_slots > 1 else 0
-    c = offsets[slots + b_slots]
+    c = -1 if in_ring else offsets[slots + b_slots]
     d0, w1 = (offsets[-2], offsets[-1]) if sd else (-1, -1)
     return PipeLayout(offsets[0], a_step, b0, b_step, c, d0, w1, end)
+
+
+def blocks_per_sm(nbytes: int, per_sm: int = SMEM_PER_SM) -> int:
+    """Blocks of ``nbytes`` of dynamic shared memory that fit on one SM together (the driver's count also weighs
+    registers and threads: ``launch.resources``)."""
+    return per_sm // (nbytes + SMEM_RESERVED)
+
+
+def min_blocks(cfg: PipeConfig, nbytes: int) -> int:
+    """The launch bounds' minimum blocks per SM: as many as the shared memory lets share an SM, but never so many
+    that a thread would get fewer than ``REGISTER_FLOOR`` registers. ptxas then keeps the kernel's registers low
+    enough for that many blocks, and the shared memory, not the registers, sets the occupancy. The floor is a
+    margin, not a measurement: a 128 x 64 FP32 accumulator over 128 threads is 64 registers a thread, and
+    cuBLASDx's operand fragments and the copies' addresses come on top (the run records registers and spills)."""
+    by_registers = REGISTERS_PER_SM // (cfg.threads * REGISTER_FLOOR)
+    return max(1, min(blocks_per_sm(nbytes), by_registers))
 
 
 def check_fits(layout: PipeLayout, cfg: PipeConfig, limit: int = SMEM_LIMIT) -> None:
@@ -134,9 +171,18 @@ def check_fits(layout: PipeLayout, cfg: PipeConfig, limit: int = SMEM_LIMIT) -> 
                          f"{limit // 1024} KiB: use {fix}, or a smaller tile_m")  # fmt: skip
 
 
-def sweep_configs() -> list[PipeConfig]:
-    """The tile settings the speed run measures side by side at the target shape (64 -> 64 channels)."""
-    return [PipeConfig.parse(s) for s in (
-        "128x64x64-t128-d3-g1-r", "128x64x64-t256-d4-g1-r", "128x64x64-t128-d2-g3-r", "64x64x64-t128-d4-g1-r",
-        "128x64x64-t128-d3-g1-s", "128x64x64-t128-d4-g1-s", "64x64x64-t128-d4-g1-s", "256x64x64-t256-d3-g1-r",
-    )]  # fmt: skip
+def speed_configs() -> list[PipeConfig]:
+    """The settings the speed run measures at the target shape (64 -> 64 channels), the plan's default first.
+
+    The same 128 x 64 x 64 tile and 128 threads, so that what changes is how many blocks share an SM
+    (:func:`blocks_per_sm`) and where the filters live; instructor-notes/conv.md has the arithmetic:
+
+    - ``128x64x64-t128-d3-g1-s`` (the default): filters streamed with A, the output staged in the ring: 72 KiB,
+      three blocks an SM (twelve warps), a ring of three phases. Expected to win: with mma.sync each warp issues
+      its own gathers and its own MMAs, so other blocks' warps are what hides a stage's waits and barriers, as in
+      the two-stage kernel of notebook 2c (52.5 KiB: up to four blocks an SM), now with asynchronous copies;
+    - ``128x64x64-t128-d2-g1-r``: the filters resident (72 KiB of them), a ring of two: 104 KiB, two blocks an SM;
+    - ``128x64x64-t128-d3-g1-r``: the first GPU run's default (one block an SM, four warps), with today's gathers:
+      how much of the first run's loss was the copies' instructions, and how much the occupancy.
+    """
+    return [PipeConfig.parse(s) for s in ("128x64x64-t128-d3-g1-s", "128x64x64-t128-d2-g1-r", "128x64x64-t128-d3-g1-r")]

@@ -113,3 +113,29 @@ def b2b_prediction(shape: B2BShape, *, bandwidth_tbs: float, tflops: float) -> l
                      "bound": bound_by(t.flops, t.bytes, bandwidth_tbs, tflops),
                      "vs_fused": floor / fused_floor})  # fmt: skip
     return rows
+
+
+def time_split(times_ms: dict[str, float]) -> dict[str, float | str] | None:
+    """Where a pipelined kernel's time goes, from the medians (ms, by record name) of one run: the whole kernel
+    ``conv.fused@<tile>``, the same kernel doing only its gathers ``conv.gather_only@<tile>`` and only its MMAs
+    ``conv.mma_only@<tile>`` (``utilities.conv.benchmarks``). ``overlap`` = gathers + MMAs - whole: 0 when the two
+    parts run one after the other, the shorter part's whole time when it hides behind the longer; ``hidden`` is
+    that overlap as a fraction of the shorter part. None without the three records."""
+    tiles = [name.split("@", 1)[1] for name in times_ms if name.startswith("conv.gather_only@")]
+    if not tiles:
+        return None
+    tile = tiles[0]
+    names = (f"conv.fused@{tile}", f"conv.gather_only@{tile}", f"conv.mma_only@{tile}")
+    if not all(n in times_ms for n in names):
+        return None
+    whole, gather, mma = (times_ms[n] for n in names)
+    overlap = gather + mma - whole
+    return {"tile": tile, "whole": whole, "gather": gather, "mma": mma, "overlap": overlap,
+            "hidden": overlap / min(gather, mma)}  # fmt: skip
+
+
+def format_time_split(split: dict[str, float | str]) -> str:
+    """One line: the whole kernel, its parts alone, and how much of the shorter part the longer one hides."""
+    return (f"where the time goes ({split['tile']}): the whole kernel {split['whole']:.4f} ms, its gathers alone "
+            f"{split['gather']:.4f} ms, its MMAs alone {split['mma']:.4f} ms: the parts overlap by "
+            f"{split['overlap']:.4f} ms, {split['hidden']:.0%} of the shorter part")  # fmt: skip

@@ -6,9 +6,11 @@ falls in the zero padding (``utilities.conv.reference.neighbor`` is its NumPy tw
 then gathers every A tile through that table. A plain Python function underneath (``neighbor.py_func``), so the
 checker runs it on a CPU in microseconds, before any kernel is built.
 
-The pipelined kernels (``utilities.conv.tensorcore_persistent``) compute the same map without a table: each thread
-keeps the pixel and (h, w) of its rows of a tile (:func:`pixel_coords`) and asks :func:`tap_source` for each tap.
-Both are tested against ``utilities.conv.reference.neighbor`` on a CPU.
+The pipelined kernels (``utilities.conv.tensorcore_persistent``) compute the same map without a table and without
+a division per copy: once per tile, each thread keeps the pixel of each of its rows and a 9-bit mask of the taps
+that fall inside the image (:func:`pixel_coords`, :func:`tap_mask`); once per stage it finds the stage's tap and
+channels (:func:`stage_tap`) and the pixel offset that tap reads (:func:`tap_offset`); a copy is then a bit test,
+an add and a multiply. Both maps are tested against ``utilities.conv.reference.neighbor`` on a CPU.
 """
 
 from __future__ import annotations
@@ -37,20 +39,39 @@ def pixel_coords(m, height, width):
 
 
 @cuda.jit(device=True)
-def tap_source(m, h, w, tap, height, width):
-    """The input pixel that tap ``tap`` = 3 r + s of pixel m, at (h, w), reads, or -1 in the padding."""
-    r = tap // 3
-    s = tap - 3 * r
-    if h + r - 1 < 0 or h + r - 1 >= height or w + s - 1 < 0 or w + s - 1 >= width:
-        return -1
-    return m + (r - 1) * width + (s - 1)
+def tap_mask(h, w, height, width):
+    """Bit 3 r + s is set where tap (r, s) of the pixel at (h, w) reads inside the image (not the padding)."""
+    cols = 2  # the middle column s = 1 is always inside
+    if w > 0:
+        cols |= 1
+    if w < width - 1:
+        cols |= 4
+    mask = cols << 3  # the middle row r = 1
+    if h > 0:
+        mask |= cols
+    if h < height - 1:
+        mask |= cols << 6
+    return mask
 
 
 @cuda.jit(device=True)
-def stage_chunk(tid, i, k0, c_in, chunks_per_row, rows_per_pass):
-    """Copy i of thread ``tid`` for the A stage that starts at GEMM column k0: the tile's row, the 16-byte chunk
-    within the row, the tap, and the first input channel of the chunk. Consecutive threads take consecutive chunks
-    of a row (one pixel's channels, contiguous in NHWC), so a warp's copies are coalesced."""
+def tap_offset(tap, width):
+    """How far, in pixels, the input pixel that tap ``tap`` = 3 r + s reads lies from the output pixel."""
+    r = tap // 3
+    return (r - 1) * width + (tap - 3 * r - 1)
+
+
+@cuda.jit(device=True)
+def stage_tap(k0, c_in):
+    """The tap of the A stage that starts at GEMM column k0, and the stage's first input channel (a stage never
+    spans two taps)."""
     tap = k0 // c_in
-    unit = tid % chunks_per_row
-    return tid // chunks_per_row + i * rows_per_pass, unit, tap, k0 - tap * c_in + unit * 8
+    return tap, k0 - tap * c_in
+
+
+@cuda.jit(device=True)
+def chunk_row(tid, i, chunks_per_row, rows_per_pass):
+    """Copy i of thread ``tid`` in an A stage: the tile's row and the 16-byte chunk within the row. Consecutive
+    threads take consecutive chunks of a row (one pixel's channels, contiguous in NHWC), so a warp's copies are
+    coalesced."""
+    return tid // chunks_per_row + i * rows_per_pass, tid % chunks_per_row

@@ -209,15 +209,21 @@ class Conv3x3:
         self.kernel = factory(self.MM, fused, neighbor) if neighbor is not None else factory(self.MM, fused)
         self.grid = (shape.m // self.tile.tile_m, shape.c_out // self.tile.tile_n)
 
-    def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
+    def _args(self, x: Any, w: Any, bias: Any, out: Any) -> tuple[Any, ...]:
         s = self.shape
-        out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
         shapes = {"x": (s.batch, s.height, s.width, s.c_in), "w": (3, 3, s.c_in, s.c_out), "bias": (s.c_out,),
                   "out": (s.batch, s.height, s.width, s.c_out)}  # fmt: skip
         for name, v in (("x", x), ("w", w), ("bias", bias), ("out", out)):
             require(name, v, np.float16, shapes[name])
-        x4 = x.reshape(-1).view(cp.uint64)
-        launch.launch(self.kernel, self.grid, self.tile.threads, self.shared_bytes, x4, w.reshape(s.k, s.c_out),
-                      bias, out.reshape(s.m, s.c_out), np.int32(s.height), np.int32(s.width),
-                      np.int32(s.c_in // UNIT))  # fmt: skip
+        return (x.reshape(-1).view(cp.uint64), w.reshape(s.k, s.c_out), bias, out.reshape(s.m, s.c_out),
+                np.int32(s.height), np.int32(s.width), np.int32(s.c_in // UNIT))  # fmt: skip
+
+    def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
+        s = self.shape
+        out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
+        launch.launch(self.kernel, self.grid, self.tile.threads, self.shared_bytes, *self._args(x, w, bias, out))
         return out
+
+    def resources(self, x: Any, w: Any, bias: Any, out: Any) -> dict[str, Any]:
+        """Registers, spills, shared memory and blocks an SM of the compiled kernel (``launch.resources``)."""
+        return launch.resources(self.kernel, self.tile.threads, self.shared_bytes, *self._args(x, w, bias, out))

@@ -1,7 +1,8 @@
-"""The pipelined implicit GEMM (GPU only): persistent blocks, a deep ring of asynchronous gathers, resident filters.
+"""The pipelined implicit GEMM (GPU only): persistent blocks, a ring of asynchronous gathers, streamed or resident
+filters.
 
-Run: ``python -m utilities.conv.benchmarks --quick`` checks every kernel of this module against the FP64
-reference, then times them (without ``--quick``, every tile of ``layout.sweep_configs()`` too).
+Run: ``python -m utilities.conv.benchmarks`` checks every kernel of this module against the FP64 reference, then
+times the settings of ``layout.speed_configs()`` beside notebook 2c's two-stage kernel, cuDNN and a Triton peer.
 
 Two kernels, one stream. Each block walks row tiles ``blockIdx.x``, ``blockIdx.x + gridDim.x``, ... (one wave of
 blocks: as many as fit on the GPU at once). The K stages of all its tiles form one stream of *phases* (``group``
@@ -10,13 +11,19 @@ p + 1 ... p + depth - 1 are in flight, across tile boundaries, so that one tile'
 first loads.
 
 - A stage of A is TK channels of one tap for the tile's TM pixels. Each thread gathers the same rows of every stage
-  of a tile: it computes their pixels and (h, w) once per tile (``simt.pixel_coords``), asks ``simt.tap_source``
-  which input pixel each tap reads, and copies 16 bytes (8 channels) with ``cp.async`` into the swizzled layout
-  cuBLASDx's ``Matmul`` reads (``machinery.swizzle``); a tap in the padding copies 16 zeros and reads nothing.
-  ``cp.async.ca`` keeps the input in L1 as well, where the next tap of the same row finds it.
+  of a tile: once per tile it keeps their pixels and a 9-bit mask of their taps inside the image
+  (``simt.pixel_coords``, ``simt.tap_mask``); once per stage it finds the tap and the pixel offset it reads
+  (``simt.stage_tap``, ``simt.tap_offset``); then each copy is 16 bytes (8 channels) by ``cp.async`` into the
+  swizzled layout cuBLASDx's ``Matmul`` reads (``machinery.swizzle``), without a branch: a tap in the padding
+  reads 0 bytes of its own pixel, and the copy writes 16 zeros.
 - B (the filters' TK x TN block of the stage): with ``resident``, every stage of the block's column tile is
   loaded once, before the stream; otherwise it streams with A, by cuBLASDx's ``copy``.
 - One wait (``cp_async.wait_prior(depth - 2)``) and one barrier a phase, then ``group`` block MMAs.
+- The output tile is staged in the A slots the tile's K loop read last, where they hold it (``PipeLayout.c``), so
+  that the shared memory of three blocks fits an SM with streamed filters.
+- The launch bounds ask ptxas for registers low enough for the blocks the shared memory allows
+  (``layout.min_blocks``): with mma.sync, each warp issues its gathers and its MMAs itself, and the warps of other
+  blocks are what hides a stage's waits and barriers (``instructor-notes/conv.md`` has the arithmetic).
 
 ``make_pipelined_conv_kernel``: out = relu(conv(x) + bias) (``fused``) or conv(x), a 3x3 or a 1x1 convolution
 (``taps`` 9 or 1). ``make_conv_b2b_kernel``: D1 = relu(conv1x1(relu(conv3x3(x, w0)), w1) + bias1), D0's tile turned
@@ -42,9 +49,9 @@ from ..machinery import cp_async, launch, swizzle
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
 from ..tiles import block_matmul
-from .layout import PipeConfig, PipeLayout, check_fits, check_group, pipe_layout, stages
+from .layout import PipeConfig, PipeLayout, check_fits, check_group, min_blocks, pipe_layout, stages
 from .reference import B2BShape, ConvShape
-from .simt import pixel_coords, stage_chunk, tap_source
+from .simt import chunk_row, pixel_coords, stage_tap, tap_mask, tap_offset
 
 # ------------------------------------------------------------------------------------------------------------
 # The stream: gathers issued ahead, and the K loop of one tile
@@ -67,13 +74,23 @@ def conv_layout(MM: Matmul, cfg: PipeConfig, n_stages: int, MM1: Matmul | None =
     return pipe_layout(cfg, n_stages, sa, sb, sc, sd, sw)
 
 
+PARTS = ("all", "gather", "mma")  # a kernel's work; "gather" and "mma" alone are diagnostics (wrong results)
+
+
 @functools.cache
-def make_stream(MM: Matmul, cfg: PipeConfig, taps: int, n_stages: int, L: PipeLayout) -> tuple[Any, Any]:
+def make_stream(MM: Matmul, cfg: PipeConfig, taps: int, n_stages: int, L: PipeLayout,
+                parts: str = "all") -> tuple[Any, Any]:  # fmt: skip
     """Device functions ``(issue, kloop)`` of the stream of ``MM``'s stages (see the module's docstring).
 
-    ``issue(smem, x, w, p, t0, step, tiles, col0, c_in, height, width, pix, hs, ws)`` starts phase p;
+    ``issue(smem, x, w, p, t0, step, tiles, col0, c_in, height, width, pix, inside)`` starts phase p;
     ``kloop(..., acc)`` runs the phases of one tile into ``acc``, issuing ``depth - 1`` phases ahead, and returns
-    the stream's next phase. ``pix``, ``hs``, ``ws``: this thread's rows of the tile being issued (local arrays).
+    the stream's next phase. ``pix``, ``inside``: this thread's rows of the tile being issued, their pixels and
+    the masks of their taps inside the image (int32 local arrays, filled when a tile's first phase is issued).
+    ``parts``: "gather" issues the copies and skips the MMAs, "mma" runs the MMAs on whatever the ring holds and
+    copies nothing: what each costs alone (the kernel's results are then wrong: for timing only).
+
+    A copy costs a bit test, an add and a multiply: the divisions (a pixel's h and w, a stage's tap) happen once
+    per tile and once per stage, in 32-bit integers (numba computes in 64 bits unless told).
     """
     TM, TN, TK = MM.size
     THREADS, DEPTH, G, RESIDENT = MM.block_size, cfg.depth, cfg.group, cfg.resident
@@ -82,39 +99,44 @@ def make_stream(MM: Matmul, cfg: PipeConfig, taps: int, n_stages: int, L: PipeLa
     PER_THREAD = TM // RPP
     NP = n_stages // G  # phases of one tile
     ONE_BY_ONE = taps == 1
+    GATHER, MMA = parts in ("all", "gather"), parts in ("all", "mma")
     SA, SB = MM.suggest_layout_smem_a().cosize, MM.suggest_layout_smem_b().cosize
     A_AT, A_STEP, B_AT, B_STEP = L.a, L.a_step, L.b, L.b_step  # plain ints: numba reads globals, not dataclasses
     assert CPR * RPP == THREADS and RPP * PER_THREAD == TM and NP * G == n_stages and A_AT % 8 == 0
+    assert parts in PARTS, f"parts must be one of {PARTS}, got {parts!r}"
     swizzle_a = swizzle.a_tile(TK)
     copy16, commit = cp_async.copy16, cp_async.commit
     wait_oldest = cp_async.wait_prior(DEPTH - 2)
     gmem_b = gmem_layout(MM, "b")
 
     @cuda.jit(device=True, forceinline=True)
-    def issue(smem, x, w, p, t0, step, tiles, col0, c_in, height, width, pix, hs, ws):
-        tid = cuda.threadIdx.x
+    def issue(smem, x, w, p, t0, step, tiles, col0, c_in, height, width, pix, inside):
+        tid = int32(cuda.threadIdx.x)
         it = p // NP
-        j = p - it * NP  # the phase within its tile
-        tile = t0 + it * step
-        if tile < tiles:
-            if j == 0:  # a new tile: this thread's rows, once
+        j = int32(p - it * NP)  # the phase within its tile
+        tile = int32(t0 + it * step)
+        if GATHER and tile < tiles:
+            if j == 0:  # a new tile: this thread's rows, their pixels and taps inside the image, once
                 for i in range(PER_THREAD):
-                    row, _, _, _ = stage_chunk(tid, i, 0, c_in, CPR, RPP)
+                    row, _ = chunk_row(tid, i, CPR, RPP)
                     m = int32(tile * TM + row)
-                    h, wc = pixel_coords(m, height, width)
-                    pix[i], hs[i], ws[i] = m, h, wc
-            slot = p % DEPTH
+                    pix[i] = m
+                    if not ONE_BY_ONE:
+                        h, wc = pixel_coords(m, height, width)
+                        inside[i] = int32(tap_mask(int32(h), int32(wc), height, width))
+            slot = int32(p % DEPTH)
             for g in range(G):
-                k0 = (j * G + g) * TK
-                a_at = A_AT + (slot * G + g) * A_STEP
+                k0 = int32((j * G + g) * TK)
+                tap, c0 = stage_tap(k0, c_in)  # once per stage
+                tap, c0 = int32(tap), int32(c0)
+                shift = int32(0) if ONE_BY_ONE else int32(tap_offset(tap, width))
+                a_at = int32(A_AT + (slot * G + g) * A_STEP)
                 for i in range(PER_THREAD):
-                    row, unit, tap, c0 = stage_chunk(tid, i, k0, c_in, CPR, RPP)
-                    src = pix[i] if ONE_BY_ONE else tap_source(pix[i], hs[i], ws[i], tap, height, width)
-                    dst = a_at + swizzle_a(row * CPR + unit) * 8
-                    if src >= 0:
-                        copy16(smem, dst, x, int64(src) * c_in + c0, 16)
-                    else:
-                        copy16(smem, dst, x, 0, 0)  # 16 zeros: the padding
+                    row, unit = chunk_row(tid, i, CPR, RPP)
+                    ok = int32(1) if ONE_BY_ONE else int32((inside[i] >> tap) & 1)
+                    src = int32(pix[i] + shift * ok)  # outside: the pixel itself, a valid address that is not read
+                    dst = int32(a_at + swizzle_a(int32(row * CPR + unit)) * 8)
+                    copy16(smem, dst, x, int64(src) * c_in + int32(c0 + unit * 8), ok * 16)  # 0 bytes read: zeros
                 if not RESIDENT:
                     b_at = B_AT + (slot * G + g) * B_STEP
                     copy(make_tensor(w[k0 : k0 + TK, col0 : col0 + TN], gmem_b(w.shape[1])),
@@ -122,17 +144,18 @@ def make_stream(MM: Matmul, cfg: PipeConfig, taps: int, n_stages: int, L: PipeLa
         commit()  # one group a phase; an empty one past the last tile keeps the count
 
     @cuda.jit(device=True, forceinline=True)
-    def kloop(smem, x, w, p, t0, step, tiles, col0, c_in, height, width, pix, hs, ws, acc):
+    def kloop(smem, x, w, p, t0, step, tiles, col0, c_in, height, width, pix, inside, acc):
         for j in range(NP):
             wait_oldest()  # this thread's copies of phase p have landed ...
             cuda.syncthreads()  # ... and everyone's; every warp is done with phase p - 1's slot
-            issue(smem, x, w, p + DEPTH - 1, t0, step, tiles, col0, c_in, height, width, pix, hs, ws)
+            issue(smem, x, w, p + DEPTH - 1, t0, step, tiles, col0, c_in, height, width, pix, inside)
             slot = p % DEPTH
-            for g in range(G):
-                a_at = A_AT + (slot * G + g) * A_STEP
-                b_at = B_AT + ((j * G + g) if RESIDENT else (slot * G + g)) * B_STEP
-                MM.execute(make_tensor(smem[a_at : a_at + SA], MM.suggest_layout_smem_a()),
-                           make_tensor(smem[b_at : b_at + SB], MM.suggest_layout_smem_b()), acc)  # fmt: skip
+            if MMA:
+                for g in range(G):
+                    a_at = A_AT + (slot * G + g) * A_STEP
+                    b_at = B_AT + ((j * G + g) if RESIDENT else (slot * G + g)) * B_STEP
+                    MM.execute(make_tensor(smem[a_at : a_at + SA], MM.suggest_layout_smem_a()),
+                               make_tensor(smem[b_at : b_at + SB], MM.suggest_layout_smem_b()), acc)  # fmt: skip
             p += 1
         return p
 
@@ -163,41 +186,42 @@ def resident_filters(MM: Matmul, cfg: PipeConfig, n_stages: int, L: PipeLayout) 
 
 
 @functools.cache
-def make_pipelined_conv_kernel(MM: Matmul, cfg: PipeConfig, taps: int, n_stages: int, fused: bool = True):
+def make_pipelined_conv_kernel(MM: Matmul, cfg: PipeConfig, taps: int, n_stages: int, fused: bool = True,
+                               parts: str = "all"):  # fmt: skip
     """out = relu(conv(x, w) + bias) (``fused``) or conv(x, w), a ``taps``-tap convolution (9: 3x3, 1: 1x1).
 
     Arguments: ``x`` the NHWC input, flat FP16; ``w`` the filters as the (taps C_in) x C_out matrix B; ``bias``
-    (C_out,); ``out`` the (B H W) x C_out result; ``height``, ``width``.
+    (C_out,); ``out`` the (B H W) x C_out result; ``height``, ``width``. ``parts``: see :func:`make_stream`.
     """
     TM, TN, _ = MM.size
     THREADS = MM.block_size
     L = conv_layout(MM, cfg, n_stages)
-    issue, kloop = make_stream(MM, cfg, taps, n_stages, L)
+    issue, kloop = make_stream(MM, cfg, taps, n_stages, L, parts)
     load_filters = resident_filters(MM, cfg, n_stages, L)
-    DEPTH, C_AT = cfg.depth, L.c
+    MIN_BLOCKS = min_blocks(cfg, L.nbytes)  # registers low enough for the blocks the shared memory allows
+    DEPTH, C_AT, IN_RING, A_AT, PHASE_SLOTS = cfg.depth, L.c, L.c_in_ring, L.a, cfg.group * L.a_step
     ROWS = TM // (THREADS // cfg.chunks_per_row)  # rows each thread gathers a stage
     SC = MM.suggest_layout_smem_c().cosize
     FRAGMENT = MM.suggest_layout_rmem_c().cosize
     gmem_c = gmem_layout(MM, "c")
 
-    @cuda.jit(launch_bounds=(THREADS, 1))
+    @cuda.jit(launch_bounds=(THREADS, MIN_BLOCKS))
     def pipelined_conv_kernel(x, w, bias, out, height, width):
         smem = cuda.shared.array(shape=(0,), dtype=np.float16, alignment=1024)
         t0, step, col0 = int32(cuda.blockIdx.x), int32(cuda.gridDim.x), int32(cuda.blockIdx.y) * TN
-        tiles = out.shape[0] // TM
-        c_in = w.shape[0] // taps
+        tiles = int32(out.shape[0] // TM)
+        c_in = int32(w.shape[0] // taps)
         pix = cuda.local.array(ROWS, np.int32)
-        hs = cuda.local.array(ROWS, np.int32)
-        ws = cuda.local.array(ROWS, np.int32)
+        inside = cuda.local.array(ROWS, np.int32)
         load_filters(smem, w, col0)  # in the first group
         for p in range(DEPTH - 1):
-            issue(smem, x, w, p, t0, step, tiles, col0, c_in, height, width, pix, hs, ws)
+            issue(smem, x, w, p, t0, step, tiles, col0, c_in, height, width, pix, inside)
         acc = MM.suggest_accumulator()
         p = 0
         tile = t0
         while tile < tiles:
             acc.clear()
-            p = kloop(smem, x, w, p, t0, step, tiles, col0, c_in, height, width, pix, hs, ws, acc)
+            p = kloop(smem, x, w, p, t0, step, tiles, col0, c_in, height, width, pix, inside, acc)
             result = acc.get_results()
             part = make_tensor(cuda.local.array(FRAGMENT, np.float16), MM.suggest_layout_rmem_c())
             if fused:
@@ -208,27 +232,34 @@ def make_pipelined_conv_kernel(MM: Matmul, cfg: PipeConfig, taps: int, n_stages:
             else:
                 for i in range(FRAGMENT):
                     part[i] = result[i]
-            # the last tile's store read sc before the K loop's barriers: sc is free
-            sc = make_tensor(smem[C_AT : C_AT + SC], MM.suggest_layout_smem_c())
+            if IN_RING:  # the slots of the phase the K loop read last: free once every warp is past its MMAs
+                cuda.syncthreads()
+                c_at = A_AT + ((p - 1) % DEPTH) * PHASE_SLOTS
+            else:  # the last tile's store read sc before the K loop's barriers: sc is free
+                c_at = C_AT
+            sc = make_tensor(smem[c_at : c_at + SC], MM.suggest_layout_smem_c())
             copy_fragment(part, sc)
             cuda.syncthreads()
             row0 = tile * TM
             copy(sc, make_tensor(out[row0 : row0 + TM, col0 : col0 + TN], gmem_c(out.shape[1])))
-            tile += step
+            tile += step  # the next K loop refills these slots only after its first barrier: the store is done
         copy_wait()  # the empty groups past the end
 
     return pipelined_conv_kernel
 
 
-def one_wave(kernel: Any, threads: int, shared_bytes: int, args: tuple[Any, ...], tiles: int, columns: int) -> int:
+def one_wave(kernel: Any, threads: int, shared_bytes: int, args: tuple[Any, ...], tiles: int,
+             columns: int) -> tuple[int, dict[str, Any]]:  # fmt: skip
     """Blocks along x for a persistent kernel: as many as fit on the GPU at once, shared by ``columns`` column
-    tiles, at most one per row tile."""
-    per_sm = launch.resources(kernel, threads, shared_bytes, *args)["blocks_per_sm"]
+    tiles, at most one per row tile; and what the compiled kernel takes (``launch.resources``: registers, spills,
+    blocks an SM)."""
+    res = launch.resources(kernel, threads, shared_bytes, *args)
+    per_sm = res["blocks_per_sm"]
     if per_sm < 1:
         raise RuntimeError(f"the kernel does not fit an SM ({shared_bytes} bytes of shared memory, {threads} "
                            "threads): use a PipeConfig with a smaller depth or tile, or streamed filters")  # fmt: skip
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    return max(1, min(tiles, sms * per_sm // columns))
+    return max(1, min(tiles, sms * per_sm // columns)), res
 
 
 def _fits(layout: PipeLayout, cfg: PipeConfig) -> None:
@@ -237,11 +268,19 @@ def _fits(layout: PipeLayout, cfg: PipeConfig) -> None:
 
 class PipelinedConv:
     """relu(conv(x, w) + bias) (``fused``) or conv(x, w) with the pipelined kernel; ``taps`` 9 (3x3, stride 1,
-    padding 1, w of shape (3, 3, C_in, C_out)) or 1 (1x1, w of shape (C_in, C_out)). NHWC FP16 in and out."""
+    padding 1, w of shape (3, 3, C_in, C_out)) or 1 (1x1, w of shape (C_in, C_out)). NHWC FP16 in and out.
 
-    def __init__(self, shape: ConvShape, fused: bool = True, cfg: PipeConfig | None = None, taps: int = 9):
+    ``parts`` "gather" or "mma" builds a diagnostic kernel that does only that part of the work (wrong results):
+    the benchmarks time them beside the whole kernel. ``blocks`` caps the blocks along x (default: one wave), so
+    that a check at a small shape has each block walk several row tiles, as at full size. ``resources`` (after the
+    first call): registers, spills, shared memory and blocks an SM of the compiled kernel (``launch.resources``)."""
+
+    def __init__(self, shape: ConvShape, fused: bool = True, cfg: PipeConfig | None = None, taps: int = 9,
+                 parts: str = "all", blocks: int | None = None):  # fmt: skip
         if taps not in (1, 9):
             raise ValueError(f"taps must be 9 (3x3) or 1 (1x1), got {taps}")
+        if parts not in PARTS:
+            raise ValueError(f"parts must be one of {PARTS}, got {parts!r}")
         self.shape, self.fused, self.taps = shape, fused, taps
         self.cfg = c = cfg or PipeConfig(tile_n=64 if shape.c_out % 64 == 0 else 32)
         self.n_stages = stages(taps, shape.c_in, c.tile_k)
@@ -252,8 +291,10 @@ class PipelinedConv:
         self.MM = pipe_matmul(c.tile_m, c.tile_n, c.tile_k, c.threads)
         self.layout = conv_layout(self.MM, c, self.n_stages)
         _fits(self.layout, c)
-        self.kernel = make_pipelined_conv_kernel(self.MM, c, taps, self.n_stages, fused)
+        self.kernel = make_pipelined_conv_kernel(self.MM, c, taps, self.n_stages, fused, parts)
         self.grid: tuple[int, int] | None = None
+        self.max_blocks = blocks
+        self.resources: dict[str, Any] = {}
 
     def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
         s = self.shape
@@ -267,8 +308,9 @@ class PipelinedConv:
                 np.int32(s.height), np.int32(s.width))  # fmt: skip
         if self.grid is None:
             columns = s.c_out // self.cfg.tile_n
-            blocks = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args, s.m // self.cfg.tile_m, columns)
-            self.grid = (blocks, columns)
+            blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args,
+                                              s.m // self.cfg.tile_m, columns)  # fmt: skip
+            self.grid = (min(blocks, self.max_blocks or blocks), columns)
         launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
         return out
 
@@ -296,26 +338,26 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
     issue, kloop = make_stream(MM0, cfg, 9, n_stages, L)
     load_filters = resident_filters(MM0, cfg, n_stages, L)
     DEPTH, C_AT, D_AT, W_AT = cfg.depth, L.c, L.d0, L.w1
+    MIN_BLOCKS = min_blocks(cfg, L.nbytes)
     ROWS = TM // (THREADS // cfg.chunks_per_row)
     SC, SD, SW = (MM1.suggest_layout_smem_c().cosize, MM1.suggest_layout_smem_a().cosize,
                   MM1.suggest_layout_smem_b().cosize)  # fmt: skip
     F0, F1 = MM0.suggest_layout_rmem_c().cosize, MM1.suggest_layout_rmem_c().cosize
     gmem_d0, gmem_w1, gmem_out = gmem_layout(MM0, "c"), gmem_layout(MM1, "b"), gmem_layout(MM1, "c")
 
-    @cuda.jit(launch_bounds=(THREADS, 1))
+    @cuda.jit(launch_bounds=(THREADS, MIN_BLOCKS))
     def conv_b2b_kernel(x, w0, w1, bias1, out, height, width, d0):
         smem = cuda.shared.array(shape=(0,), dtype=np.float16, alignment=1024)
         t0, step = int32(cuda.blockIdx.x), int32(cuda.gridDim.x)
-        tiles = out.shape[0] // TM
-        c_in = w0.shape[0] // 9
+        tiles = int32(out.shape[0] // TM)
+        c_in = int32(w0.shape[0] // 9)
         pix = cuda.local.array(ROWS, np.int32)
-        hs = cuda.local.array(ROWS, np.int32)
-        ws = cuda.local.array(ROWS, np.int32)
+        inside = cuda.local.array(ROWS, np.int32)
         load_filters(smem, w0, 0)
         sw = make_tensor(smem[W_AT : W_AT + SW], MM1.suggest_layout_smem_b())
-        copy(make_tensor(w1, gmem_w1(N1)), sw)  # with the resident filters, in the first group
+        copy(make_tensor(w1, gmem_w1(N1)), sw)  # in the first group (with the 3x3 filters, when resident)
         for p in range(DEPTH - 1):
-            issue(smem, x, w0, p, t0, step, tiles, 0, c_in, height, width, pix, hs, ws)
+            issue(smem, x, w0, p, t0, step, tiles, 0, c_in, height, width, pix, inside)
         sd = make_tensor(smem[D_AT : D_AT + SD], MM1.suggest_layout_smem_a())
         sc = make_tensor(smem[C_AT : C_AT + SC], MM1.suggest_layout_smem_c())
         acc0 = MM0.suggest_accumulator()
@@ -325,7 +367,7 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
         while tile < tiles:
             row0 = tile * TM
             acc0.clear()
-            p = kloop(smem, x, w0, p, t0, step, tiles, 0, c_in, height, width, pix, hs, ws, acc0)
+            p = kloop(smem, x, w0, p, t0, step, tiles, 0, c_in, height, width, pix, inside, acc0)
 
             # D0 = relu(acc0) in FP16, into shared memory as GEMM 1's A operand (GEMM 1 of the last tile finished
             # with sd before the K loop's barriers)
@@ -388,10 +430,11 @@ class ConvB2B:
 
     ``w1`` is the 1x1 filters as a (C_mid, C_out) matrix. ``keep_d0=True`` also writes D0 to ``self.d0`` (NHWC), so
     that a checker can test the first stage on its own. ``kernel_factory``: the exercise's kernel factory.
+    ``blocks`` caps the blocks (default: one wave): a check with few blocks has each walk several row tiles.
     """
 
     def __init__(self, shape: B2BShape, cfg: PipeConfig | None = None, keep_d0: bool = False,
-                 kernel_factory: Any = None):  # fmt: skip
+                 kernel_factory: Any = None, blocks: int | None = None):  # fmt: skip
         c = cfg or PipeConfig(tile_n=shape.c_mid)
         if c.tile_n != shape.c_mid:
             raise ValueError(f"the tile's N ({c.tile_n}) must be C_mid = {shape.c_mid}: a block computes every "
@@ -408,6 +451,8 @@ class ConvB2B:
         d0_rows = shape.m if keep_d0 else c.tile_m
         self.d0 = cp.zeros((d0_rows, shape.c_mid), cp.float16)
         self.grid: tuple[int, int] | None = None
+        self.max_blocks = blocks
+        self.resources: dict[str, Any] = {}
 
     def __call__(self, x: Any, w0: Any, w1: Any, bias1: Any, out: Any = None) -> Any:
         s = self.shape
@@ -420,7 +465,8 @@ class ConvB2B:
                 np.int32(s.height), np.int32(s.width), self.d0)  # fmt: skip
         if self.grid is None:
             tiles = s.m // self.cfg.tile_m
-            self.grid = (one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args, tiles, 1), 1)
+            blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args, tiles, 1)
+            self.grid = (min(blocks, self.max_blocks or blocks), 1)
         launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
         return out
 
