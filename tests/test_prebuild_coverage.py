@@ -127,6 +127,9 @@ def requested(stem: str) -> tuple[set[str], list[str]]:
             strings = {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
             if name == "OzakiGemm" and not _attendee(node):
                 found = strings & {"unfused", "partial", "fused"}
+                if not found and len(node.args) > 4 and isinstance(node.args[4], ast.Name):  # a variable: the
+                    found = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)  # variants its cell names
+                             and n.value in ("unfused", "partial", "fused")}  # fmt: skip
                 jobs |= found
                 if not found:
                     unread.append(text)

@@ -60,6 +60,7 @@ GPU_EXERCISES: dict[str, GpuExercise] = {
     "2a gemm_bias_relu": GpuExercise("2a_epilogue_fusion", "41e8a00f", "71d73ac1"),
     "2b b2b": GpuExercise("2b_back_to_back", "4bf83648", "6433fcd3"),
     "2c conv epilogue": GpuExercise("2c_conv_fusion", "1adead88", "57e7ddee"),
+    "2d b2b epilogues": GpuExercise("2d_conv_back_to_back", "81a0b8c6", "8e9d76cc"),
     "3b products": GpuExercise("3b_ozaki_unfused", "9aeaea33", "c514e398"),
     "3c diagonals": GpuExercise("3c_ozaki_partial", "9859615e", "f139800c"),
     "3d fused": GpuExercise("3d_ozaki_fused", "e020ac1f", "0760b8c8"),

@@ -362,8 +362,16 @@ SPEC_FORMS = {
     "gemm_bias_relu": "MxNxK",
     "conv": "COUTxCIN",
     "conv_unfused": "COUTxCIN",
+    "conv_pipe": "COUTxCIN[@TILE] (TILE as utilities.conv.layout's spec, e.g. 128x64x64-t128-d3-g1-s)",
+    "conv_pipe_unfused": "COUTxCIN[@TILE]",
+    "conv_pipe_gather": "COUTxCIN[@TILE]",
+    "conv_pipe_mma": "COUTxCIN[@TILE]",
+    "conv_1x1": "COUTxCIN[@TILE]",
+    "conv_b2b": "CINxCMIDxCOUT[@TILE]",
+    "conv_b2b_keep": "CINxCMIDxCOUT[@TILE]",
     "multipass": "int8|float16:F",
     "pipeline": "int8|float16:SIZE",
+    "primer": "tile|stack",
 }
 
 

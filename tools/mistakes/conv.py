@@ -10,8 +10,8 @@ from __future__ import annotations
 from utilities.mutants import Alternative, Mistake
 
 NEIGHBOR = "2c neighbor (device function)"
-EPILOGUE = "2c epilogue (kernel)"
-B2B = "2d back-to-back epilogues (kernel)"
+EPILOGUE = "2c conv epilogue"
+B2B = "2d b2b epilogues"
 
 MISTAKES = [
     Mistake(NEIGHBOR, "edge", "the last row is taken for inside the image (> instead of >=)",
