@@ -82,8 +82,6 @@ def test_row_and_column_statistics_match_the_reference():
 
 def _stats_on_device(a: np.ndarray, b: np.ndarray):
     """``GemmStatistics.compute``'s passes with numba's arrays (the plan launches the same kernels with CuPy's)."""
-    m, k = a.shape
-    n = b.shape[1]
     a_cols_f, a_cols_i, ea = col_stats(a)
     q = np.where(a_cols_f[pg.NORM2] > 0, np.ldexp(a_cols_f[pg.NORM2], 2 * (a_cols_i[pg.EXP] - ea)), 0.0)
     b_rows_f, b_rows_i, eb = row_stats(b)

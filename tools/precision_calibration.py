@@ -26,19 +26,17 @@ sys.path.insert(0, str(ROOT))
 
 from utilities import errors, exact, inputs  # noqa: E402
 from utilities.inputs import sample_rows  # noqa: E402
-from utilities.precision import LineNorms  # noqa: E402
 from utilities.ozaki import ozaki_gemm_ref  # noqa: E402
 from utilities.ozaki import precision as p1  # noqa: E402
 from utilities.ozaki.slicing import col_shifts, row_shifts  # noqa: E402
 from utilities.ozaki2 import precision as p2  # noqa: E402
 from utilities.ozaki2 import reference as r2  # noqa: E402
+from utilities.precision import LineNorms  # noqa: E402
 
 U = 2.0**-53
 
 
-def whole_matrix_estimate(
-    row_eps2: np.ndarray, col_eps2: np.ndarray, norms: LineNorms, dropped: float = 0.0
-) -> float:
+def whole_matrix_estimate(row_eps2: np.ndarray, col_eps2: np.ndarray, norms: LineNorms, dropped: float = 0.0) -> float:
     """The error of the whole of C against ||C||_F (what the worst row or column replaced), in u: representation,
     plus ``dropped`` times the sum of the eps^2 products (Ozaki-I's dropped diagonal)."""
     err = (row_eps2.sum() * norms.b_cols.sum() + norms.a_rows.sum() * col_eps2.sum()) / 3

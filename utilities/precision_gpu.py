@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from numba import config, cuda, float64, int32, int64
 
-from .precision import CHUNK, QUANT, SPAN, U, Choice, target
+from .precision import CHUNK, QUANT, SPAN, Choice, U, target
 
 ROWS_THREADS = 512  # threads per row in the row kernels: 16 entries a thread at k = 8192
 COL_TILE = 32  # columns per block in col_chunk_kernel (one warp reads 256 contiguous bytes of a row)
@@ -613,7 +613,6 @@ class GemmStatistics:
 
     def choose(self, tables: SchemeTables) -> Choice:
         """The count for the statistics of the last ``compute``: three small kernels, then one copy to the host."""
-        import cupy as cp
 
         from .machinery import launch
 

@@ -66,14 +66,15 @@ def tables(count: int) -> dict[str, np.ndarray]:
 @functools.cache
 def make_residue(count: int):
     """A device function ``residue(w, t)``: the symmetric residue of the integer-valued double w (|w| < 2^47, which
-    the kernels guarantee) modulo the t-th modulus, exactly, in [LO[t], HI[t]], as a double."""
+    the kernels guarantee) modulo the t-th modulus, exactly, in ``reference.residue_range`` (up to HI[t]), as a
+    double."""
     T = tables(count)
-    P, INV, LO, HI = T["p"], T["inv"], T["lo"], T["hi"]
+    P, INV, HI = T["p"], T["inv"], T["hi"]
 
     @cuda.jit(device=True)
     def residue(w, t):
-        # TODO (about 4 lines): subtract from w the multiple of P[t] nearest to it (round_near(w * INV[t]) is
-        # w / p rounded to an integer, exact here); the result lies in [LO[t], HI[t] + 1]: bring it into range
+        # TODO (about 3 lines): subtract from w the multiple of P[t] nearest to it (round_near(w * INV[t]) is
+        # w / p rounded to an integer, exact here); the result can exceed HI[t] by one (a tie): bring it into range
         # SKELETON: return 0.0
         # BEGIN SOLUTION
         r = w - round_near(w * INV[t]) * P[t]  # |w| < 2^47: w / p is rounded to its nearest integer, r is exact
@@ -144,23 +145,26 @@ def make_exponent(count: int):
     return exponent
 
 
+@cuda.jit(device=True)
+def split(v, mu):
+    """``trunc(v 2^mu) = h 2^40 + l``, both exact doubles (|h| < 2^38, |l| < 2^40 while |v 2^mu| < 2^78)."""
+    x = trunc_f64(math.ldexp(v, int(mu)))
+    h = trunc_f64(x * (1.0 / SPLIT))
+    return h, x - h * SPLIT
+
+
 @functools.cache
-def make_entry_residues(count: int, residue_factory: Callable[[int], Any] = make_residue):
-    """A device function ``entry_residues(v, mu, out, q)``: ``out[q, t]`` (int32) the residues of ``trunc(v 2^mu)``
-    for every modulus t, for a finite v and a scaling that keeps ``|v 2^mu| < 2^78``."""
-    N = count
+def make_split_residue(count: int, residue_factory: Callable[[int], Any] = make_residue):
+    """A device function ``split_residue(h, l, t)``: the residue modulo the t-th modulus of ``h 2^40 + l`` as an int32
+    (``h (2^40 mod p) + l`` is below 2^47: exact, and within ``residue``'s range)."""
     K40 = tables(count)["k40"]
     residue = residue_factory(count)
 
     @cuda.jit(device=True)
-    def entry_residues(v, mu, out, q):
-        x = trunc_f64(math.ldexp(v, int(mu)))
-        h = trunc_f64(x * (1.0 / SPLIT))
-        low = x - h * SPLIT  # exact: |low| < 2^40
-        for t in range(N):
-            out[q, t] = int32_of(residue(h * K40[t] + low, t))  # h (2^40 mod p) + l < 2^47: exact
+    def split_residue(h, low, t):
+        return int32_of(residue(h * K40[t] + low, t))
 
-    return entry_residues
+    return split_residue
 
 
 @functools.cache
@@ -177,13 +181,12 @@ def make_residue_rows_kernel(k: int, kp: int, count: int, threads: int = ROWS_TH
     ITEMS = items_per_thread(kp, threads)
     row_statistics = make_row_statistics(k, kp, threads)
     exponent = make_exponent(count)
-    entry_residues = make_entry_residues(count, residue_factory)
+    split_residue = make_split_residue(count, residue_factory)
 
     @cuda.jit
     def residue_rows_kernel(x, words, mu):
         row, tid = cuda.blockIdx.x, cuda.threadIdx.x
         vals = cuda.local.array(ITEMS, float64)
-        res = cuda.local.array((4, N), int32)
         si = cuda.shared.array(THREADS, int32)
         sl = cuda.shared.array(THREADS, int64)
         sd = cuda.shared.array(THREADS, float64)
@@ -191,17 +194,19 @@ def make_residue_rows_kernel(k: int, kp: int, count: int, threads: int = ROWS_TH
         shift = exponent(e, s, bad)
         if tid == 0:
             mu[row] = shift
+        if bad != 0:  # a row with a NaN or an Inf gets zero residues
+            for j in range(ITEMS):
+                vals[j] = 0.0
         for j in range(0, ITEMS, 4):
             word = tid + (j // 4) * THREADS
             if word < WORDS:
-                for q in range(4):
-                    if bad != 0:
-                        for t in range(N):
-                            res[q, t] = 0
-                    else:
-                        entry_residues(vals[j + q], shift, res, q)
-                for t in range(N):
-                    words[t, row, word] = pack_digits(res[0, t], res[1, t], res[2, t], res[3, t])
+                h0, l0 = split(vals[j], shift)
+                h1, l1 = split(vals[j + 1], shift)
+                h2, l2 = split(vals[j + 2], shift)
+                h3, l3 = split(vals[j + 3], shift)
+                for t in range(N):  # four residues of one modulus, one 4-byte store
+                    words[t, row, word] = pack_digits(split_residue(h0, l0, t), split_residue(h1, l1, t),
+                                                      split_residue(h2, l2, t), split_residue(h3, l3, t))  # fmt: skip
 
     return residue_rows_kernel
 
@@ -222,7 +227,7 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
     WORDS_PER_COL = COLS_DEPTH // 4
     THREADS = COLS_TILE * COLS_ROWS
     exponent = make_exponent(count)
-    entry_residues = make_entry_residues(count, residue_factory)
+    split_residue = make_split_residue(count, residue_factory)
 
     @cuda.jit
     def residue_cols_kernel(b, istats, words, nu):
@@ -231,7 +236,6 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
         col0, row0 = cuda.blockIdx.x * COLS_TILE, cuda.blockIdx.y * COLS_DEPTH
         col = col0 + tx
         tile = cuda.shared.array((N, COLS_TILE, PADDED), int8)
-        res = cuda.local.array((1, N), int32)
         vals = cuda.local.array(PER, float64)
         shift = int32(0)
         bad = int64(0)
@@ -244,13 +248,9 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
             row = row0 + ty + i * COLS_ROWS
             vals[i] = b[row, col] if row < k and col < n else 0.0
         for i in range(PER):
-            if bad != 0:
-                for t in range(N):
-                    res[0, t] = 0
-            else:
-                entry_residues(vals[i], shift, res, 0)
+            h, low = split(vals[i] if bad == 0 else 0.0, shift)  # a column with a NaN or an Inf: zero residues
             for t in range(N):
-                tile[t, tx, ty + i * COLS_ROWS] = res[0, t]
+                tile[t, tx, ty + i * COLS_ROWS] = split_residue(h, low, t)
         cuda.syncthreads()
         tid = ty * COLS_TILE + tx
         word0 = cuda.blockIdx.y * WORDS_PER_COL
@@ -258,8 +258,9 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
             for idx in range(tid, COLS_TILE * WORDS_PER_COL, THREADS):
                 c, w = idx // WORDS_PER_COL, idx % WORDS_PER_COL
                 if col0 + c < n and word0 + w < words.shape[2]:
-                    words[t, col0 + c, word0 + w] = pack_digits(tile[t, c, 4 * w], tile[t, c, 4 * w + 1],
-                                                                tile[t, c, 4 * w + 2], tile[t, c, 4 * w + 3])  # fmt: skip
+                    four = tile[t, c]
+                    words[t, col0 + c, word0 + w] = pack_digits(four[4 * w], four[4 * w + 1], four[4 * w + 2],
+                                                                four[4 * w + 3])  # fmt: skip
 
     return residue_cols_kernel
 
