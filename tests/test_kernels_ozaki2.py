@@ -96,7 +96,8 @@ def test_residue_is_exact_at_the_edges_of_its_range():
     for t, p in enumerate(ref.MODULI):
         edges = [2.0**47 - 1, -(2.0**47) + 1, p // 2, -(p // 2), p // 2 + 1, 128.0, -128.0, 384.0]
         near_multiples = p * np.trunc(np.ldexp(rng.standard_normal(30), 30)) + rng.integers(-p, p + 1, 30)
-        w = np.concatenate([np.trunc(np.ldexp(rng.standard_normal(100), rng.integers(0, 46, 100))), near_multiples, edges])
+        spread = np.trunc(np.ldexp(rng.standard_normal(100), rng.integers(0, 46, 100)))
+        w = np.concatenate([spread, near_multiples, edges])
         out = cuda.to_device(np.zeros(w.size))
         kernel[-(-w.size // 64), 64](cuda.to_device(w), t, out)
         np.testing.assert_array_equal(out.copy_to_host(), ref.residue(w, p), err_msg=f"p = {p}")
