@@ -288,9 +288,14 @@ def reconstruct(
     alpha: float = 1.0,
     beta: float = 0.0,
     c: np.ndarray | None = None,
+    a: np.ndarray | None = None,
+    b: np.ndarray | None = None,
 ) -> np.ndarray:
-    """C = alpha 2^(-mu_i - nu_j) A'B' (+ beta C when beta != 0; C is not read when beta == 0); NaN on the rows and
-    columns whose exponent is the non-finite sentinel."""
+    """C = alpha 2^(-mu_i - nu_j) A'B' (+ beta C when beta != 0; C is not read when beta == 0).
+
+    On the rows and columns whose exponent is the non-finite sentinel (a NaN or an Inf in that line of A or B):
+    given A and B, what DGEMM gives there, ``alpha (A B)_ij + beta C_ij`` with the products and sums in FP64 (an Inf
+    meets a nonzero entry: +-Inf; a zero or a NaN: NaN); without them, NaN."""
     mu, nu = np.asarray(mu, np.int64), np.asarray(nu, np.int64)
     bad = (mu[:, None] == NONFINITE_SHIFT) | (nu[None, :] == NONFINITE_SHIFT)
     shift = np.where(bad, 0, -(mu[:, None] + nu[None, :]))
@@ -299,7 +304,13 @@ def reconstruct(
         if c is None:
             raise ValueError("beta != 0 needs c, the C matrix to update")
         out = out + float(beta) * check_matrix(c, "C")
-    return np.where(bad, np.nan, out)
+    if a is None or b is None or not bad.any():
+        return np.where(bad, np.nan, out)
+    with np.errstate(invalid="ignore", over="ignore"):
+        native = float(alpha) * (a @ b)
+        if beta != 0.0:
+            native = native + float(beta) * c
+    return np.where(bad, native, out)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -352,8 +363,8 @@ def ozaki2_gemm_ref(
     c: np.ndarray | None = None,
     nonfinite: str = "raise",
 ) -> np.ndarray:
-    """``alpha * A @ B + beta * C`` by Ozaki-II emulation with ``count`` moduli (``nonfinite`` as in Ozaki-I:
-    "raise" names the first NaN/Inf, "propagate" gives NaN rows and columns)."""
+    """``alpha * A @ B + beta * C`` by Ozaki-II emulation with ``count`` moduli (``nonfinite``: "raise" names the
+    first NaN/Inf, "propagate" gives the rows and columns that hold one what DGEMM gives there)."""
     a, b, count = _operands(a, b, count)
     if nonfinite not in ("raise", "propagate"):
         raise ValueError(f"nonfinite must be 'raise' or 'propagate', got {nonfinite!r}")
@@ -363,7 +374,7 @@ def ozaki2_gemm_ref(
                 i, j = np.argwhere(~np.isfinite(x))[0]
                 raise NonFiniteError(f"{name}[{i}, {j}] = {x[i, j]}: clean the input, or pass nonfinite='propagate'")
     st = ozaki2_stages(a, b, count)
-    return reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c)
+    return reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
 
 
 def error_bound(a: np.ndarray, b: np.ndarray, count: int) -> np.ndarray:

@@ -282,11 +282,12 @@ def make_digits_kernel(count: int, digit_factory: Callable[[int], Any] = make_di
 
 @functools.cache
 def make_reconstruct_kernel(count: int, from_products: bool = False, digit_factory: Callable[[int], Any] = make_digit):
-    """``reconstruct_kernel[grid, block](planes, mu, nu, alpha, beta, c, out)``: C from the N planes (count, m, n)
-    of CRT digits (uint8), or of int32 products when ``from_products`` (each reduced here with ``digit``), as
-    ``reference.reconstruct``: the three sums, the fraction ``(s1 - q) + s2 + s3`` in double-double, times P in
-    double-double, scaled back by 2^(-mu - nu); alpha and beta as a GEMM's (C not read when beta = 0); NaN where
-    mu or nu is the non-finite sentinel."""
+    """``reconstruct_kernel[grid, block](planes, mu, nu, a, b, alpha, beta, c, out)``: C from the N planes
+    (count, m, n) of CRT digits (uint8), or of int32 products when ``from_products`` (each reduced here with
+    ``digit``), as ``reference.reconstruct``: the three sums, the fraction ``(s1 - q) + s2 + s3`` in double-double,
+    times P in double-double, scaled back by 2^(-mu - nu); alpha and beta as a GEMM's (C not read when beta = 0).
+    Where mu or nu is the non-finite sentinel, what DGEMM gives: the FP64 dot product of A's row and B's column
+    (those lines hold a NaN or an Inf, which the result must carry as DGEMM carries it)."""
     T = tables(count)
     N, FROM_PRODUCTS = count, from_products
     C1, C2, C3 = T["c1"], T["c2"], T["c3"]
@@ -295,12 +296,18 @@ def make_reconstruct_kernel(count: int, from_products: bool = False, digit_facto
     digit = digit_factory(count)
 
     @cuda.jit
-    def reconstruct_kernel(planes, mu, nu, alpha, beta, c, out):
+    def reconstruct_kernel(planes, mu, nu, a, b, alpha, beta, c, out):
         j, i = cuda.grid(2)
         if i >= out.shape[0] or j >= out.shape[1]:
             return
-        if mu[i] == NONFINITE_SHIFT or nu[j] == NONFINITE_SHIFT:
-            out[i, j] = math.nan
+        if mu[i] == NONFINITE_SHIFT or nu[j] == NONFINITE_SHIFT:  # rare: a line with a NaN or an Inf
+            native = 0.0
+            for col in range(a.shape[1]):
+                native += a[i, col] * b[col, j]
+            native *= alpha
+            if beta != 0.0:
+                native += beta * c[i, j]
+            out[i, j] = native
             return
         s1 = 0.0
         s2 = 0.0
@@ -360,7 +367,7 @@ def digits_launch(size: int, count: int, digit_factory: Callable[[int], Any] | N
 
 def reconstruct_launch(m: int, n: int, count: int, reconstruct_factory: Callable[..., Any] | None = None, *,
                        from_products: bool = False) -> Launch:  # fmt: skip
-    """The reconstruction of an m x n C: ``kernel[grid, block](planes, mu, nu, alpha, beta, c, out)``."""
+    """The reconstruction of an m x n C: ``kernel[grid, block](planes, mu, nu, a, b, alpha, beta, c, out)``."""
     tx, ty = RECONSTRUCT_BLOCK
     factory = reconstruct_factory or make_reconstruct_kernel
     kernel = factory(count, from_products) if from_products else factory(count)

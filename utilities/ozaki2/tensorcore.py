@@ -162,13 +162,14 @@ class Ozaki2Gemm:
             for slot in range(min(2, N)):
                 main.wait_event(self._read[slot])  # the reconstruction waits for the last digits
 
-    def reconstruct(self, out: Any, c: Any, alpha: float, beta: float) -> None:
-        """Stage 3: C from the digits (or the int32 products)."""
+    def reconstruct(self, a: Any, b: Any, out: Any, c: Any, alpha: float, beta: float) -> None:
+        """Stage 3: C from the digits (or the int32 products); the lines of A and B that hold a NaN or an Inf get
+        DGEMM's result (FP64 dot products)."""
         N = self.count
         late = self.digits is None
         step = simt.reconstruct_launch(self.m, self.n, N, self.kernels.reconstruct, from_products=late)
         planes = self.products_buffer[:N] if late else self.digits[:N]
-        launch.launch(step.kernel, step.grid, step.block, 0, planes, self.mu, self.nu, np.float64(alpha),
+        launch.launch(step.kernel, step.grid, step.block, 0, planes, self.mu, self.nu, a, b, np.float64(alpha),
                       np.float64(beta), c, out)  # fmt: skip
 
     def __call__(self, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, out: Any = None) -> Any:
@@ -179,7 +180,7 @@ class Ozaki2Gemm:
         out = cp.empty((self.m, self.n)) if out is None else out
         self.scale(a, b, columns_known=auto)
         self.products()
-        self.reconstruct(out, out if c is None else c, alpha, beta)
+        self.reconstruct(a, b, out, out if c is None else c, alpha, beta)
         return out
 
 
@@ -205,13 +206,14 @@ def digits_on_gpu(products: np.ndarray, digit_factory: Any = None) -> np.ndarray
     return cp.asnumpy(digits)
 
 
-def reconstruct_on_gpu(digits: np.ndarray, mu: np.ndarray, nu: np.ndarray, alpha: float, beta: float,
-                       c: np.ndarray, reconstruct_factory: Any = None) -> np.ndarray:  # fmt: skip
+def reconstruct_on_gpu(digits: np.ndarray, mu: np.ndarray, nu: np.ndarray, a: np.ndarray, b: np.ndarray,
+                       alpha: float, beta: float, c: np.ndarray,
+                       reconstruct_factory: Any = None) -> np.ndarray:  # fmt: skip
     """Stage 3 alone, for the checkers: C from the CRT digits (count, m, n), on the GPU."""
     count, m, n = digits.shape
     out = cp.full((m, n), np.nan)
     step = simt.reconstruct_launch(m, n, count, reconstruct_factory)
-    args = (cp.asarray(digits, dtype=cp.uint8), cp.asarray(mu), cp.asarray(nu), float(alpha), float(beta),
-            cp.asarray(c), out)  # fmt: skip
+    args = (cp.asarray(digits, dtype=cp.uint8), cp.asarray(mu), cp.asarray(nu), cp.asarray(a), cp.asarray(b),
+            float(alpha), float(beta), cp.asarray(c), out)  # fmt: skip
     step.kernel[step.grid, step.block](*args)
     return cp.asnumpy(out)
