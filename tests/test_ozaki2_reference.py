@@ -235,23 +235,31 @@ def test_reference_passes_every_checker():
         return mu, ref.residues(ref.to_integers(x, mu, 1), count)
 
     assert check.check_scaling(scaling, seed=3)
+    assert check.check_digits(lambda products: ref.reduce_products(products, products.shape[0]), seed=4)
     assert check.check_reconstruction(
-        lambda p, mu, nu, al, be, c: ref.reconstruct(ref.reduce_products(p, 14), mu, nu, 14, al, be, c), seed=4
+        lambda u, mu, nu, a, b, al, be, c: ref.reconstruct(u, mu, nu, u.shape[0], al, be, c, a, b), seed=5
     )
 
 
+def _fp64_residue(x, p):
+    lo = ref.residue_range(p)[0]
+    return (x - lo) % p + lo  # the float64 array: x - lo rounds once |x| passes 2^53
+
+
 @pytest.mark.parametrize(
-    ("broken", "stage"),
+    ("broken", "stage", "says"),
     [
-        (lambda x, p: np.mod(x, p), "residues"),  # not centred
-        (lambda x, p: np.fmod(x, p), "residues"),  # keeps x's sign, not centred
-        (lambda x, p: ref.residue(x, p) * (p != 256), "residues"),  # one modulus forgotten
+        (lambda x, p: np.mod(x, p), "residues", "representative"),  # not centred
+        (lambda x, p: np.fmod(x, p), "residues", "representative"),  # keeps x's sign, not centred
+        (lambda x, p: ref.residue(x, p) * (p != 256), "residues", ""),  # one modulus forgotten
+        (_fp64_residue, "residues", "2^53"),  # the formula of the 4a text, on the float64 array
     ],
 )
-def test_residue_checker_rejects_broken_residues(broken, stage):
-    with pytest.raises(CheckFailure) as info:
-        check.check_residue(broken, seed=5)
-    assert info.value.stage == stage
+def test_residue_checker_rejects_broken_residues_by_cause(broken, stage, says):
+    for seed in (5, 6, 7):  # on every seed: the corners are fixed
+        with pytest.raises(CheckFailure) as info:
+            check.check_residue(broken, seed=seed)
+        assert info.value.stage == stage and says in str(info.value)
 
 
 def test_crt_checker_rejects_a_missing_low_part():
@@ -263,6 +271,37 @@ def test_crt_checker_rejects_a_missing_low_part():
 
     with pytest.raises(CheckFailure, match="integers"):
         check.check_crt(two_parts, seed=6)
+
+
+@pytest.mark.parametrize(
+    ("broken", "says"),
+    [
+        (lambda v: np.mod(v.astype(np.int64), np.array(ref.crt(v.shape[0]).moduli)[:, None, None]).astype(np.uint8),
+         "Y[t]"),  # residues, not digits
+        (lambda v: (ref.reduce_products(v, v.shape[0]).astype(np.int64) - np.array(ref.crt(v.shape[0]).moduli)[
+            :, None, None] * (ref.reduce_products(v, v.shape[0]) > 100)).astype(np.uint8), "[0, p)"),  # wrapped
+    ],
+)
+def test_digits_checker_names_the_mistake(broken, says):
+    with pytest.raises(CheckFailure) as info:
+        check.check_digits(broken, seed=3)
+    assert info.value.stage == "digits" and says in str(info.value)
+
+
+def test_reconstruction_checker_says_when_c_was_read_although_beta_is_zero():
+    def reads_c(u, mu, nu, a, b, alpha, beta, c):
+        return ref.reconstruct(u, mu, nu, u.shape[0], alpha, 0.0, c, a, b) + beta * c + (c if beta == 0 else 0.0)
+
+    with pytest.raises(CheckFailure, match="C was read although beta = 0"):
+        check.check_reconstruction(reads_c, seed=7)
+
+
+def test_reconstruction_checker_wants_dgemms_nan_and_inf():
+    def nan_lines(u, mu, nu, a, b, alpha, beta, c):
+        return ref.reconstruct(u, mu, nu, u.shape[0], alpha, beta, c)  # NaN on every non-finite line
+
+    with pytest.raises(CheckFailure, match="as DGEMM's"):
+        check.check_reconstruction(nan_lines, seed=8)
 
 
 def test_design_model_adds_kernels_and_early_digits_trade_bytes_for_overlap():

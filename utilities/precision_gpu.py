@@ -626,8 +626,12 @@ class GemmStatistics:
         out = self.out[: 1 + nc]
         launch.launch(pick, 1, 32, 0, self.worst, np.float64(tables.goal), out)
         host = self.host_out[: 1 + nc]
-        out.get(out=host)  # the one copy to the host: the count and the estimates
+        self.to_host(out, host)
         return tables_choice(tables, host)
+
+    def to_host(self, out: Any, host: np.ndarray) -> None:
+        """The one copy to the host of a choice: the count and the estimates (into pinned memory; waits for it)."""
+        out.get(out=host)
 
 
 def tables_choice(tables: SchemeTables, out: np.ndarray) -> Choice:

@@ -299,11 +299,12 @@ def reconstruct(
     mu, nu = np.asarray(mu, np.int64), np.asarray(nu, np.int64)
     bad = (mu[:, None] == NONFINITE_SHIFT) | (nu[None, :] == NONFINITE_SHIFT)
     shift = np.where(bad, 0, -(mu[:, None] + nu[None, :]))
-    out = float(alpha) * np.ldexp(integer_product(u, count), shift)
-    if beta != 0.0:
-        if c is None:
-            raise ValueError("beta != 0 needs c, the C matrix to update")
-        out = out + float(beta) * check_matrix(c, "C")
+    with np.errstate(over="ignore"):  # a product beyond DBL_MAX is Inf, as DGEMM's
+        out = float(alpha) * np.ldexp(integer_product(u, count), shift)
+        if beta != 0.0:
+            if c is None:
+                raise ValueError("beta != 0 needs c, the C matrix to update")
+            out = out + float(beta) * check_matrix(c, "C")
     if a is None or b is None or not bad.any():
         return np.where(bad, np.nan, out)
     with np.errstate(invalid="ignore", over="ignore"):
