@@ -39,15 +39,17 @@ def target_notes(records: list) -> list[str]:
             speed = dgemm.time.median / r.time.median
             goal = TARGETS.get(size)
             verdict = "" if goal is None else (" (target met)" if speed >= goal else f" (target {goal}x not met)")
+            share = r.params["choice_share"]
             notes.append(f"{size}^3: ozaki2.auto {r.time.median:.2f} ms with {r.params['moduli']} moduli against "
                          f"cuBLAS DGEMM {dgemm.time.median:.2f} ms: {speed:.2f}x{verdict}; the choice alone "
-                         f"{r.params['choice_ms']:.3f} ms, {100 * r.params['choice_share']:.1f}% of the call"
-                         f"{'' if r.params['choice_share'] <= CHOICE_SHARE else ' (over 5%)'}")  # fmt: skip
+                         f"{r.params['choice_ms']:.3f} ms, {100 * share:.1f}% of the call"
+                         f"{'' if share <= CHOICE_SHARE else ' (over 5%)'}")  # fmt: skip
         for s in rs:
             if "floor_ms" in s.params:
                 what = ", ".join(f"{k}={s.params[k]}" for k in ("products", "digits", "overlap") if k in s.params)
-                notes.append(f"{size}^3 {name}{f' ({what})' if what else ''}: {s.time.median:.3f} ms against a floor "
-                             f"of {s.params['floor_ms']:.3f} ms ({s.time.median / s.params['floor_ms']:.2f}x)")  # fmt: skip
+                got, floor = s.time.median, s.params["floor_ms"]
+                notes.append(f"{size}^3 {name}{f' ({what})' if what else ''}: {got:.3f} ms against a floor of "
+                             f"{floor:.3f} ms ({got / floor:.2f}x)")  # fmt: skip
     return notes
 
 
