@@ -276,10 +276,17 @@ def test_crt_checker_rejects_a_missing_low_part():
 @pytest.mark.parametrize(
     ("broken", "says"),
     [
-        (lambda v: np.mod(v.astype(np.int64), np.array(ref.crt(v.shape[0]).moduli)[:, None, None]).astype(np.uint8),
-         "Y[t]"),  # residues, not digits
-        (lambda v: (ref.reduce_products(v, v.shape[0]).astype(np.int64) - np.array(ref.crt(v.shape[0]).moduli)[
-            :, None, None] * (ref.reduce_products(v, v.shape[0]) > 100)).astype(np.uint8), "[0, p)"),  # wrapped
+        (
+            lambda v: np.mod(v.astype(np.int64), np.array(ref.crt(v.shape[0]).moduli)[:, None, None]).astype(np.uint8),
+            "Y[t]",
+        ),  # residues, not digits
+        (
+            lambda v: (
+                ref.reduce_products(v, v.shape[0]).astype(np.int64)
+                - np.array(ref.crt(v.shape[0]).moduli)[:, None, None] * (ref.reduce_products(v, v.shape[0]) > 100)
+            ).astype(np.uint8),
+            "[0, p)",
+        ),  # wrapped
     ],
 )
 def test_digits_checker_names_the_mistake(broken, says):
