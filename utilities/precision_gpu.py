@@ -400,8 +400,8 @@ def normalize_kernel(fstats, istats, top, out):
 
 @cuda.jit(device=True)
 def _pow4(x):
-    """4^x for an integer x, 0 below the subnormals and inf above DBL_MAX."""
-    return math.ldexp(1.0, 2 * int(max(-1100, min(1100, x))))
+    """4^x for an integer x (at most 4^511; 0 below the subnormals)."""
+    return math.ldexp(1.0, 2 * int(max(-1100, min(511, x))))
 
 
 @functools.cache

@@ -6,13 +6,17 @@ simulator on a machine without a GPU).
   FP64 rate: a GPU's ``rint`` and ``floor`` are conversions, which run at a quarter of it);
 - ``trunc_f64``: trunc in FP64 for any magnitude (numba's ``math.trunc`` returns an int64, which overflows past 2^63);
 - ``int32_of``: an integer-valued double (|v| < 2^31) as an int32 from its bits, without a conversion instruction;
-- ``fma``: the fused multiply-add (exact in the simulator too, where numba's ``cuda.fma`` rounds twice).
+- ``fma``: the fused multiply-add (exact in the simulator too, where numba's ``cuda.fma`` rounds twice);
+- ``scale2``: ``x 2^e`` that overflows to +-Inf as on the device (Python's ``math.ldexp``, which the simulator runs,
+  raises instead).
 """
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
+import numpy as np
 from numba import config, cuda, int32
 
 ROUNDER = 6755399441055744.0  # 1.5 2^52: v + ROUNDER - ROUNDER is v rounded to the nearest integer for |v| < 2^51
@@ -47,7 +51,15 @@ if SIMULATOR:
     @cuda.jit(device=True)
     def fma(a, b, c):
         """a b + c rounded once."""
+        if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+            return a * b + c
         return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+    @cuda.jit(device=True)
+    def scale2(x, e):
+        """x 2^e, +-Inf past DBL_MAX."""
+        with np.errstate(over="ignore"):
+            return float(np.ldexp(x, e))
 
 else:
     from numba.cuda import libdevice
@@ -67,3 +79,8 @@ else:
     def fma(a, b, c):
         """a b + c rounded once."""
         return cuda.fma(a, b, c)
+
+    @cuda.jit(device=True, inline=True)
+    def scale2(x, e):
+        """x 2^e, +-Inf past DBL_MAX."""
+        return math.ldexp(x, e)

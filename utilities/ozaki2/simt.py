@@ -37,7 +37,7 @@ from numba import cuda, float64, int8, int32, int64
 
 from ..operands import NONFINITE_SHIFT
 from ..precision_gpu import BAD, EXP, ROWS_THREADS, TERMS, items_per_thread, make_row_statistics
-from ..simt import fma, int32_of, pack_digits, round_near, trunc_f64
+from ..simt import fma, int32_of, pack_digits, round_near, scale2, trunc_f64
 from . import reference as ref
 
 SPLIT = 2.0**40  # x = h 2^40 + l: |h| < 2^38 and |l| < 2^40 for |x| < 2^78
@@ -328,7 +328,7 @@ def make_reconstruct_kernel(count: int, from_products: bool = False, digit_facto
         top = h * P_HI  # TwoProduct: top + err = h P_hi exactly
         err = fma(h, P_HI, -top)
         value = top + (err + (h * P_LO + low * P_HI))
-        value = alpha * math.ldexp(value, -int(mu[i] + nu[j]))
+        value = alpha * scale2(value, -int(mu[i] + nu[j]))
         if beta != 0.0:
             value += beta * c[i, j]
         out[i, j] = value
