@@ -39,24 +39,24 @@ def round_near(v):
 if SIMULATOR:
 
     @cuda.jit(device=True)
-    def trunc_f64(x):
+    def _trunc_f64(x):
         """x rounded toward zero, as a double (exact for every double)."""
         return float(int(x))
 
     @cuda.jit(device=True)
-    def int32_of(v):
+    def _int32_of(v):
         """The integer-valued double v (|v| < 2^31) as an int32."""
         return int32(v)
 
     @cuda.jit(device=True)
-    def fma(a, b, c):
+    def _fma(a, b, c):
         """a b + c rounded once."""
         if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
             return a * b + c
         return float(Fraction(a) * Fraction(b) + Fraction(c))
 
     @cuda.jit(device=True)
-    def scale2(x, e):
+    def _scale2(x, e):
         """x 2^e, +-Inf past DBL_MAX."""
         with np.errstate(over="ignore"):
             return float(np.ldexp(x, e))
@@ -65,22 +65,24 @@ else:
     from numba.cuda import libdevice
 
     @cuda.jit(device=True, inline=True)
-    def trunc_f64(x):
+    def _trunc_f64(x):
         """x rounded toward zero, as a double (exact for every double)."""
         return libdevice.trunc(x)
 
     @cuda.jit(device=True, inline=True)
-    def int32_of(v):
+    def _int32_of(v):
         """The integer-valued double v (|v| < 2^31) as an int32: the low word of v + 1.5 2^52 holds v in two's
         complement, so one FP64 add and a register move replace a conversion."""
         return libdevice.double2loint(v + ROUNDER)
 
     @cuda.jit(device=True, inline=True)
-    def fma(a, b, c):
+    def _fma(a, b, c):
         """a b + c rounded once."""
         return cuda.fma(a, b, c)
 
     @cuda.jit(device=True, inline=True)
-    def scale2(x, e):
+    def _scale2(x, e):
         """x 2^e, +-Inf past DBL_MAX."""
         return math.ldexp(x, e)
+
+trunc_f64, int32_of, fma, scale2 = _trunc_f64, _int32_of, _fma, _scale2
