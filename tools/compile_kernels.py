@@ -75,11 +75,11 @@ KERNELS = {
     "ozaki2 digits_kernel, 15 moduli": (kernels2.make_digits_kernel(15), (i32_1d, types.int64, u8_1d)),
     "ozaki2 reconstruct_kernel, 15 moduli": (
         kernels2.make_reconstruct_kernel(15),
-        (types.uint8[:, :, ::1], i32_1d, i32_1d, types.float64, types.float64, f64_2d, f64_2d),
+        (types.uint8[:, :, ::1], i32_1d, i32_1d, f64_2d, f64_2d, types.float64, types.float64, f64_2d, f64_2d),
     ),
     "ozaki2 reconstruct_kernel from products, 15 moduli": (
         kernels2.make_reconstruct_kernel(15, True),
-        (i32_3d, i32_1d, i32_1d, types.float64, types.float64, f64_2d, f64_2d),
+        (i32_3d, i32_1d, i32_1d, f64_2d, f64_2d, types.float64, types.float64, f64_2d, f64_2d),
     ),
     "row_stats_kernel": (stats.make_row_stats_kernel(8192, 8192), (f64_2d, f64_1d, f64_2d, i64_2d, i32_1d)),
     "col_chunk_kernel": (stats.make_col_chunk_kernel(), (f64_2d, f64_1d, f64_3d, i64_3d)),

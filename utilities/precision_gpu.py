@@ -36,7 +36,8 @@ from numba import config, cuda, float64, int32, int64
 
 from .precision import CHUNK, QUANT, SPAN, Choice, U, target
 
-ROWS_THREADS = 512  # threads per row in the row kernels: 16 entries a thread at k = 8192
+ROWS_THREADS = 512  # threads per row in the row kernels at k = 8192: 16 entries a thread
+ROW_REGISTERS = 64  # at most: two blocks of 512 threads per SM, so that one computes while the other loads
 COL_TILE = 32  # columns per block in col_chunk_kernel (one warp reads 256 contiguous bytes of a row)
 COL_ROWS = 8  # threads along the rows: each holds CHUNK / COL_ROWS = 16 entries of its column
 CHOICE_THREADS = 256
@@ -131,6 +132,17 @@ def _check_width(k: int, kp: int, threads: int) -> None:
         raise ValueError(f"threads = {threads} must be a multiple of 32 (whole warps)")
 
 
+def row_kernel(fn: Callable[..., Any]) -> Any:
+    """``cuda.jit`` with the row kernels' register cap (``ROW_REGISTERS``; numba's simulator takes no cap)."""
+    return cuda.jit(fn) if config.ENABLE_CUDASIM else cuda.jit(max_registers=ROW_REGISTERS)(fn)
+
+
+def rows_threads(kp: int) -> int:
+    """Threads per row for a row of width kp: 16 entries a thread (registers for the row, and 64 registers a thread
+    leave room for two blocks of 512 per SM), between 128 and 1024 threads."""
+    return min(1024, max(128, 32 * -(-kp // (16 * 32))))
+
+
 def items_per_thread(kp: int, threads: int) -> int:
     """Entries a thread of a row kernel holds: runs of 4, ``4 ceil(kp / 4 / threads)``."""
     return 4 * -(-(kp // 4) // threads)
@@ -216,7 +228,7 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
     row_statistics = make_row_statistics(k, kp, threads)
     _, _, _, block_sum = reducers(threads)
 
-    @cuda.jit
+    @row_kernel
     def row_stats_kernel(x, w, fstats, istats, top):
         row, tid = cuda.blockIdx.x, cuda.threadIdx.x
         vals = cuda.local.array(ITEMS, float64)
@@ -553,7 +565,7 @@ class GemmStatistics:
     layout ``(AMAX, NORM2, CROSS2)`` and ``(EXP, TERMS, BAD)``; ``tops`` A's and B's largest exponents.
     """
 
-    def __init__(self, m: int, n: int, k: int, *, threads: int = ROWS_THREADS, choice_threads: int = CHOICE_THREADS):
+    def __init__(self, m: int, n: int, k: int, *, threads: int | None = None, choice_threads: int = CHOICE_THREADS):
         import cupy as cp
 
         self.m, self.n, self.k, self.threads, self.choice_threads = m, n, k, threads, choice_threads
@@ -586,8 +598,10 @@ class GemmStatistics:
         from .machinery import launch
 
         rows, length = x.shape
-        kernel = make_row_stats_kernel(length, -(-length // 4) * 4, self.threads, weighted)
-        launch.launch(kernel, rows, self.threads, 0, x, w, out_f, out_i, top)
+        kp = -(-length // 4) * 4
+        threads = self.threads or rows_threads(kp)
+        kernel = make_row_stats_kernel(length, kp, threads, weighted)
+        launch.launch(kernel, rows, threads, 0, x, w, out_f, out_i, top)
 
     def _normalize(self, fstats: Any, istats: Any, top: Any, out: Any) -> None:
         from .machinery import launch

@@ -85,4 +85,5 @@ else:
         """x 2^e, +-Inf past DBL_MAX."""
         return math.ldexp(x, e)
 
+
 trunc_f64, int32_of, fma, scale2 = _trunc_f64, _int32_of, _fma, _scale2

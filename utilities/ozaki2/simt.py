@@ -36,7 +36,16 @@ import numpy as np
 from numba import cuda, float64, int8, int32, int64
 
 from ..operands import NONFINITE_SHIFT
-from ..precision_gpu import BAD, EXP, ROWS_THREADS, TERMS, items_per_thread, make_row_statistics
+from ..precision_gpu import (
+    BAD,
+    EXP,
+    ROWS_THREADS,
+    TERMS,
+    items_per_thread,
+    make_row_statistics,
+    row_kernel,
+    rows_threads,
+)
 from ..simt import fma, int32_of, pack_digits, round_near, scale2, trunc_f64
 from . import reference as ref
 
@@ -183,7 +192,7 @@ def make_residue_rows_kernel(k: int, kp: int, count: int, threads: int = ROWS_TH
     exponent = make_exponent(count)
     split_residue = make_split_residue(count, residue_factory)
 
-    @cuda.jit
+    @row_kernel
     def residue_rows_kernel(x, words, mu):
         row, tid = cuda.blockIdx.x, cuda.threadIdx.x
         vals = cuda.local.array(ITEMS, float64)
@@ -346,8 +355,10 @@ class Launch(NamedTuple):
 
 
 def residue_launch(m: int, k: int, kp: int, count: int, residue_factory: Callable[[int], Any] | None = None,
-                   threads: int = ROWS_THREADS) -> Launch:  # fmt: skip
-    """The residues of an m x k matrix's rows: ``kernel[grid, block](x, words, mu)``."""
+                   threads: int | None = None) -> Launch:  # fmt: skip
+    """The residues of an m x k matrix's rows: ``kernel[grid, block](x, words, mu)`` (``threads`` per row: by
+    default ``precision_gpu.rows_threads(kp)``)."""
+    threads = threads or rows_threads(kp)
     kernel = make_residue_rows_kernel(k, kp, count, threads, residue_factory or make_residue)
     return Launch("residues of rows", kernel, m, threads)
 
