@@ -82,7 +82,7 @@ def make_residue(count: int):
 
     @cuda.jit(device=True)
     def residue(w, t):
-        # TODO (about 3 lines): subtract from w the multiple of P[t] nearest to it (round_near(w * INV[t]) is
+        # TODO (about 4 lines): subtract from w the multiple of P[t] nearest to it (round_near(w * INV[t]) is
         # w / p rounded to an integer, exact here); the result can exceed HI[t] by one (a tie): bring it into range
         # SKELETON: return 0.0
         # BEGIN SOLUTION
@@ -104,7 +104,7 @@ def make_digit(count: int):
 
     @cuda.jit(device=True)
     def digit(v, t):
-        # TODO (about 5 lines): v modulo P[t] (the nearest multiple subtracted, as in residue), times Y[t], modulo P[t]
+        # TODO (about 7 lines): v modulo P[t] (the nearest multiple subtracted, as in residue), times Y[t], modulo P[t]
         # again, then into [0, P[t])
         # SKELETON: return 0.0
         # BEGIN SOLUTION
