@@ -1,6 +1,7 @@
 """Ozaki-II on the GPU against the NumPy reference, stage by stage (skipped with the reason without a GPU).
 
-The plan's kernels are plain numba kernels and cuBLAS: no cuBLASDx build, so these run in seconds.
+The plan's kernels are plain numba kernels and cuBLAS: no cuBLASDx build, so these run in seconds (the Ozaki-I
+test at the end builds the fused kernel, or loads it from the build cache).
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from utilities import inputs
+from utilities import inputs, precision
 from utilities.ozaki2 import check
 from utilities.ozaki2 import reference as ref
 
 pytestmark = pytest.mark.gpu
+
+MODES = [{}, {"products": "batched"}, {"digits": "late"}, {"overlap": False}, {"products": "batched", "digits": "late"}]
 
 
 @pytest.fixture(scope="module")
@@ -24,62 +27,162 @@ def gpu():
     return cp, tensorcore
 
 
-def _runner(cp, plan):
+def runner(cp, plan):
+    """``run`` and ``stages`` for ``check.check_ozaki2_gemm``: C into a poisoned buffer, and every stage the plan
+    keeps (the int32 products only where it keeps all of them)."""
+
     def run(a, b, c, alpha, beta):
         out = cp.full(c.shape, np.nan)
         return cp.asnumpy(plan(cp.asarray(a), cp.asarray(b), cp.asarray(c), alpha, beta, out=out))
 
     def stages():
         n = plan.count
-        kept = {"mu": plan.mu, "nu": plan.nu, "a_res": plan.a_res[:n], "b_res": plan.b_res[:n],
-                "products": plan.products_buffer[:n]}  # fmt: skip
+        kept = {"mu": plan.mu, "nu": plan.nu, "a_res": plan.a_res[:n], "b_res": plan.b_res[:n]}
+        if plan.products_buffer.shape[0] >= n:
+            kept["products"] = plan.products_buffer[:n]
+        if plan.digits is not None:
+            kept["digits"] = plan.digits[:n]
         return {key: cp.asnumpy(v) for key, v in kept.items()}
 
     return run, stages
 
 
-@pytest.mark.parametrize("count", [14, 20])
-@pytest.mark.parametrize("shape", [(256, 192, 320), (120, 136, 200)])
+@pytest.mark.parametrize("count", [2, 7, 15, 20])
+@pytest.mark.parametrize("shape", [(256, 192, 320), (120, 136, 200), (70, 33, 150)])
 def test_plan_matches_reference_stage_by_stage(gpu, shape, count):
     cp, T = gpu
-    plan = T.Ozaki2Gemm(*shape, moduli=count)
-    run, stages = _runner(cp, plan)
+    run, stages = runner(cp, T.Ozaki2Gemm(*shape, moduli=count))
     assert check.check_ozaki2_gemm(run, count, shapes=[shape], stages=stages, seed=1234).status == "passed"
+
+
+@pytest.mark.parametrize("options", MODES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "default")
+def test_every_design_gives_the_same_stages(gpu, options):
+    cp, T = gpu
+    shape = (130, 200, 260)
+    run, stages = runner(cp, T.Ozaki2Gemm(*shape, moduli=14, **options))
+    assert check.check_ozaki2_gemm(run, 14, shapes=[shape], stages=stages, seed=99).status == "passed"
 
 
 def test_stage_runners_pass_their_checkers(gpu):
     _, T = gpu
     assert check.check_scaling(lambda x, n: T.residues_on_gpu(x, n), seed=3).status == "passed"
-    assert check.check_reconstruction(lambda *args: T.reconstruct_on_gpu(*args), seed=4).status == "passed"
+    assert check.check_digits(lambda p: T.digits_on_gpu(p), seed=4).status == "passed"
+    assert check.check_reconstruction(lambda *args: T.reconstruct_on_gpu(*args), seed=5).status == "passed"
 
 
-def test_automatic_count_matches_the_cpu_choice_and_is_fp64_class(gpu):
+def test_statistics_on_the_gpu_match_numpy(gpu):
+    """``GemmStatistics.compute`` (four passes, CuPy): exact integers bit for bit, norms to their rounding."""
+    cp, _ = gpu
+    from utilities import precision_gpu as pg
+
+    a, b = inputs.exponent_spread(300, 500, 2.0, 5) * 2.0**700, inputs.exponent_spread(500, 260, 2.0, 6)
+    a[3, 4], b[5, 6], a[7] = np.nan, -np.inf, np.ldexp(a[7], -1700)
+    stats = pg.GemmStatistics(300, 260, 500)
+    stats.compute(cp.asarray(a), cp.asarray(b))
+    want = precision.gemm_stats(a, b)
+    assert cp.asnumpy(stats.tops).tolist() == [want.ea, want.eb]
+    for f, i, lines in ((stats.rows_f, stats.rows_i, want.rows), (stats.cols_f, stats.cols_i, want.cols)):
+        f, i = cp.asnumpy(f), cp.asnumpy(i)
+        np.testing.assert_array_equal(i[pg.EXP], lines.e)
+        np.testing.assert_array_equal(i[pg.TERMS], lines.s)
+        np.testing.assert_array_equal(i[pg.BAD].astype(bool), lines.bad)
+        np.testing.assert_array_equal(f[pg.AMAX], lines.amax)
+        np.testing.assert_allclose(f[pg.NORM2], lines.norm2, rtol=1e-12)
+        np.testing.assert_allclose(f[pg.CROSS2], lines.cross2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("phi", [0.0, 0.5, 4.0])
+def test_automatic_count_matches_the_cpu_choice_and_is_fp64_class(gpu, phi):
     cp, T = gpu
     from utilities import errors, exact
     from utilities.ozaki2.precision import moduli_needed
 
     n = 512
-    for phi in (0.5, 4.0):
+    if phi:
         a, b = inputs.exponent_spread(n, n, phi, 1), inputs.exponent_spread(n, n, phi, 2)
-        plan = T.Ozaki2Gemm(n, n, n, "auto")
-        c = cp.asnumpy(plan(cp.asarray(a), cp.asarray(b)))
-        assert plan.count == moduli_needed(a, b).count
-        hi, lo = exact.matmul_dd(a, b)
-        emulated = errors.normwise_relative_error(c, hi, lo)
-        native = errors.normwise_relative_error(cp.asnumpy(cp.asarray(a) @ cp.asarray(b)), hi, lo)
-        assert emulated <= native, f"phi = {phi}: {plan.count} moduli gave {emulated:.2e}, DGEMM {native:.2e}"
+    else:
+        a, b = inputs.normal(n, n, 1), inputs.normal(n, n, 2)
+    plan = T.Ozaki2Gemm(n, n, n, "auto")
+    c = cp.asnumpy(plan(cp.asarray(a), cp.asarray(b)))
+    want = moduli_needed(a, b)
+    assert plan.count == want.count, (plan.choice.describe(), want.describe())
+    assert plan.choice.estimate == pytest.approx(want.estimate, rel=1e-9)
+    hi, lo = exact.matmul_dd(a, b)
+    emulated = errors.normwise_relative_error(c, hi, lo)
+    native = errors.normwise_relative_error(cp.asnumpy(cp.asarray(a) @ cp.asarray(b)), hi, lo)
+    assert emulated <= native, f"phi = {phi}: {plan.count} moduli gave {emulated:.2e}, DGEMM {native:.2e}"
 
 
-def test_line_norms_on_the_gpu_match_numpy(gpu):
+HARD = ["zeros", "subnormal A (1e-310) times B of 1e10", "huge A times tiny B", "one dominant column of A",
+        "an entry near DBL_MAX", "smallest subnormals among normal entries", "a NaN and an Inf"]  # fmt: skip
+
+
+def _hard(name: str, m: int = 96, k: int = 160, n: int = 80):
+    a, b = inputs.normal(m, k, 1), inputs.normal(k, n, 2)
+    if name == "zeros":
+        return np.zeros((m, k)), np.zeros((k, n))
+    if name == "subnormal A (1e-310) times B of 1e10":
+        return a * 1e-310, b * 1e10
+    if name == "huge A times tiny B":
+        return a * 1e300, b * 1e-300
+    if name == "one dominant column of A":
+        a[:, 3] *= 1e200
+        return a, b
+    if name == "an entry near DBL_MAX":
+        a *= 1e-10
+        a[2, 5] = 1.7e308
+        return a, b * 1e-300
+    if name == "smallest subnormals among normal entries":
+        a[np.random.default_rng(3).random((m, k)) < 0.3] = np.ldexp(1.0, -1074)
+        return a, b
+    return inputs.nonfinite_lines(m, k, n, 4)
+
+
+@pytest.mark.parametrize("name", HARD)
+def test_every_input_works_as_dgemms_does(gpu, name):
+    """The automatic count on inputs at the ends of the FP64 range: no error, the CPU's count, C within the
+    reference's last rounding; NaN and Inf where cuBLAS DGEMM has them."""
     cp, T = gpu
-    from utilities.precision import LineNorms
+    from utilities.ozaki2.precision import moduli_needed
 
-    a, b = inputs.exponent_spread(70, 90, 2.0, 5) * 2.0**700, inputs.exponent_spread(90, 40, 2.0, 6)
-    a[3, 4], b[5, 6] = np.nan, -np.inf
-    want, got = LineNorms.of(a, b), T.line_norms(cp.asarray(a), cp.asarray(b))
-    assert (got.ea, got.eb) == (want.ea, want.eb)
-    for name in ("a_rows", "b_cols", "c_rows", "c_cols"):
-        np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-12, err_msg=name)
+    a, b = _hard(name)
+    m, k = a.shape
+    n = b.shape[1]
+    plan = T.Ozaki2Gemm(m, n, k, "auto")
+    got = cp.asnumpy(plan(cp.asarray(a), cp.asarray(b)))
+    assert plan.count == moduli_needed(a, b).count
+    st = ref.ozaki2_stages(a, b, plan.count)
+    want = ref.reconstruct(st.digits, st.mu, st.nu, plan.count, 1.0, 0.0, None, a, b)
+    dgemm = cp.asnumpy(cp.asarray(a) @ cp.asarray(b))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(dgemm))
+    np.testing.assert_array_equal(got[np.isinf(dgemm)], dgemm[np.isinf(dgemm)])
+    bound = check.c_bound(want, st.mu, st.nu, plan.count, 1.0, 0.0, np.zeros_like(want))
+    assert np.all(np.abs(got[finite] - want[finite]) <= bound[finite])
+
+
+def test_one_small_copy_per_call(gpu, monkeypatch):
+    """The automatic choice brings its count to the host with one copy of 1 + NC doubles, and nothing else."""
+    cp, T = gpu
+    from utilities import precision_gpu as pg
+
+    a, b = cp.asarray(inputs.normal(128, 96, 1)), cp.asarray(inputs.normal(96, 64, 2))
+    plan = T.Ozaki2Gemm(128, 64, 96, "auto")
+    plan(a, b)
+    copies = []
+    real = pg.GemmStatistics.to_host
+
+    def counted(self, out, host):
+        copies.append(out.nbytes)
+        return real(self, out, host)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a copy to the host besides the choice's")
+
+    monkeypatch.setattr(pg.GemmStatistics, "to_host", counted)
+    monkeypatch.setattr(cp, "asnumpy", refused)
+    plan(a, b)
+    assert copies == [8 * (1 + len(plan.tables.counts))]
 
 
 def test_batched_int8_gemm_is_exact(gpu):
@@ -105,3 +208,23 @@ def test_bad_inputs_are_refused_with_the_fix(gpu):
         T.Ozaki2Gemm(64, 64, 64, 40)
     with pytest.raises(ValueError, match="int32"):
         T.Ozaki2Gemm(64, 64, 2**17, 14)
+    with pytest.raises(ValueError, match="products must be one of"):
+        T.Ozaki2Gemm(64, 64, 64, 14, products="fused")
+
+
+@pytest.mark.parametrize("phi", [0.0, 4.0])
+def test_ozaki1_chooses_its_slices_from_the_same_statistics(gpu, phi):
+    """``OzakiGemm(slices="auto")``: the CPU's count, and C bit for bit that of the plan given that count."""
+    cp, _ = gpu
+    from utilities.ozaki.precision import slices_needed
+    from utilities.ozaki.tensorcore import OzakiGemm
+
+    n = 512
+    a, b = (inputs.exponent_spread(n, n, phi, 7), inputs.exponent_spread(n, n, phi, 8)) if phi else (
+        inputs.normal(n, n, 7), inputs.normal(n, n, 8))  # fmt: skip
+    auto = OzakiGemm(n, n, n, "auto")
+    got = cp.asnumpy(auto(cp.asarray(a), cp.asarray(b)))
+    want = slices_needed(a, b)
+    assert auto.choice.count == want.count == auto.slices, (auto.choice.describe(), want.describe())
+    fixed = OzakiGemm(n, n, n, want.count)
+    np.testing.assert_array_equal(got, cp.asnumpy(fixed(cp.asarray(a), cp.asarray(b))))

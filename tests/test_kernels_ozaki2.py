@@ -1,5 +1,6 @@
-"""The plain numba kernels of Ozaki-II against the NumPy reference: exponents, residues and CRT digits bit for bit,
-C to its last rounding. Without a GPU they run in numba's CUDA simulator on small sizes (conftest.py)."""
+"""The plain numba kernels of Ozaki-II against the NumPy reference, stage by stage: exponents, residues of rows and
+of columns (transposed), CRT digits bit for bit, C to its last rounding. Without a GPU they run in numba's CUDA
+simulator on small sizes (conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from utilities import inputs
+from utilities import inputs, precision
+from utilities.operands import NONFINITE_SHIFT
 from utilities.ozaki2 import reference as ref
 from utilities.ozaki2 import simt
 
@@ -16,18 +18,21 @@ THREADS = 32  # the simulator runs one Python thread per CUDA thread: keep block
 pytestmark = pytest.mark.device
 
 
-def _inputs():
+def _rows():
     yield "normal", inputs.normal(5, 70, 1)
     yield "spread phi=3", inputs.exponent_spread(5, 70, 3.0, 3)
     yield "huge and tiny rows", inputs.huge_and_tiny(5, 70, 4)
     yield "subnormal rows", inputs.with_subnormals(5, 70, 6)
     yield "zero rows", inputs.with_zero_lines(inputs.normal(5, 70, 7), 0, 0.4, 8)
-    yield "large digits", inputs.large_digits(5, 70, 9)
+    x = inputs.normal(5, 70, 9)
+    x[1, 3], x[2] = np.finfo(np.float64).max, np.ldexp(x[2], -1070)  # near DBL_MAX; the smallest subnormals
+    x[3, 10:] *= 2.0**-60  # one dominant entry
+    yield "near DBL_MAX, subnormal, dominant", x
     a, _ = inputs.nonfinite_lines(5, 70, 3, 10)
     yield "an Inf in a row", a
 
 
-CASES = list(_inputs())
+ROWS = list(_rows())
 
 
 def _residues(x: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -41,8 +46,8 @@ def _residues(x: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
     return mu.copy_to_host(), res[:, :, :k]
 
 
-@pytest.mark.parametrize("count", [3, 14, 20])
-@pytest.mark.parametrize(("name", "x"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("count", [2, 15, 20])
+@pytest.mark.parametrize(("name", "x"), ROWS, ids=[c[0] for c in ROWS])
 def test_residue_rows_kernel_matches_reference(name, x, count):
     mu, res = _residues(x, count)
     want_mu = ref.scale_exponents(x, 1, count)
@@ -50,32 +55,109 @@ def test_residue_rows_kernel_matches_reference(name, x, count):
     np.testing.assert_array_equal(res, ref.residues(ref.to_integers(x, want_mu, 1), count), err_msg=name)
 
 
-def test_stats_kernel_matches_line_terms():
-    x = inputs.exponent_spread(6, 90, 2.0, 11)
-    x[2] = 0.0
-    k = x.shape[1]
+def column_statistics(b: np.ndarray) -> np.ndarray:
+    """istats (3, n) of B's columns, as ``precision_gpu`` computes them (here from the reference, which the
+    statistics kernels match bit for bit: tests/test_kernels_precision.py)."""
+    e, s = precision.line_terms(np.where(np.isfinite(b), b, 0.0), 0)
+    return np.stack([e, s, (~np.isfinite(b).all(axis=0)).astype(np.int64)])
+
+
+@pytest.mark.parametrize("count", [3, 15, 20])
+def test_residue_cols_kernel_writes_the_transposed_residues(count):
+    """B (k x n) row-major in, B^T's residues out: two column tiles (the second partial), three row tiles (the last
+    partial, then padding), columns holding a NaN, zeros, subnormals and a near-DBL_MAX entry."""
+    k, n = 150, 37
+    b = inputs.exponent_spread(k, n, 2.0, 11)
+    b[:, 3], b[7, 5], b[:, 8] = 0.0, np.nan, np.ldexp(b[:, 8], -1050)
+    b[9, 30] = 1.6e308
     kp = -(-k // 16) * 16
-    e_max, s = cuda.to_device(np.zeros(6, np.int32)), cuda.to_device(np.zeros(6, np.int64))
-    simt.make_stats_kernel(k, kp, THREADS)[6, THREADS](cuda.to_device(x), e_max, s)
-    want_e, want_s = ref.line_terms(x, 1)
-    np.testing.assert_array_equal(s.copy_to_host(), want_s)
-    np.testing.assert_array_equal(e_max.copy_to_host(), np.where(want_s > 0, want_e, 0))
+    words = cuda.to_device(np.full((count, n, kp), 99, np.int8).view(np.int32))
+    nu = cuda.to_device(np.full(n, -7, np.int32))
+    step = simt.residue_cols_launch(k, n, kp, count)
+    step.kernel[step.grid, step.block](cuda.to_device(b), cuda.to_device(column_statistics(b)), words, nu)
+    res = words.copy_to_host().view(np.int8)
+    want_nu = ref.scale_exponents(b, 0, count)
+    np.testing.assert_array_equal(nu.copy_to_host(), want_nu)
+    np.testing.assert_array_equal(res[:, :, :k], ref.residues(ref.to_integers(b, want_nu, 0).T, count))
+    assert not res[:, :, k:].any(), "rows k..kp-1 of B^T must hold zero residues"
 
 
-@pytest.mark.parametrize("count", [4, 15])
-def test_reconstruct_kernel_matches_reference(count):
+def test_residue_is_exact_at_the_edges_of_its_range():
+    """``residue(w, t)`` for |w| < 2^47: multiples of p and their neighbours, the ends of the range, ties of 256."""
+    residue = simt.make_residue(ref.MAX_MODULI)
+
+    @cuda.jit
+    def kernel(w, t, out):
+        i = cuda.grid(1)
+        if i < w.size:
+            out[i] = residue(w[i], t)
+
+    rng = np.random.default_rng(3)
+    for t, p in enumerate(ref.MODULI):
+        edges = [2.0**47 - 1, -(2.0**47) + 1, p // 2, -(p // 2), p // 2 + 1, 128.0, -128.0, 384.0]
+        near_multiples = p * np.trunc(np.ldexp(rng.standard_normal(30), 30)) + rng.integers(-p, p + 1, 30)
+        spread = np.trunc(np.ldexp(rng.standard_normal(100), rng.integers(0, 46, 100)))
+        w = np.concatenate([spread, near_multiples, edges])
+        out = cuda.to_device(np.zeros(w.size))
+        kernel[-(-w.size // 64), 64](cuda.to_device(w), t, out)
+        np.testing.assert_array_equal(out.copy_to_host(), ref.residue(w, p), err_msg=f"p = {p}")
+
+
+@pytest.mark.parametrize("count", [2, 15, 20])
+def test_digits_kernel_matches_reduce_products(count):
+    rng = np.random.default_rng(count)
+    products = rng.integers(-(2**31), 2**31, (count, 40), dtype=np.int64).astype(np.int32)
+    products[:, :4] = [[0, 1, -1, -(2**31)]] * count
+    want = ref.reduce_products(products, count)
+    for t in range(count):
+        digits = cuda.to_device(np.full(40, 255, np.uint8))
+        step = simt.digits_launch(40, count)
+        step.kernel[step.grid, step.block](cuda.to_device(products[t]), np.int64(t), digits)
+        np.testing.assert_array_equal(digits.copy_to_host(), want[t], err_msg=f"modulus {t}")
+
+
+@pytest.mark.parametrize("from_products", [False, True])
+@pytest.mark.parametrize("count", [4, 15, 20])
+def test_reconstruct_kernel_matches_reference(count, from_products):
+    """C from digits (or from int32 products), with alpha and beta, C unread when beta = 0, a NaN row of A and an
+    Inf column of B (there: DGEMM's NaN and +-Inf), to within the reconstruction's last rounding."""
     a, b = inputs.exponent_spread(7, 50, 1.0, 12), inputs.exponent_spread(50, 9, 1.0, 13)
-    a[3, 4] = np.nan
+    a[3, 4], b[6, 2] = np.nan, np.inf
     st = ref.ozaki2_stages(a, b, count)
     c = np.random.default_rng(0).standard_normal((7, 9))
     for alpha, beta in ((1.0, 0.0), (-0.5, 2.0)):
         out = cuda.to_device(np.full((7, 9), -1.0))
-        step = simt.reconstruct_launch(7, 9, count)
+        step = simt.reconstruct_launch(7, 9, count, from_products=from_products)
         c_arg = np.full_like(c, np.nan) if beta == 0.0 else c  # not read when beta == 0
-        step.kernel[step.grid, step.block](cuda.to_device(st.products), cuda.to_device(st.mu), cuda.to_device(st.nu),
-                                           alpha, beta, cuda.to_device(c_arg), out)  # fmt: skip
+        planes = st.products if from_products else st.digits
+        step.kernel[step.grid, step.block](cuda.to_device(planes), cuda.to_device(st.mu), cuda.to_device(st.nu),
+                                           cuda.to_device(a), cuda.to_device(b), alpha, beta, cuda.to_device(c_arg),
+                                           out)  # fmt: skip
         got = out.copy_to_host()
-        want = ref.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c)
-        assert np.isnan(got[3]).all() and np.isnan(want[3]).all()
-        finite = np.isfinite(want)
-        np.testing.assert_allclose(got[finite], want[finite], rtol=2**-51, atol=0)
+        want = ref.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
+        with np.errstate(invalid="ignore"):
+            native = alpha * (a @ b) + (beta * c if beta else 0.0)
+        bad = ~np.isfinite(want)
+        np.testing.assert_array_equal(got[bad], native[bad])  # DGEMM's NaN and +-Inf, where DGEMM has them
+        assert np.isnan(got[3]).all() and bad[:, 2].all()
+        np.testing.assert_allclose(got[~bad], want[~bad], rtol=2**-51, atol=0)
+
+
+def test_the_reconstruction_is_nearly_correctly_rounded():
+    """Integers whose digits are known: the double-double reconstruction gives each to within one unit in its
+    last place (a plain r P rounds three times), plus the rounded third part of 1/p (about P 2^-110)."""
+    from utilities.ozaki2 import check
+
+    rng = np.random.default_rng(5)
+    for count in (7, 15, 20):
+        t = ref.crt(count).t
+        ints = [int(rng.integers(-(2**62), 2**62)) >> max(0, 62 - t) for _ in range(200)] + [1 << t, -(1 << t), 1]
+        x = np.array(ints, object).reshape(1, -1)
+        got = ref.integer_product(check.digits_of(x, count), count)[0]
+        exact = np.array([float(v) for v in ints])
+        low_part = ref.crt(count).product_float * 2.0**-104
+        assert np.all(np.abs(got - exact) <= np.spacing(np.abs(exact)) + low_part), count
+
+
+def test_nonfinite_shift_is_the_operands_sentinel():
+    assert NONFINITE_SHIFT == np.iinfo(np.int32).max

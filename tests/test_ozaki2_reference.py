@@ -17,7 +17,7 @@ from utilities.ozaki.precision import slices_needed
 from utilities.ozaki2 import check, model
 from utilities.ozaki2 import reference as ref
 from utilities.ozaki2.precision import moduli_needed
-from utilities.precision import LineNorms
+from utilities.precision import LineNorms, gemm_stats
 
 
 @given(st.lists(st.integers(-(2**78) + 1, 2**78 - 1), min_size=1, max_size=40), st.sampled_from(ref.MODULI))
@@ -80,15 +80,6 @@ def test_scaling_keeps_the_integer_product_within_reach_and_crt_rebuilds_it(coun
                                                   for i in range(count)]).astype(np.int32))  # fmt: skip
 
 
-def test_line_terms_bound_the_sum_of_squares_exactly():
-    x = inputs.exponent_spread(9, 300, 4.0, 5)
-    x[3] = 0.0
-    e_max, s = ref.line_terms(x, 1)
-    for row, e, total in zip(x, e_max, s, strict=True):
-        squares = sum(Fraction(float(v)) ** 2 for v in row)
-        assert squares <= Fraction(int(total)) * Fraction(2) ** int(2 * (e - ref.SPAN) - 10)
-
-
 @pytest.mark.parametrize("name", ["random normal", "exponent spread phi=4", "huge and tiny rows", "subnormal rows",
                                   "large digits: diagonal sums above 2^24", "heavy cancellation"])  # fmt: skip
 def test_error_bound_holds(name):
@@ -103,13 +94,71 @@ def test_error_bound_holds(name):
 
 
 def test_nonfinite_lines_propagate_or_raise():
+    """A NaN or an Inf reaches C as it does through DGEMM (the FP64 product on those lines: +-Inf where an Inf meets
+    a nonzero entry, NaN where it meets a zero or a NaN); every other entry as if they were absent."""
     a, b = inputs.nonfinite_lines(6, 20, 5, 3)
+    b[:, 1] = 0.0
     with pytest.raises(ValueError, match="nonfinite='propagate'"):
         ref.ozaki2_gemm_ref(a, b, 14)
     c = ref.ozaki2_gemm_ref(a, b, 14, nonfinite="propagate")
     bad_rows, bad_cols = ~np.isfinite(a).all(axis=1), ~np.isfinite(b).all(axis=0)
-    assert np.isnan(c[bad_rows]).all() and np.isnan(c[:, bad_cols]).all()
+    with np.errstate(invalid="ignore"):
+        native = a @ b
+    bad = bad_rows[:, None] | bad_cols[None, :]
+    np.testing.assert_array_equal(c[bad], native[bad])
+    assert np.isinf(c[bad_rows]).any() and np.isnan(c[:, bad_cols]).all()
     assert np.isfinite(c[~bad_rows][:, ~bad_cols]).all()
+
+
+def _hard_but_finite(m: int, k: int, n: int):
+    rng = np.random.default_rng(11)
+    a, b = inputs.normal(m, k, 1), inputs.normal(k, n, 2)
+    yield "zeros", np.zeros((m, k)), np.zeros((k, n))
+    yield "subnormal A (1e-310) times B of 1e10", a * 1e-310, b * 1e10
+    yield "huge A times tiny B", a * 1e300, b * 1e-300
+    dominant = a.copy()
+    dominant[:, 3] *= 1e200
+    yield "one dominant column of A", dominant, b
+    near_max = a * 1e-10
+    near_max[2, 5] = 1.7e308
+    yield "an entry near DBL_MAX", near_max, b * 1e-300
+    mixed = a.copy()
+    mixed[rng.random((m, k)) < 0.3] = np.ldexp(1.0, -1074)  # the smallest subnormal beside normal entries
+    yield "smallest subnormals among normal entries", mixed, b
+
+
+@pytest.mark.parametrize("case", [c[0] for c in _hard_but_finite(6, 40, 5)])
+def test_every_finite_input_works_and_the_choice_raises_nothing(case):
+    """Inputs at the ends of the FP64 range: both choices return a count (the estimate neither overflows nor
+    underflows), and the emulation stays within its rigorous bound, as DGEMM's result would."""
+    a, b = next((x, y) for name, x, y in _hard_but_finite(6, 40, 5) if name == case)
+    two, one = moduli_needed(a, b), slices_needed(a, b)
+    assert ref.MIN_MODULI <= two.count <= ref.MAX_MODULI and 4 <= one.count <= 12
+    assert np.isfinite(two.estimate) and np.isfinite(one.estimate)
+    hi, lo = exact.matmul_dd(a, b)
+    c = ref.ozaki2_gemm_ref(a, b, two.count)
+    finite = np.isfinite(hi)
+    assert np.all(np.abs((c[finite] - hi[finite]) - lo[finite]) <= ref.error_bound(a, b, two.count)[finite]), case
+    assert np.array_equal(np.isinf(c), np.isinf(hi))  # overflow where the exact product overflows
+
+
+def test_line_terms_are_chunked_and_bound_every_line():
+    """S is the sum of the chunks' bounds, each brought to the line's exponent with a ceiling: exact integers,
+    an upper bound of the squares, and no larger than one more unit per chunk than the whole line's bound."""
+    x = inputs.exponent_spread(4, 700, 4.0, 5)
+    x[1, :300] *= 2.0**-50  # whole chunks far below the line's largest
+    x[2] = 0.0
+    e_max, s = ref.line_terms(x, 1)
+    for row, e, total in zip(x, e_max, s, strict=True):
+        unit = Fraction(2) ** int(2 * (e - ref.SPAN) - 10)
+        squares = sum(Fraction(float(v)) ** 2 for v in row)
+        assert squares <= total * unit
+        if total:  # tight: within 13% per entry (q / 32 against f) plus a unit per chunk
+            assert total * unit <= squares * Fraction(289, 256) + (700 // ref.CHUNK + 1) * 256 * unit
+    assert s[2] == 0 and e_max[2] == 0
+    cols_e, cols_s = ref.line_terms(x.T.copy(), 0)
+    np.testing.assert_array_equal(cols_e, e_max)
+    np.testing.assert_array_equal(cols_s, s)
 
 
 @pytest.mark.slow
@@ -154,6 +203,17 @@ def test_estimates_do_not_overflow_and_follow_powers_of_two():
         assert moduli_needed(x, y).tried == pytest.approx(moduli_needed(a, b).tried, rel=1e-9)
 
 
+def test_the_choice_reads_statistics_of_each_line_in_its_own_units():
+    """A row of subnormals beside rows near 1e300: the statistics keep both (the global scaling of the norms that
+    came before underflowed the small row to zero, and a host ldexp of its exponent raised OverflowError)."""
+    a = inputs.normal(6, 50, 1)
+    a[0] *= 1e-310
+    a[1] *= 1e300
+    stats = gemm_stats(a, inputs.normal(50, 4, 2))
+    assert stats.rows.cross2[0] > 0 and stats.rows.norm2[0] > 0 and stats.rows.e[0] < -1000
+    assert stats.ea == stats.rows.e[1]
+
+
 def test_a_badly_scaled_row_raises_the_count():
     """The estimate is the worst row's: one row whose entries meet B's small rows needs more moduli, although the
     whole matrix's error would hardly notice it."""
@@ -175,23 +235,31 @@ def test_reference_passes_every_checker():
         return mu, ref.residues(ref.to_integers(x, mu, 1), count)
 
     assert check.check_scaling(scaling, seed=3)
+    assert check.check_digits(lambda products: ref.reduce_products(products, products.shape[0]), seed=4)
     assert check.check_reconstruction(
-        lambda p, mu, nu, al, be, c: ref.reconstruct(ref.reduce_products(p, 14), mu, nu, 14, al, be, c), seed=4
+        lambda u, mu, nu, a, b, al, be, c: ref.reconstruct(u, mu, nu, u.shape[0], al, be, c, a, b), seed=5
     )
 
 
+def _fp64_residue(x, p):
+    lo = ref.residue_range(p)[0]
+    return (x - lo) % p + lo  # the float64 array: x - lo rounds once |x| passes 2^53
+
+
 @pytest.mark.parametrize(
-    ("broken", "stage"),
+    ("broken", "stage", "says"),
     [
-        (lambda x, p: np.mod(x, p), "residues"),  # not centred
-        (lambda x, p: np.fmod(x, p), "residues"),  # keeps x's sign, not centred
-        (lambda x, p: ref.residue(x, p) * (p != 256), "residues"),  # one modulus forgotten
+        (lambda x, p: np.mod(x, p), "residues", "representative"),  # not centred
+        (lambda x, p: np.fmod(x, p), "residues", "representative"),  # keeps x's sign, not centred
+        (lambda x, p: ref.residue(x, p) * (p != 256), "residues", ""),  # one modulus forgotten
+        (_fp64_residue, "residues", "2^53"),  # the formula of the 4a text, on the float64 array
     ],
 )
-def test_residue_checker_rejects_broken_residues(broken, stage):
-    with pytest.raises(CheckFailure) as info:
-        check.check_residue(broken, seed=5)
-    assert info.value.stage == stage
+def test_residue_checker_rejects_broken_residues_by_cause(broken, stage, says):
+    for seed in (5, 6, 7):  # on every seed: the corners are fixed
+        with pytest.raises(CheckFailure) as info:
+            check.check_residue(broken, seed=seed)
+        assert info.value.stage == stage and says in str(info.value)
 
 
 def test_crt_checker_rejects_a_missing_low_part():
@@ -205,13 +273,55 @@ def test_crt_checker_rejects_a_missing_low_part():
         check.check_crt(two_parts, seed=6)
 
 
-def test_design_model_adds_kernels_and_fusion_saves_the_int32_traffic():
-    unfused = model.design("unfused", 8192, 8192, 8192, 15)
+@pytest.mark.parametrize(
+    ("broken", "says"),
+    [
+        (
+            lambda v: np.mod(v.astype(np.int64), np.array(ref.crt(v.shape[0]).moduli)[:, None, None]).astype(np.uint8),
+            "Y[t]",
+        ),  # residues, not digits
+        (
+            lambda v: (
+                ref.reduce_products(v, v.shape[0]).astype(np.int64)
+                - np.array(ref.crt(v.shape[0]).moduli)[:, None, None] * (ref.reduce_products(v, v.shape[0]) > 100)
+            ).astype(np.uint8),
+            "[0, p)",
+        ),  # wrapped
+    ],
+)
+def test_digits_checker_names_the_mistake(broken, says):
+    with pytest.raises(CheckFailure) as info:
+        check.check_digits(broken, seed=3)
+    assert info.value.stage == "digits" and says in str(info.value)
+
+
+def test_reconstruction_checker_says_when_c_was_read_although_beta_is_zero():
+    def reads_c(u, mu, nu, a, b, alpha, beta, c):
+        return ref.reconstruct(u, mu, nu, u.shape[0], alpha, 0.0, c, a, b) + beta * c + (c if beta == 0 else 0.0)
+
+    with pytest.raises(CheckFailure, match="C was read although beta = 0"):
+        check.check_reconstruction(reads_c, seed=7)
+
+
+def test_reconstruction_checker_wants_dgemms_nan_and_inf():
+    def nan_lines(u, mu, nu, a, b, alpha, beta, c):
+        return ref.reconstruct(u, mu, nu, u.shape[0], alpha, beta, c)  # NaN on every non-finite line
+
+    with pytest.raises(CheckFailure, match="as DGEMM's"):
+        check.check_reconstruction(nan_lines, seed=8)
+
+
+def test_design_model_adds_kernels_and_early_digits_trade_bytes_for_overlap():
+    early = model.design("early", 8192, 8192, 8192, 15, auto=True)
+    late = model.design("late", 8192, 8192, 8192, 15)
     fused = model.design("fused", 8192, 8192, 8192, 15)
-    assert [w.name for w in unfused] == ["scaling", "products", "reconstruct"] and len(fused) == 2
-    saved = sum(w.bytes for w in unfused) - sum(w.bytes for w in fused)
-    assert saved == 2 * 4 * 15 * 8192**2  # the int32 products written and read once
-    times = model.predicted_ms(unfused, 1295, 3.0)
+    assert [w.name for w in early] == ["choice", "scaling", "products", "digits", "reconstruct"]
+    assert [w.name for w in late] == ["scaling", "products", "reconstruct"] and len(fused) == 2
+    c = 8192**2
+    assert sum(w.bytes for w in early[1:]) - sum(w.bytes for w in late) == 2 * 15 * c  # one more pass, 1 B out
+    assert sum(w.bytes for w in late) - sum(w.bytes for w in fused) == 2 * 4 * 15 * c  # int32 written and read
+    assert early[0].bytes == 8 * 3 * c  # the choice: A twice, B once more than the scaling
+    times = model.predicted_ms(early, 1295, 3.0)
     assert times["total"] == pytest.approx(sum(v for key, v in times.items() if key != "total"))
     with pytest.raises(ValueError, match="variant"):
         model.design("partial", 8, 8, 8, 3)

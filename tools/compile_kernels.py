@@ -17,6 +17,7 @@ from types import SimpleNamespace  # noqa: E402
 import numba.cuda.dispatcher  # noqa: E402
 from numba import cuda, types  # noqa: E402
 
+from utilities import precision_gpu as stats  # noqa: E402
 from utilities.machinery import cp_async  # noqa: E402
 from utilities.ozaki import simt as kernels  # noqa: E402
 from utilities.ozaki2 import simt as kernels2  # noqa: E402
@@ -39,6 +40,11 @@ def cp_async_groups_kernel(x):
 
 
 f64_2d, i32_3d, i32_1d, f64_1d = types.float64[:, ::1], types.int32[:, :, ::1], types.int32[::1], types.float64[::1]
+i64_1d, i64_2d, i64_3d, f64_3d = types.int64[::1], types.int64[:, ::1], types.int64[:, :, ::1], types.float64[:, :, ::1]
+u8_1d = types.uint8[::1]
+STATS = (f64_2d, i64_2d, f64_2d, i64_2d, i32_1d)
+CHOICE2 = stats.make_choice_kernels(kernels2.line_offset)
+CHOICE1 = stats.make_choice_kernels(kernels.choice_offset)
 KERNELS = {
     "slice_rows_kernel": (kernels.make_slice_rows_kernel(8192, 8192, 7), (f64_2d, i32_3d, i32_1d)),
     "col_max_kernel": (kernels.make_col_max_kernel(), (f64_2d, f64_1d, i32_1d)),
@@ -54,11 +60,35 @@ KERNELS = {
         kernels2.make_residue_rows_kernel(8192, 8192, 15),
         (f64_2d, i32_3d, i32_1d),
     ),
-    "ozaki2 stats_kernel": (kernels2.make_stats_kernel(8192, 8192), (f64_2d, i32_1d, types.int64[::1])),
+    "ozaki2 residue_rows_kernel, 20 moduli": (
+        kernels2.make_residue_rows_kernel(8192, 8192, 20),
+        (f64_2d, i32_3d, i32_1d),
+    ),
+    "ozaki2 residue_cols_kernel, 15 moduli": (
+        kernels2.make_residue_cols_kernel(15),
+        (f64_2d, i64_2d, i32_3d, i32_1d),
+    ),
+    "ozaki2 residue_cols_kernel, 20 moduli": (
+        kernels2.make_residue_cols_kernel(20),
+        (f64_2d, i64_2d, i32_3d, i32_1d),
+    ),
+    "ozaki2 digits_kernel, 15 moduli": (kernels2.make_digits_kernel(15), (i32_1d, types.int64, u8_1d)),
     "ozaki2 reconstruct_kernel, 15 moduli": (
         kernels2.make_reconstruct_kernel(15),
-        (types.int32[:, :, ::1], i32_1d, i32_1d, types.float64, types.float64, f64_2d, f64_2d),
+        (types.uint8[:, :, ::1], i32_1d, i32_1d, f64_2d, f64_2d, types.float64, types.float64, f64_2d, f64_2d),
     ),
+    "ozaki2 reconstruct_kernel from products, 15 moduli": (
+        kernels2.make_reconstruct_kernel(15, True),
+        (i32_3d, i32_1d, i32_1d, f64_2d, f64_2d, types.float64, types.float64, f64_2d, f64_2d),
+    ),
+    "row_stats_kernel": (stats.make_row_stats_kernel(8192, 8192), (f64_2d, f64_1d, f64_2d, i64_2d, i32_1d)),
+    "col_chunk_kernel": (stats.make_col_chunk_kernel(), (f64_2d, f64_1d, f64_3d, i64_3d)),
+    "col_combine_kernel": (stats.col_combine_kernel, (f64_3d, i64_3d, f64_2d, i64_2d, i32_1d)),
+    "normalize_kernel": (stats.normalize_kernel, (f64_2d, i64_2d, i32_1d, f64_1d)),
+    "choice sums_kernel, Ozaki-II": (CHOICE2[0], (*STATS, i64_1d, types.int64, f64_2d)),
+    "choice ratios_kernel, Ozaki-II": (CHOICE2[1], (*STATS, i64_1d, f64_1d, types.int64, f64_2d, f64_2d)),
+    "choice pick_kernel": (CHOICE2[2], (f64_2d, types.float64, f64_1d)),
+    "choice ratios_kernel, Ozaki-I": (CHOICE1[1], (*STATS, i64_1d, f64_1d, types.int64, f64_2d, f64_2d)),
 }
 
 

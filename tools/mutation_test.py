@@ -301,33 +301,63 @@ def neighbor_exercise() -> tuple[str, Callable, Callable, Callable]:
 
 
 def residue_device_exercise() -> tuple[str, Callable, Callable, Callable]:
-    """4b's device function ``residue(x, t)``, through its Python body: the course's scaling, the attendee's
-    residues."""
+    """4b's device function ``residue(w, t)``, through its Python body: the course's scaling and split
+    (``x = h 2^40 + l``, ``w = h (2^40 mod p) + l``), the attendee's reduction of w."""
     from utilities.ozaki2 import check, reference, simt
 
     text, build = module_exercise(simt, "make_residue", device=True)
 
     def scaling_with(factory: Any) -> Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]:
         def scaling(x: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-            residue = factory(count)
+            residue, k40 = factory(count), simt.tables(count)["k40"]
             mu = reference.scale_exponents(x, 1, count)
             xi = reference.to_integers(x, mu, 1)
-            res = np.array([[[residue(float(v), t) for v in row] for row in xi] for t in range(count)], np.int8)
+            h = np.trunc(xi / simt.SPLIT)
+            low = xi - h * simt.SPLIT
+            res = np.array([[[residue(float(hv * k40[t] + lv), t) for hv, lv in zip(hr, lr, strict=True)]
+                             for hr, lr in zip(h, low, strict=True)] for t in range(count)], np.int8)  # fmt: skip
             return mu, res
 
         return scaling
 
     def differs(factory: Any) -> bool:
-        x = np.trunc(np.ldexp(np.random.default_rng(7).standard_normal((2, 300)), 75))  # the contract: below 2^78
-        x = np.concatenate([x, np.arange(-600.0, 600.0).reshape(2, 600)[:, :300]])
-        for count in (2, 9, 20):
-            residue = factory(count)
-            for t, p in enumerate(reference.crt(count).moduli):
-                if any(residue(float(v), t) != reference.residue(np.array([v]), p)[0] for v in x.ravel()):
-                    return True
+        rng = np.random.default_rng(7)
+        w = np.trunc(np.ldexp(rng.standard_normal(600), rng.integers(0, 47, 600)))  # the contract: |w| < 2^47
+        w = np.concatenate([w, np.arange(-600.0, 600.0), [2.0**47 - 1, -(2.0**47) + 1]])
+        residue = factory(reference.MAX_MODULI)
+        for t, p in enumerate(reference.MODULI):
+            if any(residue(float(v), t) != reference.residue(np.array([v]), p)[0] for v in w):
+                return True
         return False
 
-    return text, build, lambda f: check.check_scaling(scaling_with(f), counts=(3, 20), shape=(5, 24), seed=15), differs
+    return text, build, lambda f: check.check_scaling(scaling_with(f), shape=(5, 24), seed=15), differs
+
+
+def digit_exercise() -> tuple[str, Callable, Callable, Callable]:
+    """4b's device function ``digit(v, t)``, through its Python body, on every modulus."""
+    from utilities.ozaki2 import check, reference, simt
+
+    text, build = module_exercise(simt, "make_digit", device=True)
+
+    def digits_with(factory: Any) -> Callable[[np.ndarray], np.ndarray]:
+        def digits(products: np.ndarray) -> np.ndarray:
+            count = products.shape[0]
+            digit = factory(count)
+            return np.array([[[digit(float(v), t) for v in row] for row in products[t]] for t in range(count)],
+                            np.int64).astype(np.uint8)  # fmt: skip
+
+        return digits
+
+    def differs(factory: Any) -> bool:
+        rng = np.random.default_rng(8)
+        v = rng.integers(-(2**31), 2**31, 400, dtype=np.int64)
+        v = np.concatenate([v, np.arange(-600, 600), [2**31 - 1, -(2**31)]]).astype(np.int32)
+        count = reference.MAX_MODULI
+        want = reference.reduce_products(np.broadcast_to(v, (count, v.size)), count)
+        digit = factory(count)
+        return any(digit(float(x), t) != want[t, i] for t in range(count) for i, x in enumerate(v))
+
+    return text, build, lambda f: check.check_digits(digits_with(f), seed=20), differs
 
 
 def simulate(step: Any, arrays: tuple[np.ndarray, ...], alpha: float, beta: float, c: np.ndarray) -> np.ndarray:
@@ -385,29 +415,33 @@ def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
 
 
 def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
-    """4b's reconstruction kernel, whole, in numba's CUDA simulator."""
+    """4b's reconstruction kernel, whole, in numba's CUDA simulator (digits in, C out)."""
     from utilities.ozaki2 import check, reference, simt
 
     text, build = module_exercise(simt, "make_reconstruct_kernel", device=False)
 
-    def launch(factory: Any, products: np.ndarray, mu: np.ndarray, nu: np.ndarray, alpha: float, beta: float,
-               c: np.ndarray) -> np.ndarray:  # fmt: skip
-        step = simt.reconstruct_launch(*c.shape, products.shape[0], factory)
-        return simulate(step, (products, mu, nu), alpha, beta, c)
+    def launch(factory: Any, digits: np.ndarray, mu: np.ndarray, nu: np.ndarray, a: np.ndarray, b: np.ndarray,
+               alpha: float, beta: float, c: np.ndarray) -> np.ndarray:  # fmt: skip
+        step = simt.reconstruct_launch(*c.shape, digits.shape[0], factory)
+        return simulate(step, (digits, mu, nu, a, b), alpha, beta, c)
 
     def differs(factory: Any) -> bool:
         rng = np.random.default_rng(18)
         for count in (2, 9, 20):
             a = inputs.exponent_spread(7, 40, 1.0, int(rng.integers(2**31)))
             b = inputs.exponent_spread(40, 9, 1.0, int(rng.integers(2**31)))
+            a[2, 3], b[5, 4] = np.inf, np.nan
             st = reference.ozaki2_stages(a, b, count)
             c = rng.standard_normal((7, 9))
             for alpha, beta in ((1.0, 0.0), (0.75, -1.25)):
-                want = reference.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c)
-                got = launch(
-                    factory, st.products, st.mu, st.nu, alpha, beta, np.full_like(c, np.nan) if beta == 0 else c
-                )
-                if np.any(np.abs(got - want) > check.c_bound(want, st.mu, st.nu, count, alpha, beta, c)):
+                want = reference.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
+                c_arg = np.full_like(c, np.nan) if beta == 0 else c
+                got = launch(factory, st.digits, st.mu, st.nu, a, b, alpha, beta, c_arg)
+                finite = np.isfinite(want)
+                if not np.array_equal(got[~finite], want[~finite], equal_nan=True):
+                    return True
+                bound = check.c_bound(want, st.mu, st.nu, count, alpha, beta, c)
+                if np.any(np.abs(got[finite] - want[finite]) > bound[finite]):
                     return True
         return False
 
@@ -423,6 +457,7 @@ EXERCISES: dict[str, Callable[[], tuple[str, Callable, Callable, Callable]]] = {
     "4a symmetric_residue": residue_exercise,
     "4a crt_reconstruct": crt_exercise,
     "4b residue (device function)": residue_device_exercise,
+    "4b digit (device function)": digit_exercise,
     "4b reconstruct (SIMT kernel, simulator)": reconstruct_exercise,
 }
 

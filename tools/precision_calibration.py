@@ -31,13 +31,12 @@ from utilities.ozaki import precision as p1  # noqa: E402
 from utilities.ozaki.slicing import col_shifts, row_shifts  # noqa: E402
 from utilities.ozaki2 import precision as p2  # noqa: E402
 from utilities.ozaki2 import reference as r2  # noqa: E402
+from utilities.precision import LineNorms  # noqa: E402
 
 U = 2.0**-53
 
 
-def whole_matrix_estimate(
-    row_eps2: np.ndarray, col_eps2: np.ndarray, norms: p1.LineNorms, dropped: float = 0.0
-) -> float:
+def whole_matrix_estimate(row_eps2: np.ndarray, col_eps2: np.ndarray, norms: LineNorms, dropped: float = 0.0) -> float:
     """The error of the whole of C against ||C||_F (what the worst row or column replaced), in u: representation,
     plus ``dropped`` times the sum of the eps^2 products (Ozaki-I's dropped diagonal)."""
     err = (row_eps2.sum() * norms.b_cols.sum() + norms.a_rows.sum() * col_eps2.sum()) / 3
@@ -55,7 +54,7 @@ def calibrate(size: int, seed: int, phis: list[float]) -> list[dict]:
             a, b = inputs.exponent_spread(size, size, phi, seed + 2), inputs.exponent_spread(size, size, phi, seed + 3)
         hi, lo = exact.matmul_dd(a[rows], b)
         native = errors.normwise_relative_error(a[rows] @ b, hi, lo) / U
-        norms = p1.LineNorms.of(a, b)
+        norms = LineNorms.of(a, b)
         one, two = p1.slices_needed(a, b), p2.moduli_needed(a, b)
         e, f = row_shifts(a).astype(np.int64), col_shifts(b).astype(np.int64)
         terms = r2.line_terms(a, 1), r2.line_terms(b, 0)

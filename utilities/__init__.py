@@ -28,7 +28,8 @@ The house has four floors, and an import never climbs (``tests/test_layout.py`` 
    sampled errors), ``rounding`` (unit roundoffs, gamma, shared error bounds), ``roofline`` (operations, bytes and
    the floor they set), ``precision`` (the emulations' precision search), ``smem`` (shared-memory segments),
    ``operands`` (checks on operands), ``cublas`` (library baselines), ``preflight``. For GPU modules only:
-   ``tiles`` (the block-GEMM factory) and ``simt`` (device helpers).
+   ``tiles`` (the block-GEMM factory), ``simt`` (device helpers) and
+   ``precision_gpu`` (the precision search's statistics, and the count chosen on the device).
 3. the tracks: each imports the core and the machinery, never another track.
 4. course tooling: ``notebooks`` (exercises from solutions), ``execution`` (a notebook in a fresh Jupyter kernel),
    ``mutants`` (how ``tools/mutation_test.py`` proves the checkers), ``gpu_suite`` and ``bench_all`` (the GPU

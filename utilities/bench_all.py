@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         from utilities.ozaki2.benchmarks import ozaki2_records
 
         for size in sizes if args.accuracy != "only" else []:
-            ozaki2_records(size, "auto", ozaki1=ozaki1_fused(args.slices))
+            ozaki2_records(size, ozaki1=ozaki1_fused(args.slices), ozaki1_auto=ozaki1_auto())
         if args.accuracy != "no":
-            accuracy2(ozaki1=ozaki1_auto)
+            accuracy2(ozaki1_auto=ozaki1_auto())
     if "multipass" in args.tracks.split(","):
         from utilities.multipass.benchmarks import multipass_records
         from utilities.multipass.figures import save_plots as save_multipass_plots

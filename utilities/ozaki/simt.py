@@ -44,6 +44,13 @@ def shift_from_max(mu):
     return e
 
 
+@cuda.jit(device=True)
+def choice_offset(amax, e, s):
+    """Ozaki-I's g for the device-side choice (``utilities.precision_gpu``): a line's error exponent with S slices
+    is ``shift - 8 S = -(8 S + g)``, so g is minus the shift from the line's largest magnitude."""
+    return int64(-shift_from_max(amax))
+
+
 @functools.cache
 def make_split_digits(slices: int):
     """A device function ``split_digits(x, e, digits)`` writing the ``slices`` balanced base-256 digits of x.

@@ -232,7 +232,9 @@ def make_fused_kernel(MM: Matmul):
 
 
 class OzakiGemm:
-    """C = alpha A @ B + beta C emulated with ``slices`` int8 slices, for one shape and one variant.
+    """C = alpha A @ B + beta C emulated with ``slices`` int8 slices (or ``"auto"``: chosen from the inputs on every
+    call, as ``Ozaki2Gemm(moduli="auto")`` chooses its moduli; ``self.choice`` says what and why), for one shape and
+    one variant.
 
     Shapes that do not divide the tile are padded inside (the padding holds zero digits); the output is
     written only where C is. Building a plan builds its kernels (cached on disk by ``utilities.machinery.buildcache``).
@@ -243,15 +245,28 @@ class OzakiGemm:
         m: int,
         n: int,
         k: int,
-        slices: int = 7,
+        slices: int | str = 7,
         variant: str = "fused",
         cfg: TileConfig | None = None,
         kernels: Kernels | None = None,
     ):
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        self.auto = slices == "auto"
+        self.stats = self.tables = self.choice = None
+        if self.auto:  # the count is chosen on every call, from the statistics Ozaki-II's choice reads too
+            from ..precision_gpu import GemmStatistics, scheme_tables
+            from .precision import scheme, slice_counts
+
+            counts = slice_counts(k)
+            if not counts:
+                raise ValueError(f"k = {k}: no slice count keeps the anti-diagonal sums within int32")
+            self.tables = scheme_tables(scheme(k), k, plain.choice_offset, counts)
+            self.stats = GemmStatistics(m, n, k)
+            slices = max(counts)  # buffers for the largest count the choice may take
         slices = check_slices(slices)
         self.m, self.n, self.k, self.slices, self.variant = m, n, k, slices, variant
+        self.max_slices = slices
         self.kernels = kernels or Kernels()
         self.cfg = cfg or tile_config(variant)
         check_int32_budget(k, slices, terms_per_accumulator=1 if variant == "unfused" else None)
@@ -288,6 +303,34 @@ class OzakiGemm:
             self.terms = cp.zeros((S, self.mp, self.np_), dtype=cp.int32)
             self.offsets = cp.arange(S + 1, dtype=cp.int32)
         self.grid = (self.mp // c.tile_m, self.np_ // c.tile_n)
+        self._all_terms = getattr(self, "terms", None)
+
+    def use_slices(self, slices: int) -> None:
+        """Run the next calls with ``slices`` slices, at most the count the buffers were built for (the automatic
+        choice calls this; the fused kernel reads the count at run time, the slicing kernels are built per count)."""
+        S = check_slices(slices)
+        if S > self.max_slices:
+            raise ValueError(f"{S} slices: this plan's buffers hold at most {self.max_slices} slices")
+        self.slices = S
+        if self.variant == "unfused":
+            terms = product_terms(S)
+            self.terms = self._all_terms[: len(terms)]
+            self.term_s = cp.asarray([s for s, _ in terms], dtype=cp.int32)
+            self.term_t = cp.asarray([t for _, t in terms], dtype=cp.int32)
+            self.offsets = cp.asarray([d * (d + 1) // 2 for d in range(S + 1)], dtype=cp.int32)
+        elif self.variant == "partial":
+            self.terms = self._all_terms[:S]
+            self.offsets = cp.arange(S + 1, dtype=cp.int32)
+
+    def choose(self, a: Any, b: Any) -> Any:
+        """The slice count for these operands (``slices="auto"``): statistics and choice on the GPU, one small copy to
+        the host (``utilities.precision_gpu``); the plan then runs with it."""
+        if self.stats is None:
+            raise RuntimeError(f"this plan has a fixed count ({self.slices} slices): it chooses nothing")
+        self.stats.compute(a, b)
+        self.choice = self.stats.choose(self.tables)
+        self.use_slices(self.choice.count)
+        return self.choice
 
     # -- stages ------------------------------------------------------------------------------------------------
     def slice(self, a: Any, b: Any) -> None:
@@ -330,6 +373,8 @@ class OzakiGemm:
 
     def __call__(self, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, out: Any = None) -> Any:
         require_fp64_gemm(a, b, c, beta, (self.m, self.k, self.n))
+        if self.auto:
+            self.choose(a, b)
         out = cp.empty((self.m, self.n), dtype=cp.float64) if out is None else out
         c_arg = out if c is None else c
         self.slice(a, b)

@@ -8,9 +8,11 @@ Modules (the same names hold the same roles in every track):
 - ``check``: the checkers of notebooks 4a and 4b;
 - ``model``: bytes, operations and the time each design must take;
 - ``figures``: the track's plots;
-- ``simt``: the plain numba kernels (scaling and residues, reduction and reconstruction) and their launches;
-- ``tensorcore`` (GPU): the plan ``Ozaki2Gemm`` (cuBLAS's int8 GEMM per modulus, or the course's tensor cores);
-- ``benchmarks`` (GPU): Ozaki-II beside cuBLAS DGEMM, cuBLAS's int8 GEMM and Ozaki-I.
+- ``simt``: the plain numba kernels (residues of A's rows and of B's columns, CRT digits, reconstruction);
+- ``tensorcore`` (GPU): the plan ``Ozaki2Gemm`` (the count chosen on the device, one cuBLAS int8 GEMM per modulus
+  or one batched call, digits early or late);
+- ``benchmarks`` (GPU): Ozaki-II beside cuBLAS DGEMM and Ozaki-I, every stage against its floor
+  (``tools/ozaki2_report.py`` writes them as one report).
 
 Importing this package imports the NumPy reference only.
 """

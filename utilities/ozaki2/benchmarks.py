@@ -1,10 +1,22 @@
-"""Benchmarks of the Ozaki-II track: the emulation beside cuBLAS DGEMM, cuBLAS's int8 GEMM and Ozaki-I, in one run.
+"""Benchmarks of the Ozaki-II track: the emulation beside cuBLAS DGEMM and Ozaki-I, end to end and stage by stage,
+in one run (``tools/ozaki2_report.py`` writes them as one report).
 
-Names (the GPU report, ``../shared/RESULTS.md``): ``cublas.dgemm``, ``cublas.igemm``, ``ozaki.fused`` (Ozaki-I,
-7 slices), ``ozaki2.unfused`` (end to end: scaling, residues, products and reconstruction; ``params`` hold the
-moduli count and whether it was chosen automatically), and its stages ``ozaki2.scaling``, ``ozaki2.products``,
-``ozaki2.reconstruct``. The headline times DGEMM and the emulations interleaved round by round. TFLOP/s are
-2mnk / t for all. Accuracy: ``ozaki2.accuracy`` records, errors against the exact product (double-double).
+Names (the GPU report, ``../shared/RESULTS.md``):
+
+- ``cublas.dgemm``, ``ozaki2.auto`` (the count chosen on every call; ``params``: the count, the estimate, the
+  choice's own time ``choice_ms`` and its share of the call), ``ozaki2.fixed`` (the same count, given),
+  ``ozaki.fused`` (Ozaki-I, 7 slices), ``ozaki.auto`` (Ozaki-I, slices chosen on every call): end to end, timed
+  round by round, interleaved; at the smaller sizes also the plan's variants ``ozaki2.auto.batched`` (one
+  batched int8 GEMM), ``ozaki2.auto.late`` (digits taken in the reconstruction) and ``ozaki2.auto.serial`` (early
+  digits on one stream);
+- stages alone, at the chosen count: ``ozaki2.choice``, ``ozaki2.scaling``, ``ozaki2.products`` (``params``
+  say per-modulus or batched, early or late digits), ``ozaki2.reconstruct`` (from digits or products),
+  ``cublas.igemm``; each with its floor (``floor_ms``: bytes at the measured copy bandwidth, int8 operations at
+  the measured cuBLAS int8 rate, ``utilities.ozaki2.model``).
+
+Accuracy (``accuracy_records``): at each exponent spread phi, errors against the exact product (double-double) of
+cuBLAS DGEMM, Ozaki-II and Ozaki-I with their automatic counts, on the same inputs. Ozaki-I reaches this track as
+arguments (``utilities.emulations``): no track imports another.
 """
 
 from __future__ import annotations
@@ -18,82 +30,139 @@ import numpy as np
 
 from .. import bench, cublas, inputs
 from ..errors import error_rows, sampled_error
+from ..peaks import measure_copy_bandwidth
 from . import model
 from .tensorcore import Ozaki2Gemm
+
+VARIANTS = {
+    "ozaki2.auto.batched": {"products": "batched"},
+    "ozaki2.auto.late": {"digits": "late"},
+    "ozaki2.auto.serial": {"overlap": False},
+}
+VARIANT_SIZES = 8192  # the variants run up to this size (each plan holds its own buffers)
+
+
+def _modes(plan: Ozaki2Gemm) -> dict[str, Any]:
+    return {"products": plan.products_mode, "digits": plan.digits_mode, "overlap": plan.overlap}
 
 
 def ozaki2_records(
     size: int,
-    moduli: int | str = "auto",
     *,
     ozaki1: Callable[[int, int, int], Any] | None = None,
+    ozaki1_auto: Callable[[int, int, int], Any] | None = None,
     repeats: int = 10,
     seed: int = 0,
+    variants: bool | None = None,
     record: bool = True,
     show: bool = True,
 ) -> list[bench.BenchRecord]:
-    """Ozaki-II at m = n = k = ``size`` beside cuBLAS DGEMM, interleaved; then cuBLAS's int8 GEMM and each Ozaki-II
-    stage alone. ``ozaki1``: a factory ``(m, n, k) -> plan`` of the fused Ozaki-I (with its
-    ``slices``), timed beside them as ``ozaki.fused`` (this track does not import the other: the caller passes it)."""
+    """Ozaki-II with the automatic count at m = n = k = ``size``, end to end beside cuBLAS DGEMM (and Ozaki-I when
+    ``ozaki1`` and ``ozaki1_auto``, factories ``(m, n, k) -> plan``, are given), interleaved; then each stage
+    alone with its floor. ``variants`` (default: up to size 8192) adds the plan's other designs end to end."""
     m = n = k = size
     a_h, b_h = inputs.normal(m, k, seed), inputs.normal(k, n, seed + 1)
     a, b = cp.asarray(a_h), cp.asarray(b_h)
     rows = error_rows(m, seed=seed)
-    plan = Ozaki2Gemm(m, n, k, moduli)
-    c2 = plan(a, b)
-    count = plan.count
-    params = {"moduli": count, "auto": moduli == "auto", "timing": "interleaved"}
-    if plan.choice is not None:
-        params["estimate_u"], params["target_u"] = plan.choice.estimate, plan.choice.target
-    errors = {"ozaki2.unfused": sampled_error(c2, a_h, b_h, rows), "cublas.dgemm": None}
+    auto = Ozaki2Gemm(m, n, k, "auto")
+    out = auto(a, b)
+    count = auto.count
+    choice = auto.choice
+    plans: dict[str, Any] = {"ozaki2.auto": auto, "ozaki2.fixed": Ozaki2Gemm(m, n, k, count)}
+    if variants if variants is not None else size <= VARIANT_SIZES:
+        plans |= {name: Ozaki2Gemm(m, n, k, "auto", **options) for name, options in VARIANTS.items()}
+    if ozaki1 is not None:
+        plans["ozaki.fused"] = ozaki1(m, n, k)
+    if ozaki1_auto is not None:
+        plans["ozaki.auto"] = ozaki1_auto(m, n, k)
+    outputs = {name: (out if name == "ozaki2.auto" else plan(a, b)) for name, plan in plans.items()}
+    errors = {name: sampled_error(c, a_h, b_h, rows) for name, c in outputs.items()}
     providers: dict[str, Any] = {"cublas.dgemm": cublas.dgemm_provider(a, b)}
     errors["cublas.dgemm"] = sampled_error(cublas.dgemm(a, b), a_h, b_h, rows)
-    providers["ozaki2.unfused"] = functools.partial(plan, a, b, out=c2)
-    if ozaki1 is not None:
-        plan1 = ozaki1(m, n, k)
-        c1 = plan1(a, b)
-        errors["ozaki.fused"] = sampled_error(c1, a_h, b_h, rows)
-        providers["ozaki.fused"] = functools.partial(plan1, a, b, out=c1)
-    records = bench.compare(providers, m=m, n=n, k=k, params=params, repeats=repeats, show=False)
+    providers |= {name: functools.partial(plan, a, b, out=outputs[name]) for name, plan in plans.items()}
+    records = bench.compare(providers, m=m, n=n, k=k, repeats=repeats, show=False)
+
+    choice_ms = bench.bench(lambda: auto.choose(a, b), m=m, n=n, k=k, repeats=repeats).time.median
     for r in records:
         r.error = errors[r.name]
-        if r.name == "ozaki.fused":
-            r.params = {"slices": plan1.slices, "timing": "interleaved"}
-        elif r.name == "cublas.dgemm":
-            r.params = {"timing": "interleaved"}
-    del providers
+        plan = plans.get(r.name)
+        r.params = {"timing": "interleaved"}
+        if isinstance(plan, Ozaki2Gemm):
+            r.params |= {"moduli": plan.count, "auto": plan.moduli == "auto", **_modes(plan)}
+            if plan.choice is not None:
+                r.params |= {"estimate_u": plan.choice.estimate, "target_u": plan.choice.target}
+            if r.name == "ozaki2.auto":
+                r.params |= {"choice_ms": choice_ms, "choice_share": choice_ms / r.time.median}
+        elif plan is not None:  # Ozaki-I
+            r.params |= {"slices": plan.slices, "auto": getattr(plan, "auto", False)}
+            if getattr(plan, "choice", None) is not None:
+                r.params |= {"estimate_u": plan.choice.estimate, "target_u": plan.choice.target}
+    del providers, outputs, plans
     cp.get_default_memory_pool().free_all_blocks()
-
-    rng = np.random.default_rng(0)
-    a8 = cp.asarray(rng.integers(-128, 128, (m, k), dtype=np.int8))
-    b8 = cp.asarray(rng.integers(-128, 128, (n, k), dtype=np.int8))
-    records.append(bench.bench(cublas.igemm_provider(a8, b8), m=m, n=n, k=k, name="cublas.igemm", repeats=repeats))
-    del a8, b8
-    stage = {"moduli": count}
-    moved = model.design("unfused", m, n, k, count)[0].bytes  # A read, B read + transposed + read, residues
-    records.append(bench.bench(lambda: plan.scale(a, b), m=m, n=n, k=k, name="ozaki2.scaling", params=stage,
-                               repeats=repeats, bytes_moved=moved))  # fmt: skip
-    records.append(bench.bench(plan.products, m=m, n=n, k=k, name="ozaki2.products", params=stage, repeats=repeats,
-                               flops=2.0 * count * m * n * k))  # fmt: skip
-    records.append(bench.bench(lambda: plan.reconstruct(c2, c2, 1.0, 0.0), m=m, n=n, k=k, name="ozaki2.reconstruct",
-                               params=stage, repeats=repeats, bytes_moved=(4 * count + 8) * m * n))  # fmt: skip
+    records += stage_records(size, count, a, b, auto, repeats=repeats)
     if record:
         bench.record(records)
     if show:
-        print(f"m = n = k = {size}, Ozaki-II with {count} moduli" + (" (automatic)" if moduli == "auto" else ""))
+        print(f"m = n = k = {size}: Ozaki-II chose {count} moduli ({choice.describe()})")
         bench.print_table(records, metric="ms")
     return records
 
 
+def stage_records(size: int, count: int, a: Any, b: Any, auto: Ozaki2Gemm, *, repeats: int = 10
+                  ) -> list[bench.BenchRecord]:  # fmt: skip
+    """Each stage of the default design alone at ``count`` moduli, and of the batched and late designs' products
+    and reconstruction, each with its floor at this run's int8 rate and copy bandwidth."""
+    m = n = k = size
+    rng = np.random.default_rng(0)
+    a8 = cp.asarray(rng.integers(-128, 128, (m, k), dtype=np.int8))
+    b8 = cp.asarray(rng.integers(-128, 128, (n, k), dtype=np.int8))
+    igemm = bench.bench(cublas.igemm_provider(a8, b8), m=m, n=n, k=k, name="cublas.igemm", repeats=repeats)
+    del a8, b8
+    copy_tbs = measure_copy_bandwidth()
+    int8_tops = igemm.tflops
+    records = [igemm]
+
+    def floor(design: str, stage: str, auto_count: bool = False) -> dict[str, Any]:
+        works = {w.name: w for w in model.design(design, m, n, k, count, auto=auto_count)}
+        w = works[stage]
+        return {"floor_ms": w.floor_ms(int8_tops, copy_tbs), "floor_bytes": w.bytes, "copy_tbs": copy_tbs,
+                "int8_tops": int8_tops}  # fmt: skip
+
+    def timed(name: str, fn: Callable[[], object], params: dict[str, Any], **rates: Any) -> None:
+        records.append(bench.bench(fn, m=m, n=n, k=k, name=name, params=params, repeats=repeats, **rates))
+
+    c = cp.empty((m, n))
+    timed("ozaki2.choice", lambda: auto.choose(a, b), {"moduli": count} | floor("early", "choice", True),
+          bytes_moved=model.design("early", m, n, k, count, auto=True)[0].bytes)  # fmt: skip
+    for options in ({}, {"products": "batched"}, {"digits": "late"}):
+        plan = Ozaki2Gemm(m, n, k, count, **options)
+        plan(a, b, out=c)
+        design = "late" if plan.digits is None else "early"
+        modes = {"moduli": count, **_modes(plan)}
+        if not options:
+            timed("ozaki2.scaling", lambda plan=plan: plan.scale(a, b), modes | floor(design, "scaling"),
+                  bytes_moved=model.design(design, m, n, k, count)[0].bytes)  # fmt: skip
+        products = model.design(design, m, n, k, count)
+        gemm_floor = floor(design, "products")
+        if plan.digits is not None:  # the digits are part of this stage: their floor adds
+            gemm_floor["floor_ms"] += floor(design, "digits")["floor_ms"]
+        timed("ozaki2.products", plan.products, modes | gemm_floor, flops=2.0 * count * m * n * k)
+        if options.get("products") != "batched":
+            timed("ozaki2.reconstruct", lambda plan=plan: plan.reconstruct(a, b, c, c, 1.0, 0.0),
+                  modes | floor(design, "reconstruct"), bytes_moved=products[-1].bytes)  # fmt: skip
+        del plan
+        cp.get_default_memory_pool().free_all_blocks()
+    return records
+
+
 def accuracy_records(
-    n: int = 2048, phis: Sequence[float] = (0.0, 0.5, 1.0, 2.0, 4.0), counts: Sequence[int] = range(10, 19), *,
-    ozaki1: Callable[[np.ndarray, np.ndarray], tuple[Any, Any]] | None = None, seed: int = 4, record: bool = True,
+    n: int = 2048, phis: Sequence[float] = (0.0, 0.5, 1.0, 2.0, 4.0), counts: Sequence[int] = range(12, 19), *,
+    ozaki1_auto: Callable[[int, int, int], Any] | None = None, seed: int = 4, record: bool = True,
 ) -> list[bench.BenchRecord]:  # fmt: skip
     """Errors against the exact product on 16 sampled rows of n^3 products: Ozaki-II against the moduli count
-    (normal inputs), and at each phi its automatic count beside cuBLAS DGEMM on the same inputs. ``ozaki1``: a
-    function ``(A, B) -> (plan, choice)`` giving Ozaki-I's plan with its automatic slice count, timed beside them as
-    ``ozaki.fused``. Times are per call, 5 repeats."""
-
+    (normal inputs, ``ozaki2.fixed``), and at each phi the automatic counts of Ozaki-II (``ozaki2.auto``) and
+    Ozaki-I (``ozaki.auto``, a factory ``(m, n, k) -> plan`` given by the caller) beside cuBLAS DGEMM on the same
+    inputs. Times are per call, 5 repeats."""
     rows = error_rows(n, count=16, seed=seed)
     records: list[bench.BenchRecord] = []
 
@@ -106,22 +175,38 @@ def accuracy_records(
     a, b = cp.asarray(a_h), cp.asarray(b_h)
     for count in counts:
         plan = Ozaki2Gemm(n, n, n, count)
-        measure("ozaki2.unfused", lambda plan=plan: plan(a, b), a_h, b_h, {"moduli": count, "phi": 0.0, "auto": False})
+        measure("ozaki2.fixed", lambda plan=plan: plan(a, b), a_h, b_h, {"moduli": count, "phi": 0.0, "auto": False})
+    auto = Ozaki2Gemm(n, n, n, "auto")
+    plan1 = ozaki1_auto(n, n, n) if ozaki1_auto is not None else None
     for phi in phis:
         if phi:
             a_h, b_h = inputs.exponent_spread(n, n, phi, seed + 2), inputs.exponent_spread(n, n, phi, seed + 3)
         a, b = cp.asarray(a_h), cp.asarray(b_h)
         measure("cublas.dgemm", lambda a=a, b=b: cublas.dgemm(a, b), a_h, b_h, {"phi": phi})
-        auto = Ozaki2Gemm(n, n, n, "auto")
         auto(a, b)
         params = {"moduli": auto.count, "phi": phi, "auto": True, "estimate_u": auto.choice.estimate,
                   "target_u": auto.choice.target}  # fmt: skip
-        measure("ozaki2.unfused", lambda plan=auto, a=a, b=b: plan(a, b), a_h, b_h, params)
-        if ozaki1 is not None:
-            plan1, choice = ozaki1(a_h, b_h)
-            params = {"slices": choice.count, "phi": phi, "auto": True, "estimate_u": choice.estimate,
-                      "target_u": choice.target}  # fmt: skip
-            measure("ozaki.fused", lambda plan=plan1, a=a, b=b: plan(a, b), a_h, b_h, params)
+        measure("ozaki2.auto", lambda a=a, b=b: auto(a, b), a_h, b_h, params)
+        if plan1 is not None:
+            plan1(a, b)
+            params = {"slices": plan1.slices, "phi": phi, "auto": True, "estimate_u": plan1.choice.estimate,
+                      "target_u": plan1.choice.target}  # fmt: skip
+            measure("ozaki.auto", lambda a=a, b=b: plan1(a, b), a_h, b_h, params)
     if record:
         bench.record(records)
     return records
+
+
+def accuracy_claims(records: Sequence[bench.BenchRecord]) -> list[tuple[str, bool, str]]:
+    """For each phi: whether Ozaki-II's (and Ozaki-I's) automatic count gave a normwise error no larger than
+    DGEMM's on the same inputs, as (statement, held, what was measured)."""
+    out = []
+    for phi in sorted({r.params["phi"] for r in records if "phi" in r.params and r.params.get("auto", True)}):
+        at = {r.name: r for r in records if r.params.get("phi") == phi and r.name != "ozaki2.fixed"}
+        dgemm = at["cublas.dgemm"].error["normwise"]
+        for name, unit in (("ozaki2.auto", "moduli"), ("ozaki.auto", "slices")):
+            if name in at:
+                err = at[name].error["normwise"]
+                what = f"{name} at phi = {phi}: {at[name].params[unit]} {unit}, {err:.2e} against DGEMM's {dgemm:.2e}"
+                out.append((f"{name} no less accurate than DGEMM at phi = {phi}", err <= dgemm, what))
+    return out

@@ -1,9 +1,26 @@
 """Checkers of the Ozaki-II exercises (notebooks 4a and 4b), stage by stage against the NumPy reference.
 
 Exact where the algorithm is exact: exponents, residues, int32 products and CRT digits. The reconstruction is
-compared within its last rounding (``reconstruction_bound``): a GPU may fuse a multiply-add, and an attendee may
-add the three partial sums in another order. Inputs: fresh random and spread-out matrices, the adversarial pairs
-of ``utilities.inputs``, integers right at the scaling's limit, and lines holding NaN or Inf.
+compared within its last rounding (``c_bound``): a GPU fuses multiply-adds, and an attendee may add the partial
+sums in another order. Each checker states its domain below and feeds the domain's corners on every run, beside
+fresh random inputs (so that a verdict does not depend on the seed):
+
+- ``check_residue`` (4a): float64 integers below 2^62, every modulus; corners: 0, +-1, both ends of the range and
+  one past them, multiples of p and their neighbours, integers just past 2^53 and near 2^61 (where ``x - lo``
+  already rounds in FP64), the largest double below 2^62;
+- ``check_crt`` (4a): every count the plans accept (2..20); integers 0, +-1, +-2^t (the scaling's limit) and near
+  it, small ones;
+- ``check_scaling`` (4b, the residue device function inside the course's row kernel): 2 and 20 moduli (every
+  modulus; the smallest and the largest scaling); rows of random, spread-out and adversarial inputs, a row whose
+  largest entry is DBL_MAX, a row of subnormals only, rows holding NaN or Inf, a width that is no multiple of 16;
+- ``check_digits`` (4b): every modulus; int32 products: random, 0, +-1, +-(2^31 - 1), -2^31, multiples of p
+  and their neighbours;
+- ``check_reconstruction`` (4b): 2 and 6 moduli (P below 2^53), 7 (the first whose P is a double-double), 15 and
+  20; a NaN in B, an Inf in A, zero columns, row maxima near DBL_MAX and subnormal; alpha and beta, with an all-NaN
+  C when beta = 0 (it must not be read);
+- ``check_ozaki2_gemm`` (4b, the plan end to end): exponents, residues, products, digits, then C.
+
+Messages name the stage, the first wrong indices and values, and what most likely went wrong.
 """
 
 from __future__ import annotations
@@ -19,17 +36,27 @@ from ..rounding import epilogue_bound
 from . import reference as ref
 
 U = 2.0**-53
+SCALING_COUNTS = (2, 20)  # every modulus; the smallest and the largest scaling
+RECONSTRUCTION_COUNTS = (2, 6, 7, 15, 20)  # P below 2^53 up to 6 moduli; a double-double from 7 on
 
 
 def _integers(rng: np.random.Generator, p: int, size: int = 4000, bits: int = 62) -> np.ndarray:
     """Integer-valued doubles that stress a residue: random magnitudes up to 2^bits, multiples of p and their
-    neighbours, the ends of the symmetric range, powers of two."""
+    neighbours, and the fixed corners (the ends of the range, integers where FP64 stops being exact)."""
     lo, hi = ref.residue_range(p)
     x = np.trunc(np.ldexp(rng.standard_normal(size), rng.integers(0, bits - 2, size)))
     multiples = float(p) * np.trunc(np.ldexp(rng.standard_normal(200), rng.integers(0, bits - 10, 200)))
     specials = [0.0, 1.0, -1.0, float(lo), float(hi), float(lo - 1), float(hi + 1), float(p), -float(p),
-                2.0 ** (bits - 1), -(2.0 ** (bits - 1)), 2.0**53 - 1, -(2.0**53) - 2, 2.0**53 + 2]  # fmt: skip
+                2.0 ** (bits - 1), -(2.0 ** (bits - 1)), 2.0**53 - 1, -(2.0**53) - 2, 2.0**53 + 2, 2.0**53 + 6,
+                2.0**61 - 512, 2.0**61 + 512, -(2.0**61) + 512, 2.0**60 + 256, 2.0**62 - 512, -(2.0**62) + 512,
+                float(p) * 2.0**52 + 2.0 * p, float(hi) + 2.0**54]  # fmt: skip
     return np.concatenate([x, multiples, multiples + 1, multiples - 1, multiples + hi, multiples + lo, specials])
+
+
+def _rounded_by_fp64(x: np.ndarray, got: np.ndarray, want: np.ndarray) -> bool:
+    """Whether the wrong residues are those of an FP64 computation that rounds ``x - c`` once |x| passes 2^53."""
+    wrong = got != want
+    return bool(wrong.any()) and bool((np.abs(x[wrong]) > 2.0**53 - 512).all())
 
 
 @checker("symmetric residue")
@@ -41,14 +68,21 @@ def check_residue(fn: Callable[[np.ndarray, int], Any], *, seed: int | None = No
     runs = []
     for p in ref.MODULI:
         x = _integers(rng, p)
-        runs.append((p, np.asarray(fn(x.copy(), p)), ref.residue(x, p)))
-    if all(untouched(got) for _, got, _ in runs):
+        runs.append((p, x, np.asarray(fn(x.copy(), p)), ref.residue(x, p)))
+    if all(untouched(got) for _, _, got, _ in runs):
         return not_yet(name, "every residue is zero")
-    for p, got, want in runs:
+    for p, x, got, want in runs:
         lo, hi = ref.residue_range(p)
-        compare("residues", got.astype(np.float64) if got.dtype.kind in "iu" else got, want, names=("entry",),
-                case=f"p = {p}", hint=f"x mod p, then shifted into [{lo}, {hi}]: add or subtract p once; mind the "
-                "sign of x (Python's % is never negative, math.fmod keeps x's sign)")  # fmt: skip
+        got = got.astype(np.float64) if got.dtype.kind in "iu" else got
+        hint = (f"x mod p, then into [{lo}, {hi}]: np.mod of an int64 array (x.astype(np.int64): exact below 2^63) "
+                f"is in [0, {p - 1}]; subtract p where it passes {hi}")  # fmt: skip
+        if got.shape == want.shape and _rounded_by_fp64(x, got, want):
+            hint = (f"every wrong residue is of an x beyond 2^53, where a double holds only every other integer: an "
+                    f"FP64 operation on x (x - {lo}, x % p on the float array) rounds before the remainder is taken. "
+                    f"Convert to int64 first, x.astype(np.int64), and take the remainder there")  # fmt: skip
+        elif got.shape == want.shape and np.all(np.mod(got - want, p) == 0):
+            hint = f"the right class modulo {p}, the wrong representative: bring each residue into [{lo}, {hi}]"
+        compare("residues", got, want, names=("entry",), case=f"p = {p}", hint=hint)
     return passed(name, len(runs), seed)
 
 
@@ -87,13 +121,15 @@ def c_bound(want: np.ndarray, mu: np.ndarray, nu: np.ndarray, count: int, alpha:
     finite = (mu[:, None] != ref.NONFINITE_SHIFT) & (nu[None, :] != ref.NONFINITE_SHIFT)
     shift = np.where(finite, -(mu[:, None] + nu[None, :]), 0)
     low = abs(alpha) * np.ldexp(ref.crt(count).product_float * 2.0**-100, shift)
-    return epilogue_bound(want - beta * c, c, alpha, beta) + 4 * U * np.abs(want) + low
+    with np.errstate(invalid="ignore", over="ignore"):
+        return epilogue_bound(want - beta * c, c, alpha, beta) + 4 * U * np.abs(want) + low
 
 
 @checker("CRT reconstruction")
-def check_crt(fn: Callable[[np.ndarray, int], Any], counts: Sequence[int] = (4, 14, 20), *,
-              seed: int | None = None) -> CheckResult:  # fmt: skip
-    """``fn(digits, count)`` returns the integers X (float64) whose CRT digits (count, ...) are given, |X| <= 2^t."""
+def check_crt(fn: Callable[[np.ndarray, int], Any], counts: Sequence[int] = range(ref.MIN_MODULI, ref.MAX_MODULI + 1),
+              *, seed: int | None = None) -> CheckResult:  # fmt: skip
+    """``fn(digits, count)`` returns the integers X (float64) whose CRT digits (count, ...) are given, |X| <= 2^t;
+    every count the plans accept."""
     name, seed = "CRT reconstruction", fresh_seed(seed)
     rng = np.random.default_rng(seed)
     cases = 0
@@ -105,30 +141,73 @@ def check_crt(fn: Callable[[np.ndarray, int], Any], counts: Sequence[int] = (4, 
                 return not_yet(name, "every integer is zero")
             compare("integers", got, want, bound=reconstruction_bound(want, count), names=("row", "col"),
                     case=f"{case}, {count} moduli",
-                    hint="three sums of u_t c1_t, u_t c2_t, u_t c3_t; q = rint(s1); X = ((s1 - q) + s2 + s3) P: the "
-                    "fractional part of sum u_t / p_t, times P")  # fmt: skip
+                    hint="three sums of u_t c1_t, u_t c2_t, u_t c3_t, t = 0, 1, ...; q = floor(s1 + 1/2); "
+                    "X = ((s1 - q) + s2 + s3) P: the fractional part of sum u_t / p_t, times P")  # fmt: skip
             cases += 1
     return passed(name, cases, seed)
 
 
+def _corner_rows(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows at the ends of the FP64 range: largest entry DBL_MAX, subnormals only, one dominant entry, zeros."""
+    x = inputs.normal(m, k, int(rng.integers(2**31)))
+    x[0, 1] = np.finfo(np.float64).max
+    x[1] = np.ldexp(x[1], -1060)
+    x[2, 2:] *= 2.0**-70
+    x[3] = 0.0
+    return x
+
+
 def _matrices(m: int, k: int, seed: int) -> Iterator[tuple[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
+    yield "row maxima at DBL_MAX and subnormal, a dominant entry, zeros", _corner_rows(m, k, rng)
     yield "random normal", inputs.normal(m, k, int(rng.integers(2**31)))
     yield "exponent spread phi=2", inputs.exponent_spread(m, k, 2.0, int(rng.integers(2**31)))
     for name, a, _ in inputs.adversarial_pairs(m, k, 4, seed):
         yield name, a
-    yield "an Inf in a row", inputs.nonfinite_lines(m, k, 4, seed)[0]
+    a, _ = inputs.nonfinite_lines(m, k, 4, seed)
+    a[m // 2, 0] = np.nan
+    yield "an Inf in a row, a NaN in another", a
+
+
+def _launch_failure(error: Exception) -> CheckFailure | None:
+    """A CUDA launch error inside the attendee's kernel, by its cause."""
+    text = str(error)
+    if "OUT_OF_RESOURCES" in text:
+        return CheckFailure(
+            "running your code",
+            f"stage 'running your code': the kernel could not start ({text.strip()})\nhint: a block of the row "
+            "kernel has 512 threads, so a thread may use at most 128 registers; your device function keeps more "
+            "alive than that. Keep it to a few doubles: no arrays, no conversions of large doubles to int64 "
+            "(math.floor, int(...): beyond 2^63 they overflow, and they cost registers); round_near keeps it in FP64",
+        )  # fmt: skip
+    if "ILLEGAL_ADDRESS" in text or "out of bounds" in text.lower():
+        return CheckFailure(
+            "running your code",
+            f"stage 'running your code': the kernel read or wrote outside an array ({text.strip()})\nhint: the "
+            "tables (P, INV, HI, ...) hold one entry per modulus: index them with t",
+        )  # fmt: skip
+    return None
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as error:
+        diagnosed = _launch_failure(error)
+        if diagnosed is not None:
+            raise diagnosed from error
+        raise
 
 
 @checker("scaling and residues")
-def check_scaling(fn: Callable[[np.ndarray, int], tuple[Any, Any]], counts: Sequence[int] = (14, 20), *,
+def check_scaling(fn: Callable[[np.ndarray, int], tuple[Any, Any]], counts: Sequence[int] = SCALING_COUNTS, *,
                   shape: tuple[int, int] = (23, 130), seed: int | None = None) -> CheckResult:  # fmt: skip
     """``fn(x, count)`` returns ``(mu (m,) int32, residues (count, m, k) int8)`` for the rows of x (m, k = shape)."""
     name, seed = "scaling and residues", fresh_seed(seed)
     cases = 0
     for count in counts:
         for case, x in _matrices(*shape, seed + count):
-            mu, res = (np.asarray(v) for v in fn(x.copy(), count))
+            mu, res = (np.asarray(v) for v in _call(fn, x.copy(), count))
             want_mu = ref.scale_exponents(x, 1, count)
             want_res = ref.residues(ref.to_integers(x, want_mu, 1), count)
             if cases == 0 and untouched(res):
@@ -136,41 +215,120 @@ def check_scaling(fn: Callable[[np.ndarray, int], tuple[Any, Any]], counts: Sequ
             label = f"{case}, {count} moduli"
             compare("exponents", mu, want_mu, names=("row",), case=label,
                     hint="mu comes from the row's statistics (reference.line_terms): the course's code")  # fmt: skip
-            compare("residues", res, want_res, names=("modulus", "row", "col"), case=label,
-                    hint="trunc(x 2^mu), then its symmetric residue modulo each p: split x at 2^26, reduce both "
-                    "parts (near_mod), recombine with 2^26 mod p, reduce again, into the range")  # fmt: skip
+            hint = ("w minus the multiple of p nearest to it: round_near(w * INV[t]) * P[t]; then, where the result "
+                    "passes HI[t] (a tie, w / p = n + 1/2, only for p = 256), subtract P[t] once more")  # fmt: skip
+            if res.shape == want_res.shape and res.dtype == want_res.dtype:
+                off = res.astype(np.int64) - want_res
+                moduli = np.array(ref.crt(count).moduli)[:, None, None]
+                if (off != 0).any() and np.all(off % moduli == 0):
+                    hint = ("the right class modulo p, the wrong representative: a residue must lie in "
+                            "reference.residue_range(p) ([-128, 127] for p = 256)")  # fmt: skip
+            compare("residues", res, want_res, names=("modulus", "row", "col"), case=label, hint=hint)
             cases += 1
     return passed(name, cases, seed)
 
 
+def _products(count: int, rng: np.random.Generator, shape: tuple[int, int] = (5, 40)) -> np.ndarray:
+    """int32 products (count, m, n): random, with the corners 0, +-1, +-(2^31 - 1), -2^31, multiples of p +- 1."""
+    x = rng.integers(-(2**31), 2**31, (count, *shape), dtype=np.int64)
+    for t, p in enumerate(ref.crt(count).moduli):
+        corners = [0, 1, -1, 2**31 - 1, -(2**31) + 1, -(2**31), p, -p, p - 1, 1 - p, p + 1, 3 * p, -5 * p + 1,
+                   (2**31 - 1) // p * p, -((2**31) // p) * p]  # fmt: skip
+        x[t, 0, : len(corners)] = corners
+    return x.astype(np.int32)
+
+
+@checker("CRT digits")
+def check_digits(fn: Callable[[np.ndarray], Any], count: int = ref.MAX_MODULI, *,
+                 seed: int | None = None) -> CheckResult:  # fmt: skip
+    """``fn(products)`` returns the CRT digits (count, m, n) uint8 of the int32 products (count, m, n): for every
+    modulus t, ``(P_t mod p) y_t mod p`` in [0, p)."""
+    name, seed = "CRT digits", fresh_seed(seed)
+    rng = np.random.default_rng(seed)
+    cases = 0
+    for case in ("random int32 with their corners", "small products"):
+        products = _products(count, rng)
+        if case == "small products":
+            products = (products % 1000).astype(np.int32) - 500
+        got = np.asarray(_call(fn, products.copy()))
+        want = ref.reduce_products(products, count)
+        if cases == 0 and untouched(got):
+            return not_yet(name, "every digit is zero")
+        hint = "r = v mod p (the nearest multiple subtracted), u = r y_t mod p, then u + p where u < 0: u in [0, p)"
+        if got.shape == want.shape:
+            moduli = np.array(ref.crt(count).moduli)[:, None, None]
+            plain = np.mod(products.astype(np.int64), moduli)
+            if np.array_equal(got.astype(np.int64), plain) and not np.array_equal(plain, want):
+                hint = "these are the residues of the products: the digit also multiplies by Y[t] (mod p)"
+            elif np.array_equal(np.mod(got.astype(np.int64), moduli), want) or (got.astype(np.int64) >= moduli).any():
+                hint = "digits must lie in [0, p): a negative u wrapped around in the byte; add P[t] where u < 0"
+        compare("digits", got, want, names=("modulus", "row", "col"), case=f"{case}, {count} moduli", hint=hint)
+        cases += 1
+    return passed(name, cases, seed)
+
+
+def _compare_c(got: np.ndarray, want: np.ndarray, bound: np.ndarray, case: str, hint: str) -> None:
+    """C within its bound where the result is finite, and exactly DGEMM's NaN and +-Inf where it is not."""
+    finite = np.isfinite(want)
+    got = np.asarray(got)
+    if got.shape == want.shape:
+        with np.errstate(invalid="ignore"):
+            compare("C (NaN and Inf, as DGEMM's)", np.where(finite, 0.0, got), np.where(finite, 0.0, want),
+                    names=("row", "col"), case=case,
+                    hint="a line of A or B that holds a NaN or an Inf (its exponent is NONFINITE_SHIFT): C there is "
+                    "DGEMM's, the FP64 dot product of the row of A and the column of B")  # fmt: skip
+        got, want = np.where(finite, got, 0.0), np.where(finite, want, 0.0)
+    compare("C", got, want, bound=np.where(finite, bound, 0.0), names=("row", "col"), case=case, hint=hint)
+
+
+def _c_read_although_beta_zero(got: np.ndarray, want: np.ndarray, beta: float) -> bool:
+    finite = np.isfinite(want)
+    return beta == 0.0 and bool(finite.any()) and bool(np.isnan(got[finite]).all())
+
+
 @checker("Ozaki-II reconstruction")
-def check_reconstruction(fn: Callable[..., Any], count: int = 14, *, seed: int | None = None) -> CheckResult:
-    """``fn(products, mu, nu, alpha, beta, c)`` returns C (float64) from the int32 products (count, m, n)."""
+def check_reconstruction(fn: Callable[..., Any], counts: Sequence[int] = RECONSTRUCTION_COUNTS, *,
+                         seed: int | None = None) -> CheckResult:  # fmt: skip
+    """``fn(digits, mu, nu, a, b, alpha, beta, c)`` returns C (float64) from the CRT digits (count, m, n) uint8,
+    the rows' and columns' exponents, and A and B (whose lines holding a NaN or an Inf get DGEMM's result)."""
     name, seed = "Ozaki-II reconstruction", fresh_seed(seed)
     rng = np.random.default_rng(seed)
     cases = 0
-    for case, a in _matrices(19, 90, seed):
+    for count in counts:
+        a = _corner_rows(19, 90, rng)
+        a[4, 7] = np.inf
         b = inputs.exponent_spread(90, 21, 1.0, int(rng.integers(2**31)))
         b[:, 5] = 0.0  # a zero column
+        b[3, 9] = np.nan  # a NaN in B: its column of C is NaN, as DGEMM's
         st = ref.ozaki2_stages(a, b, count)
         c = rng.standard_normal((19, 21))
         for alpha, beta in ((1.0, 0.0), (-1.5, 0.75)):
             c_arg = np.full_like(c, np.nan) if beta == 0.0 else c.copy()  # with beta = 0, C must not be read
-            got = np.asarray(fn(st.products.copy(), st.mu.copy(), st.nu.copy(), alpha, beta, c_arg))
-            want = ref.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c)
+            got = np.asarray(_call(fn, st.digits.copy(), st.mu.copy(), st.nu.copy(), a, b, alpha, beta, c_arg))
+            want = ref.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
+            label = f"{count} moduli, alpha={alpha}, beta={beta}"
+            if _c_read_although_beta_zero(got, want, beta):
+                raise CheckFailure("C", f"stage 'C' on input '{label}': every entry is NaN, and C held NaN: C was "
+                                   "read although beta = 0\nhint: add beta C only when beta != 0 (a GEMM does not "
+                                   "read C then: it may hold anything)")  # fmt: skip
             if cases == 0 and np.nan_to_num(want).any() and (untouched(got) or untouched(got, float("nan"))):
                 return not_yet(name, "C is all zero or was not written")
             bound = c_bound(want, st.mu, st.nu, count, alpha, beta, c)
-            compare("C", got, want, bound=bound, names=("row", "col"), case=f"{case}, alpha={alpha}, beta={beta}",
-                    hint="each product's CRT digit u = (P mod p) y mod p in [0, p); sums of u c1, u c2, u c3; then "
-                    "C = alpha 2^(-mu - nu) P frac(s) (+ beta C only when beta != 0; NaN where mu or nu is the "
-                    "non-finite sentinel)")  # fmt: skip
+            _compare_c(
+                got,
+                want,
+                bound,
+                label,
+                "for each modulus the digit u (a byte) times C1[t], C2[t], C3[t] into "
+                "s1, s2, s3; then C = alpha 2^(-mu - nu) P frac(s1 + s2 + s3) (+ beta C only when beta != 0)",
+            )
             cases += 1
     return passed(name, cases, seed)
 
 
 GEMM_NEEDS = {"exponents of A": (), "exponents of B": (), "residues of A": ("make_residue",),
-              "residues of B": ("make_residue",), "products": ("make_residue",)}  # fmt: skip
+              "residues of B": ("make_residue",), "products": ("make_residue",),
+              "digits": ("make_residue", "make_digit")}  # fmt: skip
 
 
 @checker("Ozaki-II GEMM", needs=GEMM_NEEDS)
@@ -183,7 +341,7 @@ def check_ozaki2_gemm(
     seed: int | None = None,
 ) -> CheckResult:
     """``run(a, b, c, alpha, beta)`` returns C; ``stages()`` returns what the plan kept (``mu``, ``nu``, ``a_res``,
-    ``b_res``, ``products``), compared first. With beta = 0 the C handed to ``run`` is all NaN."""
+    ``b_res``, ``products``, ``digits``), compared first. With beta = 0 the C handed to ``run`` is all NaN."""
     name, seed = "Ozaki-II GEMM", fresh_seed(seed)
     rng = np.random.default_rng(seed)
     cases = 0
@@ -194,25 +352,38 @@ def check_ozaki2_gemm(
         for case, a, b in pairs:
             c = rng.standard_normal((m, n))
             alpha, beta = (1.0, 0.0) if cases % 2 == 0 else (0.5, -2.0)
-            got = np.asarray(run(a, b, np.full_like(c, np.nan) if beta == 0.0 else c.copy(), alpha, beta))
+            got = np.asarray(_call(run, a, b, np.full_like(c, np.nan) if beta == 0.0 else c.copy(), alpha, beta))
             st = ref.ozaki2_stages(a, b, count)
-            want = ref.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c)
+            want = ref.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
             kept = {key: np.asarray(v) for key, v in (stages() if stages else {}).items()}
-            if cases == 0 and (untouched(got) or untouched(got, float("nan"))):
-                return not_yet(name, "C is all zero or was not written")
             label = f"{case} {m}x{n}x{k}"
+            if (
+                cases == 0
+                and not _c_read_although_beta_zero(got, want, beta)
+                and (untouched(got) or untouched(got, float("nan")))
+            ):
+                return not_yet(name, "C is all zero or was not written")
             for key, stage, want_stage, names in (
                 ("mu", "exponents of A", st.mu, ("row",)), ("nu", "exponents of B", st.nu, ("col",)),
                 ("a_res", "residues of A", st.a_res, ("modulus", "row", "col")),
                 ("b_res", "residues of B", st.b_res, ("modulus", "col", "row")),
                 ("products", "products", st.products, ("modulus", "row", "col")),
+                ("digits", "digits", st.digits, ("modulus", "row", "col")),
             ):  # fmt: skip
                 if key in kept:
                     sel = tuple(slice(0, s) for s in want_stage.shape)
                     compare(stage, kept[key][sel], want_stage, names=names, case=label)
+            if _c_read_although_beta_zero(got, want, beta):
+                raise CheckFailure("C", f"stage 'C' on input '{label}': every entry is NaN, and C held NaN: C was "
+                                   "read although beta = 0\nhint: add beta C only when beta != 0")  # fmt: skip
             bound = c_bound(want, st.mu, st.nu, count, alpha, beta, c)
-            compare("C", got, want, bound=bound, names=("row", "col"), case=f"{label}, alpha={alpha}, beta={beta}",
-                    hint="the stages before C agree with the reference: look at the reconstruction")  # fmt: skip
+            _compare_c(
+                got,
+                want,
+                bound,
+                f"{label}, alpha={alpha}, beta={beta}",
+                "the stages before C agree with the reference: look at the reconstruction",
+            )
             cases += 1
     if cases == 0:
         raise CheckFailure(name, "no case ran")

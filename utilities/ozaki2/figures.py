@@ -34,3 +34,32 @@ def error_vs_products(curves: Mapping[str, Sequence[tuple[int, float]]], *, nati
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig
+
+
+STAGES = ("choice", "scaling", "products", "reconstruct")
+
+
+def stages_against_floors(records: Sequence[plots.BenchRecord | Mapping], *, size: int | None = None,
+                          path: str | os.PathLike[str] | None = None) -> Figure:  # fmt: skip
+    """Each stage of the default design (per-modulus products, early digits) as a bar of its measured time beside
+    its floor (``params["floor_ms"]``, from ``benchmarks.stage_records``), at ``size`` (the largest if None)."""
+    recs = [plots.as_record(r) for r in records]
+    recs = [r for r in recs if "floor_ms" in r.params and r.params.get("products", "per-modulus") == "per-modulus"
+            and r.params.get("digits", "early") == "early"]  # fmt: skip
+    size = size or max((r.m for r in recs), default=0)
+    by = {r.name.split(".")[1]: r for r in recs if r.m == size}
+    names = [s for s in STAGES if s in by]
+    fig = plots.new_figure(figsize=(7.0, 3.8))
+    ax = fig.add_subplot()
+    xs = range(len(names))
+    measured = [by[s].time.median for s in names]
+    floor = [by[s].params["floor_ms"] for s in names]
+    ax.bar([x - 0.2 for x in xs], measured, width=0.4, label="measured")
+    ax.bar([x + 0.2 for x in xs], floor, width=0.4, label="floor (bytes at the copy rate, int8 ops at cuBLAS's rate)")
+    for x, got, low in zip(xs, measured, floor, strict=True):
+        ax.annotate(f"{got / low:.1f}x", (x - 0.2, got), ha="center", va="bottom", fontsize="small")
+    ax.set_xticks(list(xs), names)
+    ax.set_ylabel("ms")
+    ax.set_title(f"Ozaki-II stages against their floors, {size}^3")
+    ax.legend(fontsize="small")
+    return plots.finish(fig, path)

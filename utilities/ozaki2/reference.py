@@ -10,7 +10,8 @@ With N pairwise-coprime moduli p_1..p_N of at most 256 and P their product (Ozak
    modulo its p and multiplied by ``y_t = (P / p_t)^-1 mod p_t``: ``u_t`` in [0, p_t).
 4. **Reconstruction** (:func:`reconstruct`): by the Chinese remainder theorem ``A'B' = P frac(sum_t u_t / p_t)``
    (the fractional part taken in [-1/2, 1/2)): the weights are just ``1 / p_t``, split into three doubles so that
-   the first two partial sums are exact; then ``C = alpha 2^(-mu_i - nu_j) A'B' + beta C``.
+   the first two partial sums are exact, and the last product in double-double; then
+   ``C = alpha 2^(-mu_i - nu_j) A'B' + beta C``.
 
 One int8 product per modulus: about 14-16 moduli reach FP64 accuracy, where Ozaki-I needs 28 products (7 slices).
 Every integer stage is exact and the GPU kernels reproduce it bit for bit; the reconstruction's last rounding
@@ -26,6 +27,7 @@ from numbers import Integral
 
 import numpy as np
 
+from .. import precision
 from ..operands import NONFINITE_SHIFT, InputShapeError, NonFiniteError, check_matrix
 
 # Pairwise coprime, at most 256, largest first: 256 = 2^8, 255 = 3 5 17, 253 = 11 23, 247 = 13 19, 217 = 7 31, the
@@ -77,6 +79,16 @@ class Crt:
     def product_float(self) -> float:
         return float(self.product)
 
+    @property
+    def product_hi(self) -> float:
+        """P rounded to a double (P is exact in FP64 up to 6 moduli)."""
+        return float(self.product)
+
+    @property
+    def product_lo(self) -> float:
+        """``P - P_hi``, rounded: with ``product_hi`` a double-double of P."""
+        return float(self.product - int(float(self.product)))
+
     def arrays(self) -> dict[str, np.ndarray]:
         """The per-modulus constants as arrays (what the GPU kernels read)."""
         return {
@@ -112,42 +124,22 @@ def crt(count: int) -> Crt:
 # 1. Scaling: one power of two per row of A and column of B, from integers computed exactly
 # ------------------------------------------------------------------------------------------------------------
 
-QUANT = 32  # |x| <= q / 32 * 2^E with q = floor(32 f) + 1, x = f 2^E, f in [0.5, 1)
-SPAN = 16  # entries more than 2^16 below the line's largest count as one small constant
+# The statistics are the core's (``utilities.precision.line_terms``): the GPU takes them while it scales, and the
+# automatic choice of the count reads the same integers.
+QUANT, SPAN, CHUNK = precision.QUANT, precision.SPAN, precision.CHUNK
+line_terms = precision.line_terms
+ceil_log2 = precision.ceil_log2
 
 
-def line_terms(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per line (row for axis=1, column for axis=0): the largest exponent ``E_max`` and the integer ``S`` with
-    ``sum x^2 <= S 2^(2 (E_max - 16) - 10)``, both exact (integer arithmetic: the same in any order, on any device).
-
-    An entry ``x = f 2^E`` (f in [0.5, 1)) counts ``q^2 4^(E - E_max + 16)`` with ``q = floor(32 f) + 1``, or 256 if
-    ``E < E_max - 16``; a zero counts 0.
-    """
-    f, e = np.frexp(np.abs(x))
-    nonzero = x != 0
-    e = np.where(nonzero, e, np.iinfo(np.int32).min).astype(np.int64)
-    e_max = e.max(axis=axis, keepdims=True)
-    e_max = np.where(nonzero.any(axis=axis, keepdims=True), e_max, 0)
-    q = (np.floor(f * QUANT) + 1).astype(np.int64)
-    rel = e - e_max + SPAN
-    big = nonzero & (rel >= 0)
-    terms = np.where(big, q * q << np.where(big, 2 * rel, 0), np.where(nonzero, 256, 0))
-    return np.squeeze(e_max, axis).astype(np.int64), terms.sum(axis=axis, dtype=np.int64)
-
-
-def ceil_log2(s: np.ndarray) -> np.ndarray:
-    """``ceil(log2 s)`` of positive int64 values, exactly (0 for s <= 1)."""
-    v = np.maximum(np.asarray(s, np.int64), 1) - 1
-    guess = np.frexp(v.astype(np.float64))[1].astype(np.int64)  # bit length, or one more where the float rounded up
-    over = (guess > 0) & ((v >> np.maximum(guess - 1, 0)) == 0)
-    return guess - over
+def line_offset(e_max: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``g = 10 - 2 (E_max - 16) - ceil(log2 S)``: the exponent for t is ``mu = floor((t + g) / 2)`` (0 if S = 0)."""
+    return 10 - 2 * (np.asarray(e_max, np.int64) - SPAN) - ceil_log2(np.asarray(s, np.int64))
 
 
 def exponent_from_terms(e_max: np.ndarray, s: np.ndarray, t: int) -> np.ndarray:
     """The largest ``mu`` with ``2^(2 mu) S 2^(2 (E_max - 16) - 10) <= 2^t``: ``||2^mu x|| <= 2^(t/2)`` (0 if S = 0)."""
     s = np.asarray(s, dtype=np.int64)
-    mu = (t + 10 - 2 * (np.asarray(e_max, np.int64) - SPAN) - ceil_log2(s)) // 2
-    return np.where(s > 0, mu, 0).astype(np.int64)
+    return np.where(s > 0, (t + line_offset(e_max, s)) // 2, 0).astype(np.int64)
 
 
 def scale_exponents(x: np.ndarray, axis: int, count: int) -> np.ndarray:
@@ -240,12 +232,37 @@ def reduce_products(products: np.ndarray, count: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------------------
 
 
+def two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(s, e)`` with ``s = fl(a + b)`` and ``s + e = a + b`` exactly (Knuth's TwoSum)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def two_prod(a: np.ndarray, b: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(p, e)`` with ``p = fl(a b)`` and ``p + e = a b`` exactly (Dekker's product with Veltkamp's split; a GPU
+    gets ``e`` from one fused multiply-add)."""
+    p = a * b
+
+    def split(x):
+        c = x * 134217729.0  # 2^27 + 1
+        hi = c - (c - x)
+        return hi, x - hi
+
+    ah, al = split(a)
+    bh, bl = split(np.float64(b))
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
 def integer_product(u: np.ndarray, count: int) -> np.ndarray:
-    """A'B' (float64, rounded once) from the CRT digits u (N, m, n), by the fraction trick.
+    """A'B' (float64, rounded once, nearly correctly) from the CRT digits u (N, m, n), by the fraction trick.
 
     ``s1 = sum u_t c1_t`` and ``s2 = sum u_t c2_t`` are exact; ``s3 = sum u_t c3_t`` is not (its error is far below
-    the scaling's). ``q = rint(s1)`` is the integer part to drop (s2 + s3 < 2^-22 cannot move it across a half:
-    the scaling keeps |A'B'| / P below 1/2 - 2^-21); ``r = ((s1 - q) + s2) + s3`` and ``A'B' = r P``.
+    the scaling's). ``q = floor(s1 + 1/2)`` is the integer part to drop (s2 + s3 < 2^-22 cannot move it across a
+    half: the scaling keeps |A'B'| / P below 1/2 - 2^-21). The fraction ``r = (s1 - q) + s2 + s3`` is kept as a
+    double-double ``h + l`` (``s1 - q`` is exact, TwoSum adds s2 without error), and ``A'B' = r P`` with P as a
+    double-double ``P_hi + P_lo`` (P passes 2^53 from 7 moduli on) and ``h P_hi`` as an exact TwoProduct: one
+    rounding at the end, where a plain ``r * P`` rounds three times.
     """
     c = crt(count)
     s1 = np.zeros(u.shape[1:])
@@ -257,8 +274,10 @@ def integer_product(u: np.ndarray, count: int) -> np.ndarray:
         s2 = s2 + ut * c.c2[t]
         s3 = s3 + ut * c.c3[t]
     q = np.floor(s1 + 0.5)
-    r = ((s1 - q) + s2) + s3
-    return r * c.product_float
+    h, low = two_sum(s1 - q, s2)
+    low = low + s3
+    top, err = two_prod(h, c.product_hi)
+    return top + (err + (h * c.product_lo + low * c.product_hi))
 
 
 def reconstruct(
@@ -269,18 +288,30 @@ def reconstruct(
     alpha: float = 1.0,
     beta: float = 0.0,
     c: np.ndarray | None = None,
+    a: np.ndarray | None = None,
+    b: np.ndarray | None = None,
 ) -> np.ndarray:
-    """C = alpha 2^(-mu_i - nu_j) A'B' (+ beta C when beta != 0; C is not read when beta == 0); NaN on the rows and
-    columns whose exponent is the non-finite sentinel."""
+    """C = alpha 2^(-mu_i - nu_j) A'B' (+ beta C when beta != 0; C is not read when beta == 0).
+
+    On the rows and columns whose exponent is the non-finite sentinel (a NaN or an Inf in that line of A or B):
+    given A and B, what DGEMM gives there, ``alpha (A B)_ij + beta C_ij`` with the products and sums in FP64 (an Inf
+    meets a nonzero entry: +-Inf; a zero or a NaN: NaN); without them, NaN."""
     mu, nu = np.asarray(mu, np.int64), np.asarray(nu, np.int64)
     bad = (mu[:, None] == NONFINITE_SHIFT) | (nu[None, :] == NONFINITE_SHIFT)
     shift = np.where(bad, 0, -(mu[:, None] + nu[None, :]))
-    out = float(alpha) * np.ldexp(integer_product(u, count), shift)
-    if beta != 0.0:
-        if c is None:
-            raise ValueError("beta != 0 needs c, the C matrix to update")
-        out = out + float(beta) * check_matrix(c, "C")
-    return np.where(bad, np.nan, out)
+    with np.errstate(over="ignore"):  # a product beyond DBL_MAX is Inf, as DGEMM's
+        out = float(alpha) * np.ldexp(integer_product(u, count), shift)
+        if beta != 0.0:
+            if c is None:
+                raise ValueError("beta != 0 needs c, the C matrix to update")
+            out = out + float(beta) * check_matrix(c, "C")
+    if a is None or b is None or not bad.any():
+        return np.where(bad, np.nan, out)
+    with np.errstate(invalid="ignore", over="ignore"):
+        native = float(alpha) * (a @ b)
+        if beta != 0.0:
+            native = native + float(beta) * c
+    return np.where(bad, native, out)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -333,8 +364,8 @@ def ozaki2_gemm_ref(
     c: np.ndarray | None = None,
     nonfinite: str = "raise",
 ) -> np.ndarray:
-    """``alpha * A @ B + beta * C`` by Ozaki-II emulation with ``count`` moduli (``nonfinite`` as in Ozaki-I:
-    "raise" names the first NaN/Inf, "propagate" gives NaN rows and columns)."""
+    """``alpha * A @ B + beta * C`` by Ozaki-II emulation with ``count`` moduli (``nonfinite``: "raise" names the
+    first NaN/Inf, "propagate" gives the rows and columns that hold one what DGEMM gives there)."""
     a, b, count = _operands(a, b, count)
     if nonfinite not in ("raise", "propagate"):
         raise ValueError(f"nonfinite must be 'raise' or 'propagate', got {nonfinite!r}")
@@ -344,7 +375,7 @@ def ozaki2_gemm_ref(
                 i, j = np.argwhere(~np.isfinite(x))[0]
                 raise NonFiniteError(f"{name}[{i}, {j}] = {x[i, j]}: clean the input, or pass nonfinite='propagate'")
     st = ozaki2_stages(a, b, count)
-    return reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c)
+    return reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
 
 
 def error_bound(a: np.ndarray, b: np.ndarray, count: int) -> np.ndarray:

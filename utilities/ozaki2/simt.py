@@ -1,18 +1,28 @@
-"""The plain numba (SIMT) kernels of Ozaki-II: scaling and residues, and the reconstruction, with their launches.
+"""The plain numba (SIMT) kernels of Ozaki-II, with their launches: residues of A's rows and of B's columns, the
+CRT digit of each int32 product, and the reconstruction.
 
-Both reproduce ``utilities.ozaki2.reference`` operation for operation: the exponents, residues and CRT digits bit
-for bit (integer arithmetic, and FP64 operations whose results are exact integers), the reconstruction to its
-last rounding (a GPU may fuse ``u_t c3_t`` into the running sum). They run under numba's CUDA simulator in the
-tests and on the device in the plans.
+They reproduce ``utilities.ozaki2.reference``: exponents, residues and digits bit for bit (integer arithmetic, and
+FP64 operations whose results are exact integers), C to its last rounding (a GPU fuses multiply-adds). They run
+under numba's CUDA simulator in the tests and on the device in the plan. The designs, for 8192^3 with 15 moduli
+(``utilities.ozaki2.model`` counts the bytes, ``utilities.ozaki2.benchmarks`` times them):
 
-- ``residue_rows_kernel``: one block per row of A (B goes through it transposed): the row's exact statistics
-  (largest exponent, integer sum of squares bound), its exponent mu, then the residues of ``trunc(x 2^mu)`` modulo
-  each modulus, four int8 residues a 32-bit store;
-- ``reconstruct_kernel``: one thread per entry of C: the N products reduced to CRT digits, the fraction
-  ``sum u_t / p_t`` in three parts, ``C = alpha 2^(-mu - nu) P frac(...) + beta C``.
+- ``residue_rows_kernel``: one block per row of A, the row read once into registers; the row's exact statistics
+  (``utilities.precision_gpu.make_row_statistics``), its exponent mu, then every residue of ``trunc(x 2^mu)``,
+  four int8 residues to a 4-byte store, K-contiguous for cuBLAS;
+- ``residue_cols_kernel``: B stays row-major and is read once more after its column statistics: a block takes 32
+  columns by 64 rows (coalesced reads along n), turns each entry into its residues, and writes them transposed
+  through shared memory, so that every residue plane of B is B^T, K-contiguous: the layout cuBLAS's int8 GEMM
+  is fast in (B column-major), with coalesced 4-byte stores;
+- ``digits_kernel``: right after the int32 GEMM of modulus t, each product becomes its CRT digit
+  ``u = (P_t mod p) y_t mod p`` in [0, p), one byte: the reconstruction then reads N bytes an entry, not 4N;
+- ``reconstruct_kernel``: one thread per entry of C: the three sums of ``u_t c_t``, the fraction in double-double,
+  C = alpha 2^(-mu - nu) P frac(...) + beta C (C not read when beta = 0).
 
-Memory traffic at 8192^3 with 15 moduli: the residues read A and B once (0.5 GB each, plus B's transpose) and
-write 15 bytes an entry (1 GB each); the reconstruction reads 15 int32 products an entry (4 GB) and writes C.
+How a residue stays exact and cheap. An integer x = trunc(v 2^mu) has at most 78 bits; it is split once into
+``h 2^40 + l`` (both exact, |h| < 2^38, |l| < 2^40), and for each modulus ``w = h (2^40 mod p) + l`` (below 2^47,
+exact) is reduced by the multiple of p nearest to it: ``w - round(w / p) p``. Rounding uses 1.5 2^52 (two FP64
+adds): a GPU's floor and rint are conversions, which run at a quarter of the FP64 rate, and a residue kernel does
+N of them per entry.
 """
 
 from __future__ import annotations
@@ -23,26 +33,36 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import config, cuda, float64, int32, int64
+from numba import cuda, float64, int8, int32, int64
 
 from ..operands import NONFINITE_SHIFT
-from ..simt import pack_digits
+from ..precision_gpu import (
+    BAD,
+    EXP,
+    ROWS_THREADS,
+    TERMS,
+    items_per_thread,
+    make_row_statistics,
+    row_kernel,
+    rows_threads,
+)
+from ..simt import fma, int32_of, pack_digits, round_near, scale2, trunc_f64
 from . import reference as ref
 
-ROWS_THREADS = 512  # threads per row in residue_rows_kernel
+SPLIT = 2.0**40  # x = h 2^40 + l: |h| < 2^38 and |l| < 2^40 for |x| < 2^78
+COLS_TILE, COLS_ROWS, COLS_DEPTH = 32, 8, 64  # residue_cols_kernel: 32 columns by 64 rows, 8 rows a thread
 RECONSTRUCT_BLOCK = (32, 8)  # 32 columns (coalesced) by 8 rows
-_MAX_FINITE = np.finfo(np.float64).max
+DIGITS_THREADS = 256
 
 
 def tables(count: int) -> dict[str, np.ndarray]:
-    """The per-modulus constants the kernels read: p, 1/p, 2^26 mod p, the residue ranges, y_t, and 1/p as
-    c1 + c2 + c3."""
+    """The per-modulus constants the kernels read: p, 1/p, 2^40 mod p, the residue ranges, y_t, 1/p as c1 + c2 + c3."""
     c = ref.crt(count)
     ps = c.moduli
     return {
         "p": np.array(ps, np.float64),
         "inv": np.array([1.0 / p for p in ps]),
-        "k26": np.array([pow(2, 26, p) for p in ps], np.float64),
+        "k40": np.array([pow(2, 40, p) for p in ps], np.float64),
         "lo": np.array([ref.residue_range(p)[0] for p in ps], np.float64),
         "hi": np.array([ref.residue_range(p)[1] for p in ps], np.float64),
         "y": np.array(c.inverses, np.float64),
@@ -52,42 +72,57 @@ def tables(count: int) -> dict[str, np.ndarray]:
     }
 
 
-@cuda.jit(device=True, inline=True)
-def near_mod(v, p, inv):
-    """v minus the multiple of p nearest to it: exact for integers |v| < 2^52 (as ``reference._near_mod``)."""
-    return v - math.floor(v * inv + 0.5) * p
-
-
 @functools.cache
 def make_residue(count: int):
-    """A device function ``residue(x, t)``: the symmetric residue of the integer-valued double x (|x| < 2^78, which
-    the scaling guarantees) modulo the t-th modulus, exactly, as ``reference.residue`` computes it."""
+    """A device function ``residue(w, t)``: the symmetric residue of the integer-valued double w (|w| < 2^47, which
+    the kernels guarantee) modulo the t-th modulus, exactly, in ``reference.residue_range`` (up to HI[t]), as a
+    double."""
     T = tables(count)
-    P, INV, K26, LO, HI = T["p"], T["inv"], T["k26"], T["lo"], T["hi"]
+    P, INV, HI = T["p"], T["inv"], T["hi"]
 
     @cuda.jit(device=True)
-    def residue(x, t):
-        # TODO (about 8 lines): split x into its bits above 2^26 and below; reduce each (near_mod), recombine them
-        # with 2^26 mod p (K26[t]), reduce again, and bring the result into [LO[t], HI[t]]
+    def residue(w, t):
+        # TODO (about 4 lines): subtract from w the multiple of P[t] nearest to it (round_near(w * INV[t]) is
+        # w / p rounded to an integer, exact here); the result can exceed HI[t] by one (a tie): bring it into range
         # SKELETON: return 0.0
         # BEGIN SOLUTION
-        p, inv = P[t], INV[t]
-        high = float64(math.trunc(x * 2.0**-26))  # below 2^52: near_mod is exact on it
-        low = x - high * 2.0**26
-        r = near_mod(near_mod(high, p, inv) * K26[t] + near_mod(low, p, inv), p, inv)
-        if r > HI[t]:
-            r -= p
-        if r < LO[t]:
-            r += p
+        r = w - round_near(w * INV[t]) * P[t]  # |w| < 2^47: w / p is rounded to its nearest integer, r is exact
+        if r > HI[t]:  # a tie (p = 256, w / p = n + 1/2) rounds to even: r = 128 becomes -128
+            r -= P[t]
         return r
         # END SOLUTION
 
     return residue
 
 
+@functools.cache
+def make_digit(count: int):
+    """A device function ``digit(v, t)``: the CRT digit ``(v mod p) y mod p`` in [0, p) of the int32 product v of
+    modulus t (t-th p, y = ``(P / p)^-1 mod p``), as a double."""
+    T = tables(count)
+    P, INV, Y = T["p"], T["inv"], T["y"]
+
+    @cuda.jit(device=True)
+    def digit(v, t):
+        # TODO (about 7 lines): v modulo P[t] (the nearest multiple subtracted, as in residue), times Y[t], modulo P[t]
+        # again, then into [0, P[t])
+        # SKELETON: return 0.0
+        # BEGIN SOLUTION
+        p = P[t]
+        r = v - round_near(v * INV[t]) * p  # |v| < 2^31: exact, in [-p/2, p/2]
+        u = r * Y[t]  # below 2^15 in magnitude
+        u -= round_near(u * INV[t]) * p
+        if u < 0:
+            u += p
+        return u
+        # END SOLUTION
+
+    return digit
+
+
 @cuda.jit(device=True)
 def ceil_log2(v):
-    """Bits of v - 1 (0 for v <= 1): ``int(v - 1).bit_length()`` for an int64 v >= 1 (once a row: a loop will do)."""
+    """Bits of v - 1 (0 for v <= 1): ``int(v - 1).bit_length()`` for an int64 v >= 1 (once a line: a loop will do)."""
     bits = 0
     rest = v - 1
     while rest > 0:
@@ -96,202 +131,213 @@ def ceil_log2(v):
     return bits
 
 
-def _check_width(k: int, kp: int, threads: int) -> None:
-    if kp % 4 or kp < k:
-        raise ValueError(f"the padded width kp = {kp} must be a multiple of 4 and at least k = {k}")
-    if threads % 32:
-        raise ValueError(f"threads = {threads} must be a multiple of 32 (whole warps)")
+@cuda.jit(device=True)
+def line_offset(amax, e, s):
+    """``reference.line_offset``: the exponent for t moduli is ``floor((t + g) / 2)`` (the choice kernels' g)."""
+    return int64(10 - 2 * (e - ref.SPAN) - ceil_log2(s))
 
 
 @functools.cache
-def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
-    """A device function ``row_statistics(x, row, vals, flags, sums, tid) -> (bad, e_max, total)`` for a block of
-    ``threads`` threads on one row of x (m, k): it loads the row into ``vals`` (this thread's ITEMS entries, runs of
-    4, NaN and Inf replaced by 0), and returns the row's non-finite flag, largest exponent and integer sum of squares
-    bound (``reference.line_terms``), the same in every thread. ``flags`` and ``sums`` are shared arrays of
-    ``threads`` int32 and int64. ITEMS is ``4 * ceil(kp / 4 / threads)``."""
-    _check_width(k, kp, threads)
-    K, THREADS, WORDS = k, threads, kp // 4
-    ITEMS = 4 * -(-WORDS // threads)
-    SHUFFLES = not config.ENABLE_CUDASIM
-    QUANT, SPAN = ref.QUANT, ref.SPAN
+def make_exponent(count: int):
+    """A device function ``exponent(e, s, bad)``: mu of a line from its statistics (``reference.exponent_from_terms``
+    for ``count`` moduli; ``NONFINITE_SHIFT`` if the line holds a NaN or an Inf)."""
+    TT = ref.crt(count).t
 
     @cuda.jit(device=True)
-    def block_max(value, shared, tid):
-        """The largest int32 value over the block (every thread gets it)."""
-        if SHUFFLES:
-            for lane_mask in (16, 8, 4, 2, 1):
-                value = max(value, cuda.shfl_xor_sync(0xFFFFFFFF, value, lane_mask))
-            if tid % 32 == 0:
-                shared[tid // 32] = value
-            cuda.syncthreads()
-            value = shared[0]
-            for warp in range(1, THREADS // 32):
-                value = max(value, shared[warp])
-        else:  # numba's simulator has no shuffles
-            shared[tid] = value
-            cuda.syncthreads()
-            value = shared[0]
-            for other in range(1, THREADS):
-                value = max(value, shared[other])
-        cuda.syncthreads()  # everyone has read shared before it is used again
-        return value
+    def exponent(e, s, bad):
+        if bad != 0:
+            return int32(NONFINITE_SHIFT)
+        if s <= 0:
+            return int32(0)
+        return int32((TT + line_offset(0.0, e, s)) // 2)
 
-    @cuda.jit(device=True)
-    def block_sum(value, shared, tid):
-        """The int64 sum over the block (exact: integers, in any order)."""
-        if SHUFFLES:
-            for lane_mask in (16, 8, 4, 2, 1):
-                value += cuda.shfl_xor_sync(0xFFFFFFFF, value, lane_mask)
-            if tid % 32 == 0:
-                shared[tid // 32] = value
-            cuda.syncthreads()
-            value = shared[0]
-            for warp in range(1, THREADS // 32):
-                value += shared[warp]
-        else:
-            shared[tid] = value
-            cuda.syncthreads()
-            value = shared[0]
-            for other in range(1, THREADS):
-                value += shared[other]
-        cuda.syncthreads()
-        return value
+    return exponent
 
-    @cuda.jit(device=True)
-    def row_statistics(x, row, vals, flags, sums, tid):
-        e_max = -(2**31)
-        bad = 0
-        for j in range(ITEMS):
-            col = 4 * (tid + (j // 4) * THREADS) + j % 4
-            v = x[row, col] if col < K else 0.0
-            if not abs(v) <= _MAX_FINITE:
-                bad = 1
-                v = 0.0
-            vals[j] = v
-            if v != 0.0:
-                _, e = math.frexp(v)
-                e_max = max(e_max, e)
-        bad = block_max(bad, flags, tid)
-        e_max = block_max(e_max, flags, tid)
-        total = int64(0)
-        for j in range(ITEMS):
-            v = vals[j]
-            if v != 0.0:
-                f, e = math.frexp(abs(v))
-                rel = e - e_max + SPAN
-                if rel >= 0:
-                    q = int64(math.floor(f * QUANT)) + 1
-                    total += (q * q) << (2 * rel)
-                else:
-                    total += 256
-        total = block_sum(total, sums, tid)
-        return bad, e_max, total
 
-    return row_statistics
+@cuda.jit(device=True)
+def split(v, mu):
+    """``trunc(v 2^mu) = h 2^40 + l``, both exact doubles (|h| < 2^38, |l| < 2^40 while |v 2^mu| < 2^78)."""
+    x = trunc_f64(math.ldexp(v, int(mu)))
+    h = trunc_f64(x * (1.0 / SPLIT))
+    return h, x - h * SPLIT
 
 
 @functools.cache
-def make_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS):
-    """``stats_kernel[m, threads](x, e_max, s)``: each row's largest exponent and integer sum of squares bound
-    (``reference.line_terms``; 0 and 0 for a row of zeros), for choosing the number of moduli."""
-    THREADS, ITEMS = threads, 4 * -(-(kp // 4) // threads)
-    row_statistics = make_row_statistics(k, kp, threads)
+def make_split_residue(count: int, residue_factory: Callable[[int], Any] = make_residue):
+    """A device function ``split_residue(h, l, t)``: the residue modulo the t-th modulus of ``h 2^40 + l`` as an int32
+    (``h (2^40 mod p) + l`` is below 2^47: exact, and within ``residue``'s range)."""
+    K40 = tables(count)["k40"]
+    residue = residue_factory(count)
 
-    @cuda.jit
-    def stats_kernel(x, e_max, s):
-        row, tid = cuda.blockIdx.x, cuda.threadIdx.x
-        vals = cuda.local.array(ITEMS, float64)
-        flags = cuda.shared.array(THREADS, int32)
-        sums = cuda.shared.array(THREADS, int64)
-        _, top, total = row_statistics(x, row, vals, flags, sums, tid)
-        if tid == 0:
-            e_max[row] = top if total > 0 else 0
-            s[row] = total
+    @cuda.jit(device=True)
+    def split_residue(h, low, t):
+        return int32_of(residue(h * K40[t] + low, t))
 
-    return stats_kernel
+    return split_residue
 
 
 @functools.cache
 def make_residue_rows_kernel(k: int, kp: int, count: int, threads: int = ROWS_THREADS,
                              residue_factory: Callable[[int], Any] = make_residue):  # fmt: skip
-    """``residue_rows_kernel[m, threads](x, words, mu)``: one block per row of x (m, k), in one pass over x.
+    """``residue_rows_kernel[m, threads](x, words, mu)``: one block per row of x (m, k), one pass over x.
 
-    The row's entries stay in registers while the block finds its statistics (``make_row_statistics``); then
-    ``mu[row]`` (``NONFINITE_SHIFT`` if the row holds a NaN or an Inf), and the residues of ``trunc(x 2^mu)``
-    modulo each of the ``count`` moduli, four to an int32 word of ``words``, the int32 view (count, m, kp/4) of
-    the int8 residues (count, m, kp); columns k..kp-1 get zeros.
+    The row's entries stay in registers while the block finds its statistics; then ``mu[row]``
+    (``NONFINITE_SHIFT`` if the row holds a NaN or an Inf) and the residues of ``trunc(x 2^mu)`` modulo each of the
+    ``count`` moduli, four to an int32 word of ``words``, the int32 view (count, m, kp/4) of the int8 residues
+    (count, m, kp); columns k..kp-1 get zeros.
     """
     N, THREADS, WORDS = count, threads, kp // 4
-    ITEMS = 4 * -(-WORDS // threads)
-    TT, SPAN = ref.crt(count).t, ref.SPAN
+    ITEMS = items_per_thread(kp, threads)
     row_statistics = make_row_statistics(k, kp, threads)
-    residue = residue_factory(count)
+    exponent = make_exponent(count)
+    split_residue = make_split_residue(count, residue_factory)
 
-    @cuda.jit
+    @row_kernel
     def residue_rows_kernel(x, words, mu):
         row, tid = cuda.blockIdx.x, cuda.threadIdx.x
         vals = cuda.local.array(ITEMS, float64)
-        res = cuda.local.array((4, N), int32)
-        flags = cuda.shared.array(THREADS, int32)
-        sums = cuda.shared.array(THREADS, int64)
-        bad, e_max, total = row_statistics(x, row, vals, flags, sums, tid)
-        shift = int32(0)
-        if total > 0:
-            shift = int32((TT + 10 - 2 * (e_max - SPAN) - ceil_log2(total)) // 2)
-        if bad != 0:
-            shift = NONFINITE_SHIFT
+        si = cuda.shared.array(THREADS, int32)
+        sl = cuda.shared.array(THREADS, int64)
+        sd = cuda.shared.array(THREADS, float64)
+        bad, _, e, s = row_statistics(x, row, vals, si, sl, sd, tid)
+        shift = exponent(e, s, bad)
         if tid == 0:
             mu[row] = shift
+        if bad != 0:  # a row with a NaN or an Inf gets zero residues
+            for j in range(ITEMS):
+                vals[j] = 0.0
         for j in range(0, ITEMS, 4):
             word = tid + (j // 4) * THREADS
             if word < WORDS:
-                for q in range(4):
-                    xi = 0.0 if bad != 0 else math.ldexp(vals[j + q], int(shift))
-                    xi -= math.fmod(xi, 1.0)  # trunc, kept in FP64: |xi| may pass 2^63 (numba's trunc is an int64)
-                    for t in range(N):
-                        res[q, t] = int32(residue(xi, t))
-                for t in range(N):
-                    words[t, row, word] = pack_digits(res[0, t], res[1, t], res[2, t], res[3, t])
+                h0, l0 = split(vals[j], shift)
+                h1, l1 = split(vals[j + 1], shift)
+                h2, l2 = split(vals[j + 2], shift)
+                h3, l3 = split(vals[j + 3], shift)
+                for t in range(N):  # four residues of one modulus, one 4-byte store
+                    words[t, row, word] = pack_digits(split_residue(h0, l0, t), split_residue(h1, l1, t),
+                                                      split_residue(h2, l2, t), split_residue(h3, l3, t))  # fmt: skip
 
     return residue_rows_kernel
 
 
 @functools.cache
-def make_reconstruct_kernel(count: int):
-    """``reconstruct_kernel[grid, block](products, mu, nu, alpha, beta, c, out)``: C from the int32 products
-    (count, m, n) of the residues, as ``reference.reduce_products`` then ``reference.reconstruct``."""
-    T = tables(count)
-    N = count
-    P, INV, Y, C1, C2, C3 = T["p"], T["inv"], T["y"], T["c1"], T["c2"], T["c3"]
-    PRODUCT = ref.crt(count).product_float
+def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] = make_residue):
+    """``residue_cols_kernel[(ceil(n / 32), ceil(kp / 64)), (32, 8)](b, istats, words, nu)``: the residues of the
+    columns of a row-major B (k, n), each plane stored transposed: ``words`` is the int32 view (count, n, kp/4) of
+    the int8 residues (count, n, kp) of B^T; rows k..kp-1 get zeros. Each column's exponent nu comes from its
+    statistics (``istats`` (3, n) int64, ``utilities.precision_gpu``: exponent, S, non-finite flag) and is written
+    to ``nu`` (n,) by the blocks of the first row tile.
+
+    A block reads 32 columns by 64 rows (each warp 32 consecutive doubles of a row), keeps the residues of one tile
+    in shared memory (count x 32 x 68 bytes: 64 rows and a pad that keeps the stores free of bank conflicts), and
+    writes each column's 64 residues as 16 words (two columns, 128 bytes, per warp store).
+    """
+    N, PER, PADDED = count, COLS_DEPTH // COLS_ROWS, COLS_DEPTH + 4
+    WORDS_PER_COL = COLS_DEPTH // 4
+    THREADS = COLS_TILE * COLS_ROWS
+    exponent = make_exponent(count)
+    split_residue = make_split_residue(count, residue_factory)
 
     @cuda.jit
-    def reconstruct_kernel(products, mu, nu, alpha, beta, c, out):
+    def residue_cols_kernel(b, istats, words, nu):
+        k, n = b.shape
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        col0, row0 = cuda.blockIdx.x * COLS_TILE, cuda.blockIdx.y * COLS_DEPTH
+        col = col0 + tx
+        tile = cuda.shared.array((N, COLS_TILE, PADDED), int8)
+        vals = cuda.local.array(PER, float64)
+        shift = int32(0)
+        bad = int64(0)
+        if col < n:
+            bad = istats[BAD, col]
+            shift = exponent(istats[EXP, col], istats[TERMS, col], bad)
+            if cuda.blockIdx.y == 0 and ty == 0:
+                nu[col] = shift
+        for i in range(PER):  # all loads first
+            row = row0 + ty + i * COLS_ROWS
+            vals[i] = b[row, col] if row < k and col < n else 0.0
+        for i in range(PER):
+            h, low = split(vals[i] if bad == 0 else 0.0, shift)  # a column with a NaN or an Inf: zero residues
+            for t in range(N):
+                tile[t, tx, ty + i * COLS_ROWS] = split_residue(h, low, t)
+        cuda.syncthreads()
+        tid = ty * COLS_TILE + tx
+        word0 = cuda.blockIdx.y * WORDS_PER_COL
+        for t in range(N):
+            for idx in range(tid, COLS_TILE * WORDS_PER_COL, THREADS):
+                c, w = idx // WORDS_PER_COL, idx % WORDS_PER_COL
+                if col0 + c < n and word0 + w < words.shape[2]:
+                    four = tile[t, c]
+                    words[t, col0 + c, word0 + w] = pack_digits(four[4 * w], four[4 * w + 1], four[4 * w + 2],
+                                                                four[4 * w + 3])  # fmt: skip
+
+    return residue_cols_kernel
+
+
+@functools.cache
+def make_digits_kernel(count: int, digit_factory: Callable[[int], Any] = make_digit):
+    """``digits_kernel[ceil(size / 256), 256](products, t, digits)``: the CRT digit of modulus t of each int32
+    product (a flat array of m n), as uint8 (``reference.reduce_products`` for one plane)."""
+    digit = digit_factory(count)
+
+    @cuda.jit
+    def digits_kernel(products, t, digits):
+        i = cuda.grid(1)
+        if i < products.shape[0]:
+            digits[i] = int32_of(digit(float64(products[i]), t))
+
+    return digits_kernel
+
+
+@functools.cache
+def make_reconstruct_kernel(count: int, from_products: bool = False, digit_factory: Callable[[int], Any] = make_digit):
+    """``reconstruct_kernel[grid, block](planes, mu, nu, a, b, alpha, beta, c, out)``: C from the N planes
+    (count, m, n) of CRT digits (uint8), or of int32 products when ``from_products`` (each reduced here with
+    ``digit``), as ``reference.reconstruct``: the three sums, the fraction ``(s1 - q) + s2 + s3`` in double-double,
+    times P in double-double, scaled back by 2^(-mu - nu); alpha and beta as a GEMM's (C not read when beta = 0).
+    Where mu or nu is the non-finite sentinel, what DGEMM gives: the FP64 dot product of A's row and B's column
+    (those lines hold a NaN or an Inf, which the result must carry as DGEMM carries it)."""
+    T = tables(count)
+    N, FROM_PRODUCTS = count, from_products
+    C1, C2, C3 = T["c1"], T["c2"], T["c3"]
+    crt = ref.crt(count)
+    P_HI, P_LO = crt.product_hi, crt.product_lo
+    digit = digit_factory(count)
+
+    @cuda.jit
+    def reconstruct_kernel(planes, mu, nu, a, b, alpha, beta, c, out):
         j, i = cuda.grid(2)
         if i >= out.shape[0] or j >= out.shape[1]:
             return
-        if mu[i] == NONFINITE_SHIFT or nu[j] == NONFINITE_SHIFT:
-            out[i, j] = math.nan
+        if mu[i] == NONFINITE_SHIFT or nu[j] == NONFINITE_SHIFT:  # rare: a line with a NaN or an Inf
+            native = 0.0
+            for col in range(a.shape[1]):
+                native += a[i, col] * b[col, j]
+            native *= alpha
+            if beta != 0.0:
+                native += beta * c[i, j]
+            out[i, j] = native
             return
         s1 = 0.0
         s2 = 0.0
         s3 = 0.0
         for t in range(N):
-            # TODO (about 5 lines): the CRT digit u of product t, in [0, p), added to s1, s2 and s3 with weights c1,
-            # c2 and c3
+            u = digit(float64(planes[t, i, j]), t) if FROM_PRODUCTS else float64(planes[t, i, j])
+            # TODO (about 3 lines): add u, weighted by C1[t], C2[t] and C3[t], to s1, s2 and s3
             # BEGIN SOLUTION
-            p, inv = P[t], INV[t]
-            r = near_mod(float64(products[t, i, j]), p, inv)
-            u = near_mod(r * Y[t], p, inv)
-            if u < 0:
-                u += p
             s1 += u * C1[t]
             s2 += u * C2[t]
             s3 += u * C3[t]
             # END SOLUTION
         q = math.floor(s1 + 0.5)
-        value = alpha * math.ldexp((((s1 - q) + s2) + s3) * PRODUCT, -int(mu[i] + nu[j]))
+        a = s1 - q  # exact
+        h = a + s2  # TwoSum: h + low = a + s2 exactly
+        back = h - a
+        low = ((a - (h - back)) + (s2 - back)) + s3
+        top = h * P_HI  # TwoProduct: top + err = h P_hi exactly
+        err = fma(h, P_HI, -top)
+        value = top + (err + (h * P_LO + low * P_HI))
+        value = alpha * scale2(value, -int(mu[i] + nu[j]))
         if beta != 0.0:
             value += beta * c[i, j]
         out[i, j] = value
@@ -308,19 +354,32 @@ class Launch(NamedTuple):
     block: Any
 
 
-def stats_launch(m: int, k: int, kp: int) -> Launch:
-    """The line statistics of an m x k matrix's rows: ``kernel[grid, block](x, e_max, s)``."""
-    return Launch("statistics", make_stats_kernel(k, kp, ROWS_THREADS), m, ROWS_THREADS)
+def residue_launch(m: int, k: int, kp: int, count: int, residue_factory: Callable[[int], Any] | None = None,
+                   threads: int | None = None) -> Launch:  # fmt: skip
+    """The residues of an m x k matrix's rows: ``kernel[grid, block](x, words, mu)`` (``threads`` per row: by
+    default ``precision_gpu.rows_threads(kp)``)."""
+    threads = threads or rows_threads(kp)
+    kernel = make_residue_rows_kernel(k, kp, count, threads, residue_factory or make_residue)
+    return Launch("residues of rows", kernel, m, threads)
 
 
-def residue_launch(m: int, k: int, kp: int, count: int, residue_factory: Callable[[int], Any] | None = None) -> Launch:
-    """The residues of an m x k matrix: ``kernel[grid, block](x, words, mu)``."""
-    kernel = make_residue_rows_kernel(k, kp, count, ROWS_THREADS, residue_factory or make_residue)
-    return Launch("residues", kernel, m, ROWS_THREADS)
+def residue_cols_launch(k: int, n: int, kp: int, count: int,
+                        residue_factory: Callable[[int], Any] | None = None) -> Launch:  # fmt: skip
+    """The residues of a k x n matrix's columns, transposed: ``kernel[grid, block](b, istats, words, nu)``."""
+    kernel = make_residue_cols_kernel(count, residue_factory or make_residue)
+    return Launch("residues of columns", kernel, (-(-n // COLS_TILE), -(-kp // COLS_DEPTH)), (COLS_TILE, COLS_ROWS))
 
 
-def reconstruct_launch(m: int, n: int, count: int, reconstruct_factory: Callable[[int], Any] | None = None) -> Launch:
-    """The reconstruction of an m x n C: ``kernel[grid, block](products, mu, nu, alpha, beta, c, out)``."""
+def digits_launch(size: int, count: int, digit_factory: Callable[[int], Any] | None = None) -> Launch:
+    """The digits of one plane of ``size`` products: ``kernel[grid, block](products, t, digits)`` (flat arrays)."""
+    kernel = make_digits_kernel(count, digit_factory or make_digit)
+    return Launch("digits", kernel, -(-size // DIGITS_THREADS), DIGITS_THREADS)
+
+
+def reconstruct_launch(m: int, n: int, count: int, reconstruct_factory: Callable[..., Any] | None = None, *,
+                       from_products: bool = False) -> Launch:  # fmt: skip
+    """The reconstruction of an m x n C: ``kernel[grid, block](planes, mu, nu, a, b, alpha, beta, c, out)``."""
     tx, ty = RECONSTRUCT_BLOCK
-    kernel = (reconstruct_factory or make_reconstruct_kernel)(count)
+    factory = reconstruct_factory or make_reconstruct_kernel
+    kernel = factory(count, from_products) if from_products else factory(count)
     return Launch("reconstruct", kernel, (-(-n // tx), -(-m // ty)), RECONSTRUCT_BLOCK)

@@ -1,0 +1,148 @@
+"""The line statistics and the device-side choice (``utilities.precision_gpu``) against ``utilities.precision``:
+exact integers bit for bit, norms to their rounding, the count chosen as the CPU chooses it. Without a GPU they
+run in numba's CUDA simulator on small sizes (the kernels' own launch sizes, smaller blocks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from utilities import inputs, precision
+from utilities import precision_gpu as pg
+
+THREADS = 32  # the simulator runs one Python thread per CUDA thread: keep blocks small
+
+pytestmark = pytest.mark.device
+
+
+def _dev(x):
+    return cuda.to_device(np.ascontiguousarray(x))
+
+
+def row_stats(x: np.ndarray, w: np.ndarray | None = None):
+    m, k = x.shape
+    f, i, top = _dev(np.zeros((3, m))), _dev(np.zeros((3, m), np.int64)), _dev(np.array([pg.NO_EXPONENT], np.int32))
+    kernel = pg.make_row_stats_kernel(k, -(-k // 4) * 4, THREADS, w is not None)
+    kernel[m, THREADS](_dev(x), _dev(np.zeros(k) if w is None else w), f, i, top)
+    return f.copy_to_host(), i.copy_to_host(), int(top.copy_to_host()[0])
+
+
+def col_stats(x: np.ndarray, w: np.ndarray | None = None):
+    rows, cols = x.shape
+    chunks = -(-rows // precision.CHUNK)
+    cf, ci = _dev(np.zeros((3, chunks, cols))), _dev(np.zeros((3, chunks, cols), np.int64))
+    kernel = pg.make_col_chunk_kernel(w is not None)
+    kernel[(-(-cols // pg.COL_TILE), chunks), (pg.COL_TILE, pg.COL_ROWS)](_dev(x), _dev(np.zeros(rows) if w is None
+                                                                                  else w), cf, ci)  # fmt: skip
+    f, i, top = _dev(np.zeros((3, cols))), _dev(np.zeros((3, cols), np.int64)), _dev(np.array([pg.NO_EXPONENT],
+                                                                                             np.int32))  # fmt: skip
+    pg.col_combine_kernel[-(-cols // 256), 256](cf, ci, f, i, top)
+    return f.copy_to_host(), i.copy_to_host(), int(top.copy_to_host()[0])
+
+
+def _lines():
+    x = inputs.exponent_spread(7, 300, 3.0, 1)
+    x[2] = 0.0
+    x[3, 5] = np.nan
+    x[4, :150] *= 2.0**-40  # chunks far below the line's largest
+    x[5] = inputs.with_subnormals(1, 300, 2)[0] * 2.0**-20
+    x[6, 7] = 1.7e308
+    return x
+
+
+def _check(f, i, want: precision.LineStats, rtol=1e-13):
+    np.testing.assert_array_equal(i[pg.EXP], want.e)
+    np.testing.assert_array_equal(i[pg.TERMS], want.s)
+    np.testing.assert_array_equal(i[pg.BAD].astype(bool), want.bad)
+    np.testing.assert_array_equal(f[pg.AMAX], want.amax)
+    np.testing.assert_allclose(f[pg.NORM2], want.norm2, rtol=rtol)
+    np.testing.assert_allclose(f[pg.CROSS2], want.cross2, rtol=rtol)
+
+
+def test_row_and_column_statistics_match_the_reference():
+    """Rows of A by the row kernel, columns of B by column chunks: E and S bit for bit, norms to rounding, on rows
+    of zeros, with a NaN, with chunks far below the largest, subnormal and near DBL_MAX."""
+    a = _lines()
+    b = np.ascontiguousarray(_lines()[:, :260].T)  # 260 x 7: three chunks per column, the last one short
+    a[:, 260:] = 0.0
+    a = a[:, :260].copy()
+    want = precision.gemm_stats(a, b)
+    w_rows = np.abs(inputs.normal(1, 260, 3)[0])
+    w_cols = np.abs(inputs.normal(1, 260, 4)[0])
+    f, i, top = row_stats(a, w_rows)
+    rows = precision._line_stats(np.where(np.isfinite(a), a, 0), 1, w_rows, ~np.isfinite(a).all(1))
+    _check(f, i, rows)
+    assert top == want.ea
+    f, i, top = col_stats(b, w_cols)
+    cols = precision._line_stats(np.where(np.isfinite(b), b, 0), 0, w_cols, ~np.isfinite(b).all(0))
+    _check(f, i, cols)
+    assert top == want.eb
+
+
+def _stats_on_device(a: np.ndarray, b: np.ndarray):
+    """``GemmStatistics.compute``'s passes with numba's arrays (the plan launches the same kernels with CuPy's)."""
+    a_cols_f, a_cols_i, ea = col_stats(a)
+    q = np.where(a_cols_f[pg.NORM2] > 0, np.ldexp(a_cols_f[pg.NORM2], 2 * (a_cols_i[pg.EXP] - ea)), 0.0)
+    b_rows_f, b_rows_i, eb = row_stats(b)
+    r = np.where(b_rows_f[pg.NORM2] > 0, np.ldexp(b_rows_f[pg.NORM2], 2 * (b_rows_i[pg.EXP] - eb)), 0.0)
+    rows_f, rows_i, _ = row_stats(a, r)
+    cols_f, cols_i, _ = col_stats(b, q)
+    return rows_f, rows_i, cols_f, cols_i, np.array([ea, eb], np.int32)
+
+
+def test_normalize_kernel_brings_norms_to_the_largest_exponent():
+    f = np.array([[1.0, 0.0, 0.5], [0.75, 0.0, 0.25], [0.0, 0.0, 0.0]])
+    i = np.array([[3, 0, -1000], [0, 0, 0], [0, 0, 0]], np.int64)
+    out = _dev(np.full(3, -1.0))
+    pg.normalize_kernel[1, 32](_dev(f), _dev(i), _dev(np.array([3], np.int32)), out)
+    np.testing.assert_array_equal(out.copy_to_host(), [0.75, 0.0, np.ldexp(0.25, -2006)])
+
+
+@pytest.mark.parametrize("case", ["normal", "spread phi=3", "badly scaled row", "subnormal A, huge B", "nonfinite"])
+def test_the_device_choice_matches_the_cpu_choice(case):
+    """Both schemes' counts from the statistics the kernels took, on inputs where the choice differs: well scaled,
+    spread out, one row that meets B's small rows, A of subnormals times B of 1e10, a NaN and an Inf."""
+    from utilities.ozaki import precision as p1
+    from utilities.ozaki import simt as s1
+    from utilities.ozaki2 import precision as p2
+    from utilities.ozaki2 import simt as s2
+
+    m, k, n = 12, 24, 8
+    a, b = inputs.normal(m, k, 1), inputs.normal(k, n, 2)
+    if case == "spread phi=3":
+        a, b = inputs.exponent_spread(m, k, 3.0, 3), inputs.exponent_spread(k, n, 3.0, 4)
+    elif case == "badly scaled row":
+        b[: k // 2] *= 2.0**-20
+        a[5, k // 2 :] *= 2.0**-30
+    elif case == "subnormal A, huge B":
+        a, b = np.ldexp(a, -1060), b * 1e10
+    elif case == "nonfinite":
+        a, b = inputs.nonfinite_lines(m, k, n, 5)
+    stats = precision.gemm_stats(a, b)
+    rows_f, rows_i, cols_f, cols_i, tops = _stats_on_device(a, b)
+    assert tops.tolist() == [stats.ea, stats.eb]
+    for scheme, offset in ((p2.SCHEME, s2.line_offset), (p1.scheme(k), s1.choice_offset)):
+        _device_choice_agrees(stats, scheme, offset, (rows_f, rows_i, cols_f, cols_i, tops))
+
+
+def _device_choice_agrees(stats, scheme, offset, device_stats):
+    m, n, k = device_stats[0].shape[1], device_stats[2].shape[1], stats.k
+    want = precision.choose(stats, scheme)
+    counts = list(scheme.counts(k))
+    offsets, weights = np.array([scheme.offset(c) for c in counts]), np.array([scheme.weight(c) for c in counts])
+    sums, ratios, pick = pg.make_choice_kernels(offset, THREADS)
+    blocks = -(-(m + n) // THREADS)
+    partial, worst = _dev(np.zeros((blocks, 2 * (pg.MAX_COUNTS + 1)))), _dev(np.zeros((blocks, pg.MAX_COUNTS)))
+    args = [_dev(v) for v in device_stats]
+    sums[blocks, THREADS](*args, _dev(offsets), np.int64(scheme.divisor), partial)
+    ratios[blocks, THREADS](*args, _dev(offsets), _dev(weights), np.int64(scheme.divisor), partial, worst)
+    out = _dev(np.zeros(1 + len(counts)))
+    pick[1, 32](worst, precision.target(k), out)
+    host = out.copy_to_host()
+    tables = pg.SchemeTables(scheme.name, tuple(counts), None, None, scheme.divisor, precision.target(k),
+                             scheme.products, offset)  # fmt: skip
+    got = pg.tables_choice(tables, host)
+    assert got.count == want.count, (got.describe(), want.describe())
+    for c, v in want.tried.items():
+        assert got.tried[c] == pytest.approx(v, rel=1e-9), c

@@ -1,0 +1,254 @@
+"""Semantic mistakes and correct alternatives of the Ozaki-II exercises (4a, 4b), as data for the mutation tool.
+
+Each entry is a textual replacement applied once to the exercise's solution source as ``tools/mutation_test.py``'s
+builder returns it (``old`` must occur exactly once). A mistake is what an attendee writes that is wrong only at an
+edge of the domain, in a rounding order, with a count or a table hard-coded, or by a wrong convention; the checker
+must reject it on every seed, naming it. An alternative is another exact route that the checker must accept.
+"""
+
+from __future__ import annotations
+
+try:
+    from utilities.mutants import Alternative, Mistake
+except ImportError:  # the mutation framework adds these two; until then the same fields
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Mistake:
+        exercise: str
+        kind: str
+        what: str
+        old: str
+        new: str
+
+    @dataclass(frozen=True)
+    class Alternative:
+        exercise: str
+        what: str
+        old: str
+        new: str
+
+
+RESIDUE_4A = "4a symmetric_residue"
+CRT_4A = "4a crt_reconstruct"
+RESIDUE_4B = "4b residue (device function)"
+DIGIT_4B = "4b digit (device function)"
+RECONSTRUCT_4B = "4b reconstruct (SIMT kernel, simulator)"
+
+_RESIDUE_4A_BODY = """    r = np.mod(x.astype(np.int64), p)  # in [0, p)
+    r = np.where(r > hi, r - p, r)
+    return r.astype(np.float64)"""
+_CRT_LOOP = """    for t in range(count):
+        u = digits[t].astype(np.float64)
+        s1 = s1 + u * c.c1[t]
+        s2 = s2 + u * c.c2[t]
+        s3 = s3 + u * c.c3[t]"""
+_RESIDUE_4B_FIX = """        if r > HI[t]:  # a tie (p = 256, w / p = n + 1/2) rounds to even: r = 128 becomes -128
+            r -= P[t]
+"""
+_RECONSTRUCT_SUMS = """            s1 += u * C1[t]
+            s2 += u * C2[t]
+            s3 += u * C3[t]"""
+
+MISTAKES = [
+    Mistake(
+        RESIDUE_4A,
+        "rounding",
+        "(x - lo) % p + lo on the float64 array: x - lo rounds once |x| passes 2^53",
+        old=_RESIDUE_4A_BODY,
+        new="    return (x - lo) % p + lo",
+    ),
+    Mistake(
+        RESIDUE_4A,
+        "edge",
+        "the top of the range moved down: r >= hi sends hi to hi - p",
+        old="np.where(r > hi, r - p, r)",
+        new="np.where(r >= hi, r - p, r)",
+    ),
+    Mistake(
+        RESIDUE_4A,
+        "convention",
+        "np.fmod keeps x's sign: negative residues below lo are never shifted up",
+        old="np.mod(x.astype(np.int64), p)",
+        new="np.fmod(x.astype(np.int64), p)",
+    ),
+    Mistake(
+        RESIDUE_4A,
+        "edge",
+        "int32 instead of int64: integers past 2^31 wrap before the remainder",
+        old="x.astype(np.int64)",
+        new="x.astype(np.int32)",
+    ),
+    Mistake(
+        RESIDUE_4A,
+        "edge",
+        "the half range rounded up for p = 256: 128 stays, one past the top",
+        old="np.where(r > hi, r - p, r)",
+        new="np.where(r > p // 2, r - p, r)",
+    ),
+    Mistake(
+        CRT_4A,
+        "rounding order",
+        "q dropped after multiplying by P: s P - q P cancels",
+        old="return ((s1 - q) + s2 + s3) * c.product_float",
+        new="return (s1 + s2 + s3) * c.product_float - q * c.product_float",
+    ),
+    Mistake(
+        CRT_4A,
+        "convention",
+        "the fraction taken in [0, 1): a negative integer comes back as X + P",
+        old="q = np.floor(s1 + 0.5)",
+        new="q = np.floor(s1)",
+    ),
+    Mistake(
+        CRT_4A,
+        "hard-coded count",
+        "the moduli loop hard-coded for 14 moduli",
+        old="for t in range(count):",
+        new="for t in range(14):",
+    ),
+    Mistake(
+        CRT_4A,
+        "precision",
+        "the third part of 1/p left out: off by P 2^-70 sum u",
+        old="((s1 - q) + s2 + s3)",
+        new="((s1 - q) + s2)",
+    ),
+    Mistake(
+        CRT_4A,
+        "precision",
+        "the digits in float32: the products u c1 round",
+        old="u = digits[t].astype(np.float64)",
+        new="u = digits[t].astype(np.float32)",
+    ),
+    Mistake(
+        RESIDUE_4B,
+        "edge",
+        "no fix for the tie of p = 256: w / p = n + 1/2 rounds to even and leaves 128",
+        old=_RESIDUE_4B_FIX,
+        new="",
+    ),
+    Mistake(
+        RESIDUE_4B,
+        "convention",
+        "trunc instead of nearest: residues in (-p, p)",
+        old="r = w - round_near(w * INV[t]) * P[t]",
+        new="r = w - math.trunc(w * INV[t]) * P[t]",
+    ),
+    Mistake(
+        RESIDUE_4B,
+        "hard-coded table",
+        "1/p of the first modulus for every modulus",
+        old="r = w - round_near(w * INV[t]) * P[t]",
+        new="r = w - round_near(w * INV[0]) * P[t]",
+    ),
+    Mistake(
+        DIGIT_4B,
+        "convention",
+        "the residue instead of the digit: y_t forgotten",
+        old="u = r * Y[t]  # below 2^15 in magnitude",
+        new="u = r",
+    ),
+    Mistake(
+        DIGIT_4B,
+        "edge",
+        "negative digits kept: a byte wraps them to 256 - |u|",
+        old="""        if u < 0:
+            u += p
+""",
+        new="",
+    ),
+    Mistake(DIGIT_4B, "edge", "u = 0 moved to p: one past the digit range", old="if u < 0:", new="if u <= 0:"),
+    Mistake(DIGIT_4B, "hard-coded table", "the first modulus for every product", old="p = P[t]", new="p = P[0]"),
+    Mistake(
+        RECONSTRUCT_4B,
+        "precision",
+        "the third part of 1/p left out",
+        old="            s3 += u * C3[t]",
+        new="            s3 += 0.0",
+    ),
+    Mistake(
+        RECONSTRUCT_4B,
+        "rounding order",
+        "1/p in one double: the sum of u / p rounds, and P magnifies it",
+        old=_RECONSTRUCT_SUMS,
+        new="            s1 += u * (C1[t] + C2[t] + C3[t])",
+    ),
+    Mistake(
+        RECONSTRUCT_4B,
+        "hard-coded table",
+        "the weights of the first modulus for every digit",
+        old="            s1 += u * C1[t]",
+        new="            s1 += u * C1[0]",
+    ),
+]
+
+CORRECT = [
+    Alternative(
+        RESIDUE_4B,
+        "floor instead of nearest: residues in [0, p), and the fix moves the top half down",
+        old="r = w - round_near(w * INV[t]) * P[t]",
+        new="r = w - math.floor(w * INV[t]) * P[t]",
+    ),
+    Alternative(
+        RESIDUE_4A,
+        "the float remainder: fmod of doubles is exact",
+        old="np.mod(x.astype(np.int64), p)",
+        new="np.mod(x, p)",
+    ),
+    Alternative(
+        RESIDUE_4A,
+        "Python ints, exact at any size",
+        old=_RESIDUE_4A_BODY,
+        new="    return np.array([(int(v) - lo) % p + lo for v in x], dtype=np.float64)",
+    ),
+    Alternative(
+        CRT_4A,
+        "rint instead of floor(s1 + 1/2): no ties can occur",
+        old="q = np.floor(s1 + 0.5)",
+        new="q = np.rint(s1)",
+    ),
+    Alternative(
+        CRT_4A,
+        "the three sums as dot products (another order of the exact sums)",
+        old=_CRT_LOOP,
+        new="""    u = digits.astype(np.float64)
+    s1 = np.tensordot(np.array(c.c1), u, axes=1)
+    s2 = np.tensordot(np.array(c.c2), u, axes=1)
+    s3 = np.tensordot(np.array(c.c3), u, axes=1)""",
+    ),
+    Alternative(
+        RESIDUE_4B,
+        "floor(w / p + 1/2): ties round up, no fix needed",
+        old="r = w - round_near(w * INV[t]) * P[t]",
+        new="r = w - math.floor(w * INV[t] + 0.5) * P[t]",
+    ),
+    Alternative(
+        RESIDUE_4B,
+        "the remainder in [0, p), then the top half moved down",
+        old=_RESIDUE_4B_FIX + "        return r",
+        new="""        r = w % P[t]  # Python's remainder of doubles: exact, in [0, p)
+        if r > HI[t]:
+            r -= P[t]
+        return r""",
+    ),
+    Alternative(
+        DIGIT_4B,
+        "y times the unreduced product (below 2^39: the nearest multiple is still exact)",
+        old="u = r * Y[t]  # below 2^15 in magnitude",
+        new="u = v * Y[t]",
+    ),
+    Alternative(
+        DIGIT_4B,
+        "the remainder operator on doubles",
+        old="""        u = r * Y[t]  # below 2^15 in magnitude
+        u -= round_near(u * INV[t]) * p""",
+        new="""        u = (r * Y[t]) % p  # Python's remainder of doubles: exact, in [0, p)""",
+    ),
+    Alternative(
+        RECONSTRUCT_4B,
+        "the third sum by fused multiply-adds",
+        old="            s3 += u * C3[t]",
+        new="            s3 = fma(u, C3[t], s3)",
+    ),
+]

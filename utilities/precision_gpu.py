@@ -1,0 +1,658 @@
+"""The line statistics of ``utilities.precision`` on the GPU, and the count chosen from them on the device.
+
+Both emulated DGEMMs scale each row of A and each column of B by a power of two, and choose their count (slices or
+moduli) from the same statistics (``utilities.precision.GemmStats``): each line's largest magnitude, the exact
+integers of Ozaki-II's scaling (``precision.line_terms``, 128 entries at a time), its squared norm, and the squared
+norm of its line of C (the line's squares weighted by the other operand's line norms). The kernels here compute
+them in the units of ``precision.gemm_stats``; the choice kernels then evaluate every count's estimate at once and
+pick, and one copy of about a hundred bytes brings the count to the host.
+
+Kernels (plain numba: they run in numba's CUDA simulator in the tests):
+
+- ``make_row_statistics``: a device function for a block that holds one row in registers (four entries a
+  thread, runs of 4): the row's non-finite flag, largest magnitude and exact ``(E, S)``, chunk by chunk (a warp's
+  128 entries are a chunk), for the stats kernel below and for Ozaki-II's residue kernel;
+- ``row_stats_kernel``: one block per row: those, the squared norm and, weighted, the squared norm of C's row;
+- ``col_chunk_kernel``: one block per 32 columns by 128 rows (reads coalesced along the row): each column's chunk
+  statistics; ``col_combine_kernel``: one thread per column: the chunks combined (integers exactly);
+- ``normalize_kernel``: line norms brought to the operand's common power of two (the other operand's weights);
+- ``make_choice_kernels``: the estimate of every count for every row and column, reduced in a fixed order.
+
+Passes for a choice (A m x k, B k x n, row-major): A by column chunks (A's column norms: weights of B's columns),
+B by rows (B's row norms: weights of A's rows), A by rows, B by column chunks: each operand read twice. A plan with
+a fixed count reads B's column chunks only (the residues of B need each column's exponent before its first entry).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import config, cuda, float64, int32, int64
+
+from .precision import CHUNK, QUANT, SPAN, Choice, U, target
+
+ROWS_THREADS = 512  # threads per row in the row kernels at k = 8192: 16 entries a thread
+ROW_REGISTERS = 64  # at most: two blocks of 512 threads per SM, so that one computes while the other loads
+COL_TILE = 32  # columns per block in col_chunk_kernel (one warp reads 256 contiguous bytes of a row)
+COL_ROWS = 8  # threads along the rows: each holds CHUNK / COL_ROWS = 16 entries of its column
+CHOICE_THREADS = 256
+MAX_COUNTS = 24  # counts a choice may try
+NO_EXPONENT = -(2**31)
+_MAX_FINITE = float(np.finfo(np.float64).max)
+SHUFFLES = not config.ENABLE_CUDASIM  # numba's simulator has no warp shuffles: shared memory stands in
+
+# fstats rows (float64) and istats rows (int64) of a line's statistics
+AMAX, NORM2, CROSS2 = 0, 1, 2
+EXP, TERMS, BAD = 0, 1, 2
+
+
+@cuda.jit(device=True)
+def ceil_shift(s, shift):
+    """``ceil(s / 2^shift)`` of an int64 0 < s < 2^50, shift >= 0 (1 once s is shifted out)."""
+    if shift >= 62:
+        return int64(1)
+    return (s + (int64(1) << shift) - 1) >> shift
+
+
+@functools.cache
+def reducers(threads: int):
+    """Device functions reducing over a warp or a block of ``threads`` threads, in a fixed order (so floating-point
+    sums are the same on every run): each takes the value, a shared scratch array of ``threads`` entries of the
+    value's type, and the thread's index, and returns the result in every thread of the warp or block."""
+    THREADS, WARPS = threads, threads // 32
+
+    @cuda.jit(device=True)
+    def warp_max(value, scratch, tid):
+        if SHUFFLES:
+            for lane_mask in (16, 8, 4, 2, 1):
+                value = max(value, cuda.shfl_xor_sync(0xFFFFFFFF, value, lane_mask))
+        else:
+            scratch[tid] = value
+            cuda.syncthreads()
+            base = tid - tid % 32
+            value = scratch[base]
+            for lane in range(1, 32):
+                value = max(value, scratch[base + lane])
+            cuda.syncthreads()
+        return value
+
+    @cuda.jit(device=True)
+    def warp_sum(value, scratch, tid):
+        if SHUFFLES:
+            for lane_mask in (16, 8, 4, 2, 1):
+                value += cuda.shfl_xor_sync(0xFFFFFFFF, value, lane_mask)
+        else:
+            scratch[tid] = value
+            cuda.syncthreads()
+            base = tid - tid % 32
+            value = scratch[base]
+            for lane in range(1, 32):
+                value += scratch[base + lane]
+            cuda.syncthreads()
+        return value
+
+    @cuda.jit(device=True)
+    def block_max(value, scratch, tid):
+        value = warp_max(value, scratch, tid)
+        if tid % 32 == 0:
+            scratch[tid // 32] = value
+        cuda.syncthreads()
+        value = scratch[0]
+        for warp in range(1, WARPS):
+            value = max(value, scratch[warp])
+        cuda.syncthreads()  # everyone has read scratch before it is used again
+        return value
+
+    @cuda.jit(device=True)
+    def block_sum(value, scratch, tid):
+        value = warp_sum(value, scratch, tid)
+        if tid % 32 == 0:
+            scratch[tid // 32] = value
+        cuda.syncthreads()
+        value = scratch[0]
+        for warp in range(1, WARPS):
+            value += scratch[warp]
+        cuda.syncthreads()
+        return value
+
+    if THREADS % 32:
+        raise ValueError(f"threads = {THREADS} must be a multiple of 32 (whole warps)")
+    return warp_max, warp_sum, block_max, block_sum
+
+
+def _check_width(k: int, kp: int, threads: int) -> None:
+    if kp % 4 or kp < k:
+        raise ValueError(f"the padded width kp = {kp} must be a multiple of 4 and at least k = {k}")
+    if threads % 32:
+        raise ValueError(f"threads = {threads} must be a multiple of 32 (whole warps)")
+
+
+def row_kernel(fn: Callable[..., Any]) -> Any:
+    """``cuda.jit`` with the row kernels' register cap (``ROW_REGISTERS``; numba's simulator takes no cap)."""
+    return cuda.jit(fn) if config.ENABLE_CUDASIM else cuda.jit(max_registers=ROW_REGISTERS)(fn)
+
+
+def rows_threads(kp: int) -> int:
+    """Threads per row for a row of width kp: 16 entries a thread (registers for the row, and 64 registers a thread
+    leave room for two blocks of 512 per SM), between 128 and 1024 threads."""
+    return min(1024, max(128, 32 * -(-kp // (16 * 32))))
+
+
+def items_per_thread(kp: int, threads: int) -> int:
+    """Entries a thread of a row kernel holds: runs of 4, ``4 ceil(kp / 4 / threads)``."""
+    return 4 * -(-(kp // 4) // threads)
+
+
+@functools.cache
+def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
+    """A device function ``row_statistics(x, row, vals, si, sl, sd, tid) -> (bad, amax, e, s)`` for a block of
+    ``threads`` threads on row ``row`` of x (m, k): it loads the row into ``vals`` (this thread's entries: run r
+    holds entries ``4 (tid + r threads) .. +3``; NaN and Inf replaced by 0) and returns, the same in every thread,
+    the row's non-finite flag, largest magnitude, its exponent and ``precision.line_terms``'s S. ``si``, ``sl``
+    and ``sd`` are shared scratch arrays of ``threads`` int32, int64 and float64.
+
+    Run r of warp w is chunk ``r threads / 32 + w`` of the row (128 entries): the warp finds the chunk's largest
+    exponent and the chunk's integer sum by shuffles; lane 0 keeps them until the row's largest exponent is known.
+    """
+    _check_width(k, kp, threads)
+    K, THREADS, RUNS = k, threads, items_per_thread(kp, threads) // 4
+    ITEMS = 4 * RUNS
+    warp_max, warp_sum, block_max, block_sum = reducers(threads)
+
+    @cuda.jit(device=True)
+    def row_statistics(x, row, vals, si, sl, sd, tid):
+        bad = int32(0)
+        amax = 0.0
+        for j in range(ITEMS):
+            col = 4 * (tid + (j // 4) * THREADS) + j % 4
+            v = x[row, col] if col < K else 0.0
+            if not abs(v) <= _MAX_FINITE:
+                bad = int32(1)
+                v = 0.0
+            vals[j] = v
+            amax = max(amax, abs(v))
+        chunk_e = cuda.local.array(RUNS, int32)
+        chunk_s = cuda.local.array(RUNS, int64)
+        for r in range(RUNS):
+            top = int32(NO_EXPONENT)
+            for q in range(4):
+                v = vals[4 * r + q]
+                if v != 0.0:
+                    _, e = math.frexp(v)
+                    top = max(top, int32(e))
+            top = warp_max(top, si, tid)
+            total = int64(0)
+            for q in range(4):
+                v = vals[4 * r + q]
+                if v != 0.0:
+                    f, e = math.frexp(abs(v))
+                    rel = e - top + SPAN
+                    if rel >= 0:
+                        qv = int64(math.floor(f * QUANT)) + 1
+                        total += (qv * qv) << (2 * rel)
+                    else:
+                        total += 256
+            chunk_e[r] = top
+            chunk_s[r] = warp_sum(total, sl, tid)
+        bad = block_max(bad, si, tid)
+        amax = block_max(amax, sd, tid)
+        e_line = 0
+        if amax > 0.0:
+            _, e_line = math.frexp(amax)
+        part = int64(0)
+        if tid % 32 == 0:
+            for r in range(RUNS):
+                if chunk_s[r] > 0:
+                    part += ceil_shift(chunk_s[r], 2 * (e_line - chunk_e[r]))
+        s = block_sum(part, sl, tid)
+        return bad, amax, e_line, s
+
+    return row_statistics
+
+
+@functools.cache
+def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted: bool = True):
+    """``row_stats_kernel[m, threads](x, w, fstats, istats, top)``: one block per row of x (m, k).
+
+    ``fstats`` (3, m) float64 gets each row's largest magnitude, ``sum (x 2^-e)^2`` and, when ``weighted``,
+    ``sum (x_l 2^-e)^2 w_l`` (w: k float64); ``istats`` (3, m) int64 its exponent e, S and the non-finite flag;
+    ``top`` (1,) int32 the largest e of a nonzero row (atomic max: fill it with a small value first).
+    """
+    THREADS, K, WEIGHTED = threads, k, weighted
+    ITEMS = items_per_thread(kp, threads)
+    row_statistics = make_row_statistics(k, kp, threads)
+    _, _, _, block_sum = reducers(threads)
+
+    @row_kernel
+    def row_stats_kernel(x, w, fstats, istats, top):
+        row, tid = cuda.blockIdx.x, cuda.threadIdx.x
+        vals = cuda.local.array(ITEMS, float64)
+        si = cuda.shared.array(THREADS, int32)
+        sl = cuda.shared.array(THREADS, int64)
+        sd = cuda.shared.array(THREADS, float64)
+        bad, amax, e, s = row_statistics(x, row, vals, si, sl, sd, tid)
+        norm2 = 0.0
+        cross2 = 0.0
+        for j in range(ITEMS):
+            v = math.ldexp(vals[j], -int(e))
+            norm2 += v * v
+            if WEIGHTED:
+                col = 4 * (tid + (j // 4) * THREADS) + j % 4
+                if col < K:
+                    cross2 += v * v * w[col]
+        norm2 = block_sum(norm2, sd, tid)
+        if WEIGHTED:
+            cross2 = block_sum(cross2, sd, tid)
+        if tid == 0:
+            fstats[AMAX, row] = amax
+            fstats[NORM2, row] = norm2
+            fstats[CROSS2, row] = cross2
+            istats[EXP, row] = e
+            istats[TERMS, row] = s
+            istats[BAD, row] = bad
+            if amax > 0.0:
+                cuda.atomic.max(top, 0, int32(e))
+
+    return row_stats_kernel
+
+
+@cuda.jit(device=True)
+def _column_max(value, scratch, tx, ty):
+    """The largest value over the COL_ROWS threads of column tx (all of them get it)."""
+    scratch[ty, tx] = value
+    cuda.syncthreads()
+    value = scratch[0, tx]
+    for other in range(1, COL_ROWS):
+        value = max(value, scratch[other, tx])
+    cuda.syncthreads()
+    return value
+
+
+@cuda.jit(device=True)
+def _column_sum(value, scratch, tx, ty):
+    """The sum over the COL_ROWS threads of column tx, in the order of ty (all of them get it)."""
+    scratch[ty, tx] = value
+    cuda.syncthreads()
+    value = scratch[0, tx]
+    for other in range(1, COL_ROWS):
+        value += scratch[other, tx]
+    cuda.syncthreads()
+    return value
+
+
+@functools.cache
+def make_col_chunk_kernel(weighted: bool = True):
+    """``col_chunk_kernel[(ceil(L / 32), ceil(K / 128)), (32, 8)](x, w, cf, ci)``: the chunk statistics of the
+    columns of x (K, L), row-major: block (i, c) takes columns 32 i .. 32 i + 31 and rows 128 c .. 128 c + 127,
+    each warp reading 32 consecutive doubles of one row.
+
+    ``cf`` (3, chunks, L) float64 gets each chunk's largest magnitude, ``sum (x 2^-E_c)^2`` and, when ``weighted``,
+    ``sum (x_l 2^-E_c)^2 w_l`` (w: K float64); ``ci`` (3, chunks, L) int64 its exponent ``E_c``, its integer sum
+    ``S_c`` and its non-finite flag.
+    """
+    PER, WEIGHTED = CHUNK // COL_ROWS, weighted
+
+    @cuda.jit
+    def col_chunk_kernel(x, w, cf, ci):
+        rows, cols = x.shape
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        col, chunk = cuda.blockIdx.x * COL_TILE + tx, cuda.blockIdx.y
+        row0 = chunk * CHUNK + ty
+        vals = cuda.local.array(PER, float64)
+        si = cuda.shared.array((COL_ROWS, COL_TILE), int32)
+        sl = cuda.shared.array((COL_ROWS, COL_TILE), int64)
+        sd = cuda.shared.array((COL_ROWS, COL_TILE), float64)
+        bad = int32(0)
+        amax = 0.0
+        top = int32(NO_EXPONENT)
+        for i in range(PER):  # all loads first
+            row = row0 + i * COL_ROWS
+            vals[i] = x[row, col] if row < rows and col < cols else 0.0
+        for i in range(PER):
+            v = vals[i]
+            if not abs(v) <= _MAX_FINITE:
+                bad = int32(1)
+                v = 0.0
+                vals[i] = 0.0
+            amax = max(amax, abs(v))
+            if v != 0.0:
+                _, e = math.frexp(v)
+                top = max(top, int32(e))
+        top = _column_max(top, si, tx, ty)
+        bad = _column_max(bad, si, tx, ty)
+        amax = _column_max(amax, sd, tx, ty)
+        total = int64(0)
+        norm2 = 0.0
+        cross2 = 0.0
+        for i in range(PER):
+            v = vals[i]
+            if v != 0.0:
+                f, e = math.frexp(abs(v))
+                rel = e - top + SPAN
+                if rel >= 0:
+                    qv = int64(math.floor(f * QUANT)) + 1
+                    total += (qv * qv) << (2 * rel)
+                else:
+                    total += 256
+                scaled = math.ldexp(v, -int(top))
+                norm2 += scaled * scaled
+                if WEIGHTED:
+                    cross2 += scaled * scaled * w[row0 + i * COL_ROWS]
+        total = _column_sum(total, sl, tx, ty)
+        norm2 = _column_sum(norm2, sd, tx, ty)
+        if WEIGHTED:
+            cross2 = _column_sum(cross2, sd, tx, ty)
+        if ty == 0 and col < cols:
+            cf[AMAX, chunk, col] = amax
+            cf[NORM2, chunk, col] = norm2
+            cf[CROSS2, chunk, col] = cross2
+            ci[EXP, chunk, col] = top
+            ci[TERMS, chunk, col] = total
+            ci[BAD, chunk, col] = bad
+
+    return col_chunk_kernel
+
+
+@cuda.jit
+def col_combine_kernel(cf, ci, fstats, istats, top):
+    """``col_combine_kernel[ceil(L / 256), 256](cf, ci, fstats, istats, top)``: each column's chunks combined into
+    its statistics, in the layout of ``row_stats_kernel`` (S exactly: ``sum_c ceil(S_c / 4^(E - E_c))``; the
+    norms rescaled from each chunk's exponent to the column's)."""
+    col = cuda.grid(1)
+    chunks, cols = cf.shape[1], cf.shape[2]
+    if col >= cols:
+        return
+    amax = 0.0
+    bad = int64(0)
+    for c in range(chunks):
+        amax = max(amax, cf[AMAX, c, col])
+        bad = max(bad, ci[BAD, c, col])
+    e = 0
+    if amax > 0.0:
+        _, e = math.frexp(amax)
+    total = int64(0)
+    norm2 = 0.0
+    cross2 = 0.0
+    for c in range(chunks):
+        s = ci[TERMS, c, col]
+        if s > 0:
+            down = e - ci[EXP, c, col]
+            total += ceil_shift(s, 2 * down)
+            norm2 += math.ldexp(cf[NORM2, c, col], -2 * int(down))
+            cross2 += math.ldexp(cf[CROSS2, c, col], -2 * int(down))
+    fstats[AMAX, col] = amax
+    fstats[NORM2, col] = norm2
+    fstats[CROSS2, col] = cross2
+    istats[EXP, col] = e
+    istats[TERMS, col] = total
+    istats[BAD, col] = bad
+    if amax > 0.0:
+        cuda.atomic.max(top, 0, int32(e))
+
+
+@cuda.jit
+def normalize_kernel(fstats, istats, top, out):
+    """``out[l] = norm2_l 4^(e_l - top)``: the lines' squared norms in the units of the largest (the weights that
+    ``row_stats_kernel`` and ``col_chunk_kernel`` take from the other operand)."""
+    line = cuda.grid(1)
+    if line < out.shape[0]:
+        norm2 = fstats[NORM2, line]
+        out[line] = math.ldexp(norm2, 2 * int(istats[EXP, line] - top[0])) if norm2 > 0.0 else 0.0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The choice: every count's estimate, from the statistics, on the device
+# ------------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def _pow4(x):
+    """4^x for an integer x (at most 4^511; 0 below the subnormals)."""
+    return math.ldexp(1.0, 2 * int(max(-1100, min(511, x))))
+
+
+@functools.cache
+def make_choice_kernels(line_offset: Callable[..., Any], threads: int = CHOICE_THREADS):
+    """Three kernels that choose a count from the statistics of A's rows and B's columns, for a scheme whose line
+    error exponent is ``x = -floor((offset + g) / divisor)``, ``g = line_offset(amax, e, s)`` (a device function of
+    the track's). Lines are numbered rows first, then columns; ``blocks = ceil((m + n) / threads)``.
+
+    - ``sums_kernel[blocks, threads](fr, ir, fc, ic, tops, offsets, divisor, partial)``: per block and count, the
+      sums of ``eps^2`` over its rows and its columns, and of the squared norms (``partial`` (blocks, 2 (NC + 1)));
+    - ``ratios_kernel[blocks, threads](fr, ir, fc, ic, tops, offsets, weights, divisor, partial, worst)``: every
+      block adds the partial sums up in the same order, then takes, per count, its lines' largest squared ratio of
+      error to norm (``worst`` (blocks, NC));
+    - ``pick_kernel[1, 32](worst, goal, out)``: ``out[1 + c]`` the estimate of count c in units of u, ``out[0]``
+      the first count (an index into ``offsets``) whose estimate meets ``goal``, else the one with the lowest.
+    """
+    THREADS = threads
+    _, _, block_max, block_sum = reducers(threads)
+    SLOTS = 2 * (MAX_COUNTS + 1)
+
+    @cuda.jit(device=True)
+    def line_of(g, fr, ir, fc, ic):
+        """(valid, side, amax, e, s, bad, norm2, cross2) of line g."""
+        m, n = fr.shape[1], fc.shape[1]
+        if g < m:
+            return True, 0, fr[AMAX, g], ir[EXP, g], ir[TERMS, g], ir[BAD, g], fr[NORM2, g], fr[CROSS2, g]
+        if g < m + n:
+            j = g - m
+            return True, 1, fc[AMAX, j], ic[EXP, j], ic[TERMS, j], ic[BAD, j], fc[NORM2, j], fc[CROSS2, j]
+        return False, 0, 0.0, int64(0), int64(0), int64(0), 0.0, 0.0
+
+    @cuda.jit
+    def sums_kernel(fr, ir, fc, ic, tops, offsets, divisor, partial):
+        tid = cuda.threadIdx.x
+        sd = cuda.shared.array(THREADS, float64)
+        count = offsets.shape[0]
+        valid, side, amax, e, s, bad, norm2, _ = line_of(cuda.blockIdx.x * THREADS + tid, fr, ir, fc, ic)
+        top = tops[side]
+        has_eps = valid and bad == 0 and s > 0
+        g = line_offset(amax, e, s) if has_eps else int64(0)
+        norm = math.ldexp(norm2, 2 * int(e - top)) if valid and bad == 0 and norm2 > 0.0 else 0.0
+        for slot in range(2 * (count + 1)):
+            which, c = slot // (count + 1), slot % (count + 1)
+            v = 0.0
+            if valid and which == side:
+                if c == count:
+                    v = norm
+                elif has_eps:
+                    v = _pow4(-((offsets[c] + g) // divisor) - top)
+            v = block_sum(v, sd, tid)
+            if tid == 0:
+                partial[cuda.blockIdx.x, slot] = v
+
+    @cuda.jit
+    def ratios_kernel(fr, ir, fc, ic, tops, offsets, weights, divisor, partial, worst):
+        tid = cuda.threadIdx.x
+        sd = cuda.shared.array(THREADS, float64)
+        totals = cuda.shared.array(SLOTS, float64)
+        count = offsets.shape[0]
+        if tid < 2 * (count + 1):
+            acc = 0.0
+            for b in range(partial.shape[0]):  # every block in the same order: the same totals everywhere
+                acc += partial[b, tid]
+            totals[tid] = acc
+        cuda.syncthreads()
+        valid, side, amax, e, s, bad, norm2, cross2 = line_of(cuda.blockIdx.x * THREADS + tid, fr, ir, fc, ic)
+        live = valid and bad == 0 and cross2 > 0.0
+        g = line_offset(amax, e, s) if live else int64(0)
+        other = (1 - side) * (count + 1)
+        for c in range(count):
+            v = 0.0
+            if live:
+                rho = _pow4(-((offsets[c] + g) // divisor) - e)
+                eps_sum, norm_sum = totals[other + c], totals[other + count]
+                v = (rho * (norm_sum / 3.0 + weights[c] * eps_sum) + norm2 * eps_sum / 3.0) / cross2
+            v = block_max(v, sd, tid)
+            if tid == 0:
+                worst[cuda.blockIdx.x, c] = v
+
+    @cuda.jit
+    def pick_kernel(worst, goal, out):
+        c = cuda.threadIdx.x
+        count = out.shape[0] - 1
+        if c < count:
+            largest = 0.0
+            for b in range(worst.shape[0]):
+                largest = max(largest, worst[b, c])
+            out[1 + c] = math.sqrt(largest) / U
+        cuda.syncthreads()
+        if c == 0:
+            chosen = -1
+            for i in range(count):
+                if chosen < 0 and out[1 + i] <= goal:
+                    chosen = i
+            if chosen < 0:
+                chosen = 0
+                for i in range(1, count):
+                    if out[1 + i] < out[1 + chosen]:
+                        chosen = i
+            out[0] = chosen
+
+    return sums_kernel, ratios_kernel, pick_kernel
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Host side: buffers and launches (CuPy)
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SchemeTables:
+    """A scheme's counts for one k, as the choice kernels read them: ``offsets`` (NC,) int64 and ``weights`` (NC,)
+    float64 on the device, the divisor, the target in units of u, and how many products a count costs."""
+
+    name: str
+    counts: tuple[int, ...]
+    offsets: Any
+    weights: Any
+    divisor: int
+    goal: float
+    products: Callable[[int], int]
+    line_offset: Callable[..., Any]
+
+
+def scheme_tables(scheme: Any, k: int, line_offset: Callable[..., Any], counts: Sequence[int] | None = None):
+    """:class:`SchemeTables` of a ``utilities.precision.Scheme`` for inner dimension k; ``line_offset`` is the device
+    function computing the scheme's g (the track's)."""
+    import cupy as cp
+
+    counts = tuple(scheme.counts(k) if counts is None else counts)
+    if not 0 < len(counts) <= MAX_COUNTS:
+        raise ValueError(f"a choice tries 1 to {MAX_COUNTS} counts, got {len(counts)}")
+    offsets = cp.asarray([scheme.offset(c) for c in counts], dtype=cp.int64)
+    weights = cp.asarray([scheme.weight(c) for c in counts], dtype=cp.float64)
+    return SchemeTables(scheme.name, counts, offsets, weights, scheme.divisor, target(k), scheme.products,
+                        line_offset)  # fmt: skip
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class GemmStatistics:
+    """The statistics of A's rows and B's columns for C = A @ B (m x k by k x n), on the GPU: buffers for one shape.
+
+    ``columns(b)``: B's column statistics alone (a plan with a fixed count: the residues of B need each column's
+    exponent); ``compute(a, b)``: everything a choice reads; ``choose(tables)``: the count, with one copy of
+    ``1 + NC`` doubles to the host. ``rows_f``, ``rows_i``, ``cols_f``, ``cols_i`` hold the statistics in the
+    layout ``(AMAX, NORM2, CROSS2)`` and ``(EXP, TERMS, BAD)``; ``tops`` A's and B's largest exponents.
+    """
+
+    def __init__(self, m: int, n: int, k: int, *, threads: int | None = None, choice_threads: int = CHOICE_THREADS):
+        import cupy as cp
+
+        self.m, self.n, self.k, self.threads, self.choice_threads = m, n, k, threads, choice_threads
+        f, i = cp.float64, cp.int64
+        self.rows_f, self.rows_i = cp.zeros((3, m), f), cp.zeros((3, m), i)
+        self.cols_f, self.cols_i = cp.zeros((3, n), f), cp.zeros((3, n), i)
+        self.a_cols_f, self.a_cols_i = cp.zeros((3, k), f), cp.zeros((3, k), i)
+        self.b_rows_f, self.b_rows_i = cp.zeros((3, k), f), cp.zeros((3, k), i)
+        self.a_chunks = cp.zeros((3, _ceil_div(m, CHUNK), k), f), cp.zeros((3, _ceil_div(m, CHUNK), k), i)
+        self.b_chunks = cp.zeros((3, _ceil_div(k, CHUNK), n), f), cp.zeros((3, _ceil_div(k, CHUNK), n), i)
+        self.q, self.r = cp.zeros(k, f), cp.zeros(k, f)  # A's column norms weigh B's columns; B's row norms A's rows
+        self.tops = cp.zeros(2, cp.int32)
+        self.blocks = _ceil_div(m + n, choice_threads)
+        self.partial = cp.zeros((self.blocks, 2 * (MAX_COUNTS + 1)), f)
+        self.worst = cp.zeros((self.blocks, MAX_COUNTS), f)
+        self.out = cp.zeros(1 + MAX_COUNTS, f)
+        self._pinned = cp.cuda.alloc_pinned_memory(8 * (1 + MAX_COUNTS))
+        self.host_out = np.frombuffer(self._pinned, np.float64, 1 + MAX_COUNTS)
+
+    def _col_chunks(self, x: Any, w: Any, chunks: tuple[Any, Any], out_f: Any, out_i: Any, top: Any,
+                    weighted: bool) -> None:  # fmt: skip
+        from .machinery import launch
+
+        rows, cols = x.shape
+        grid = (_ceil_div(cols, COL_TILE), _ceil_div(rows, CHUNK))
+        launch.launch(make_col_chunk_kernel(weighted), grid, (COL_TILE, COL_ROWS), 0, x, w, *chunks)
+        launch.launch(col_combine_kernel, _ceil_div(cols, 256), 256, 0, *chunks, out_f, out_i, top)
+
+    def _rows(self, x: Any, w: Any, out_f: Any, out_i: Any, top: Any, weighted: bool) -> None:
+        from .machinery import launch
+
+        rows, length = x.shape
+        kp = -(-length // 4) * 4
+        threads = self.threads or rows_threads(kp)
+        kernel = make_row_stats_kernel(length, kp, threads, weighted)
+        launch.launch(kernel, rows, threads, 0, x, w, out_f, out_i, top)
+
+    def _normalize(self, fstats: Any, istats: Any, top: Any, out: Any) -> None:
+        from .machinery import launch
+
+        launch.launch(normalize_kernel, _ceil_div(out.shape[0], 256), 256, 0, fstats, istats, top, out)
+
+    def columns(self, b: Any) -> None:
+        """B's column statistics, without the weights (a fixed count needs each column's exponent and S only)."""
+        self.tops[1:2].fill(NO_EXPONENT)
+        self._col_chunks(b, self.q, self.b_chunks, self.cols_f, self.cols_i, self.tops[1:2], weighted=False)
+
+    def compute(self, a: Any, b: Any) -> None:
+        """Every statistic a choice reads, in four passes: A by column chunks, B by rows, A by rows, B by column
+        chunks."""
+        self.tops.fill(NO_EXPONENT)
+        ta, tb = self.tops[0:1], self.tops[1:2]
+        self._col_chunks(a, self.r, self.a_chunks, self.a_cols_f, self.a_cols_i, ta, weighted=False)
+        self._normalize(self.a_cols_f, self.a_cols_i, ta, self.q)
+        self._rows(b, self.q, self.b_rows_f, self.b_rows_i, tb, weighted=False)
+        self._normalize(self.b_rows_f, self.b_rows_i, tb, self.r)
+        self._rows(a, self.r, self.rows_f, self.rows_i, ta, weighted=True)
+        self._col_chunks(b, self.q, self.b_chunks, self.cols_f, self.cols_i, tb, weighted=True)
+
+    def choose(self, tables: SchemeTables) -> Choice:
+        """The count for the statistics of the last ``compute``: three small kernels, then one copy to the host."""
+
+        from .machinery import launch
+
+        sums, ratios, pick = make_choice_kernels(tables.line_offset, self.choice_threads)
+        nc = len(tables.counts)
+        div = np.int64(tables.divisor)
+        stats = (self.rows_f, self.rows_i, self.cols_f, self.cols_i, self.tops)
+        launch.launch(sums, self.blocks, self.choice_threads, 0, *stats, tables.offsets, div, self.partial)
+        launch.launch(ratios, self.blocks, self.choice_threads, 0, *stats, tables.offsets, tables.weights, div,
+                      self.partial, self.worst)  # fmt: skip
+        out = self.out[: 1 + nc]
+        launch.launch(pick, 1, 32, 0, self.worst, np.float64(tables.goal), out)
+        host = self.host_out[: 1 + nc]
+        self.to_host(out, host)
+        return tables_choice(tables, host)
+
+    def to_host(self, out: Any, host: np.ndarray) -> None:
+        """The one copy to the host of a choice: the count and the estimates (into pinned memory; waits for it)."""
+        out.get(out=host)
+
+
+def tables_choice(tables: SchemeTables, out: np.ndarray) -> Choice:
+    """The :class:`utilities.precision.Choice` that ``pick_kernel``'s output says (tried: the counts up to the first
+    that met the goal, as ``precision.fewest`` reports them, or all of them)."""
+    estimates = {c: float(v) for c, v in zip(tables.counts, out[1 : 1 + len(tables.counts)], strict=True)}
+    count = tables.counts[int(out[0])]
+    met = [c for c in tables.counts if estimates[c] <= tables.goal]
+    tried = {c: v for c, v in estimates.items() if not met or c <= met[0]}
+    return Choice(tables.name, count, tables.products(count), estimates[count], tables.goal, tried)
