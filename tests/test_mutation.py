@@ -228,7 +228,7 @@ def test_the_gpu_dry_run_lists_at_least_ten_mutants_per_kernel_exercise_without_
 def test_the_gpu_sample_is_deterministic_and_spread():
     gpu = _gpu_tool()
     assert gpu.sample(list(range(100)), 4) == [0, 25, 50, 75] and gpu.sample([1, 2], 5) == [1, 2]
-    assert gpu.selected("3b,4b") == ["3b products", "4b residue", "4b reconstruct"]
+    assert gpu.selected("3b,4b") == ["3b products", "4b residue", "4b digit", "4b reconstruct"]
 
 
 def test_the_gpu_runner_sorts_mutants_restarts_after_a_hang_and_writes_the_report(tmp_path):

@@ -65,7 +65,8 @@ GPU_EXERCISES: dict[str, GpuExercise] = {
     "3c diagonals": GpuExercise("3c_ozaki_partial", "9859615e", "f139800c"),
     "3d fused": GpuExercise("3d_ozaki_fused", "e020ac1f", "0760b8c8"),
     "4b residue": GpuExercise("4b_ozaki2_gpu", "de0cfbfc", "06af9f15"),
-    "4b reconstruct": GpuExercise("4b_ozaki2_gpu", "c61c7c8c", "fd1ce685"),
+    "4b digit": GpuExercise("4b_ozaki2_gpu", "526bc1d1", "6eceaa16"),
+    "4b reconstruct": GpuExercise("4b_ozaki2_gpu", "d14ca3ab", "85ebdd0b"),
 }
 
 
