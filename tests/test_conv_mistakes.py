@@ -17,8 +17,8 @@ pytestmark = pytest.mark.skipif(not hasattr(mutants, "Mistake"), reason="utiliti
 
 SOURCES = {
     "2c neighbor (device function)": ("utilities/conv/simt.py", "neighbor"),
-    "2c epilogue (kernel)": ("utilities/conv/tensorcore.py", "make_conv_kernel"),
-    "2d back-to-back epilogues (kernel)": ("utilities/conv/tensorcore_persistent.py", "make_conv_b2b_kernel"),
+    "2c conv epilogue": ("utilities/conv/tensorcore.py", "make_conv_kernel"),
+    "2d b2b epilogues": ("utilities/conv/tensorcore_persistent.py", "make_conv_b2b_kernel"),
 }
 
 
