@@ -82,12 +82,17 @@ def detect(name: str) -> Peaks | None:
     return None
 
 
-def current_hbm_tbs() -> float | None:
-    """The data-sheet HBM bandwidth (TB/s) of the current CUDA device, None if it is not in the table (CuPy)."""
+def current_peaks() -> Peaks | None:
+    """The data-sheet peaks of the current CUDA device, None if it is not in the table (CuPy)."""
     import cupy
 
     name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-    found = detect(name.decode() if isinstance(name, bytes) else str(name))
+    return detect(name.decode() if isinstance(name, bytes) else str(name))
+
+
+def current_hbm_tbs() -> float | None:
+    """The data-sheet HBM bandwidth (TB/s) of the current CUDA device, None if it is not in the table (CuPy)."""
+    found = current_peaks()
     return None if found is None else found.bandwidth_tbs
 
 

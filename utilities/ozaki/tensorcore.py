@@ -210,8 +210,8 @@ def make_fused_kernel(MM: Matmul):
                 row, col = bx * TM + r, by * TN + q
                 if row < out.shape[0] and col < out.shape[1]:
                     # TODO (about 7 lines): NaN where e[row] or f[col] is the sentinel NONFINITE_SHIFT (that row of A
-                    # or column of B holds a NaN or an Inf); else alpha * ldexp(total[i], e[row] + f[col] - 14), plus
-                    # beta * c[row, col] only if beta != 0 (C is not read when beta == 0)
+                    # or column of B holds a NaN or an Inf); else alpha * ldexp(total[i], int(e[row] + f[col] - 14)),
+                    # plus beta * c[row, col] only if beta != 0 (C is not read when beta == 0)
                     # SKELETON: out[row, col] = math.nan
                     # BEGIN SOLUTION
                     if e[row] == NONFINITE_SHIFT or f[col] == NONFINITE_SHIFT:
