@@ -526,9 +526,10 @@ def write_entries(path: Path, command: str, entries: list[dict[str, Any]], order
         old = {}
     for new in entries:
         old[new["exercise"]] = {**old.get(new["exercise"], {}), **new}
-    rank = {name: i for i, name in enumerate(order)}
-    merged = sorted(old.values(), key=lambda e: rank.get(e["exercise"], len(rank)))
-    path.write_text(json.dumps({"command": command, "exercises": merged}, indent=1) + "\n")
+    rank = {name: i for i, name in enumerate(order)}  # an exercise the tool no longer has (renamed) is dropped
+    merged = sorted((e for e in old.values() if e["exercise"] in rank), key=lambda e: rank[e["exercise"]])
+    path.write_text(json.dumps({"command": command, "date": time.strftime("%Y-%m-%d"), "exercises": merged},
+                               indent=1) + "\n")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
