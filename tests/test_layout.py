@@ -19,7 +19,7 @@ ROLES = ("reference", "check", "model", "figures", "tensorcore", "benchmarks")  
 # Notebook 0's package sits on the tracks' floor and keeps their file names, but holds only the roles it needs.
 LESSONS = ("primer",)
 CORE = ("checker", "bench", "report", "plots", "peaks", "inputs", "exact", "errors", "smem", "operands", "cublas",
-        "preflight", "rounding", "roofline", "precision", "machinery.versions")  # fmt: skip
+        "preflight", "rounding", "roofline", "precision", "plans", "machinery.versions")  # fmt: skip
 # The house's floors, lowest first: a module imports from its own floor or below, never above; a track imports no
 # other track. Course tooling (notebooks, run-throughs, the prebuild, reports) is the top floor.
 TOOLING = ("notebooks", "mutants", "workshop", "gpu_suite", "bench_all", "prebuild", "emulations", "execution",
@@ -112,11 +112,24 @@ def test_no_import_climbs_a_floor_and_no_track_imports_another() -> None:
     assert not sideways, "a track imports another (move what they share to the core):\n" + "\n".join(sideways)
 
 
+def test_the_package_imports_itself_in_one_style() -> None:
+    """Inside ``utilities`` every import of the course's own modules is relative (``from ..bench import ...``)."""
+    absolute = []
+    for path in sorted(UTILITIES.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            if any(name.split(".")[0] == "utilities" for name in names):
+                absolute.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert not absolute, "absolute imports of the course's modules (write them relative):\n" + "\n".join(absolute)
+
+
 def test_the_floor_check_sees_relative_and_absolute_imports(tmp_path: Path) -> None:
     """The scan above must not pass for want of seeing: it resolves both import forms to the same module."""
     shared = UTILITIES / "conv" / "model.py"
     assert "utilities.roofline" in _imports(shared)
-    assert "utilities.machinery.buildcache" in _imports(UTILITIES / "bench_all.py")  # ``from ... import <module>``
+    assert "utilities.machinery.buildcache" in _imports(UTILITIES / "bench_all.py")  # ``from . import <module>``
     assert floor("utilities.fusion.model") == (2, "fusion") and floor("utilities.prebuild")[0] == 3
     assert floor("utilities.machinery.versions")[0] == 0 and floor("utilities.rounding")[0] == 1
     assert floor("utilities.primer.check") == (2, "primer")

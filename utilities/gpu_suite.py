@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = args.parts.split(",")
     # subprocesses (tools/build_times.py, pytest, nbval kernels) import utilities from this checkout
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    from utilities.preflight import PreflightError, preflight
+    from .preflight import PreflightError, preflight
 
     try:
         env = preflight(require_gpu=True, require_mathdx=True)
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         failures += ["bench"] if code else []
     workshop_json = Path(args.out) / "workshop.json"
     if "workshop" in parts:
-        from utilities.peaks import gpu_slug
+        from .peaks import gpu_slug
 
         workshop_json = Path(args.out) / f"{gpu_slug(env.gpu.name)}-workshop.json"
         select = [s for s in args.select.split(",") if s]
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                     logs / "workshop.log")  # fmt: skip
         failures += ["workshop"] if code else []
     if "ledger" in parts:
-        from utilities.peaks import gpu_slug
+        from .peaks import gpu_slug
 
         select = [s for s in args.select.split(",") if s]
         ledger_json = Path(args.out) / f"{gpu_slug(env.gpu.name)}-notebooks.json"
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         failures += ["ledger"] if code else []
     if any([proc.wait() for proc in background]):  # wait for every run; a failed one fails the suite
         failures.append("builds")
-    from utilities import report
+    from . import report
 
     records, builds = report.merge_jsonl(records_dir)
     builds = [*builds, *collect_builds(logs), *prebuilt]
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         versions=report.collect_versions(), out_dir=args.out,
     )  # fmt: skip
     if "workshop" in parts and workshop_json.exists():
-        from utilities.workshop import Entry, table
+        from .workshop import Entry, table
 
         entries = [Entry(**e) for e in json.loads(workshop_json.read_text())["notebooks"]]
         with md_path.open("a") as md:

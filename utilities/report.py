@@ -16,8 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from utilities.bench import BUILD_KEYS, BUILDS_FILE, RECORDS_FILE, BenchRecord
-from utilities.peaks import gpu_slug
+from .bench import BUILD_KEYS, BUILDS_FILE, RECORDS_FILE, BenchRecord
+from .peaks import gpu_slug
 
 TOP_KEYS = ("gpu", "compute_capability", "date", "command", "versions", "benchmarks", "builds")
 BENCH_KEYS = ("name", "m", "n", "k", "params", "time_ms", "tflops", "error")

@@ -205,6 +205,6 @@ class Pool:
 
 if __name__ == "__main__":  # a worker: one pickled Job on stdin, its pickled Result on stdout
     # the importable module, not __main__: the pickle must name classes a worker can import
-    from utilities.machinery import codegen_workers as worker
+    from . import codegen_workers as worker
 
     sys.stdout.buffer.write(pickle.dumps(worker._in_worker(pickle.load(sys.stdin.buffer))))
