@@ -15,6 +15,7 @@ are stood in for: the gather path needs neither.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import re
@@ -86,7 +87,7 @@ def gather_ptx(spec: str, taps: int = 9, c_in: int = 64) -> str:
 
     cfg = layout.PipeConfig.parse(spec)
     if not cfg.resident:
-        cfg = layout.PipeConfig(cfg.tile_m, cfg.tile_n, cfg.tile_k, cfg.threads, cfg.depth, cfg.group, True)
+        cfg = dataclasses.replace(cfg, resident=True)
         print("(the streamed filters' copies are cuBLASDx's: counted with resident filters instead)")
     MM = _Descriptor(cfg.tile_m, cfg.tile_n, cfg.tile_k, cfg.threads)
     n_stages = layout.stages(taps, c_in, cfg.tile_k)

@@ -45,7 +45,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
 def _ozaki(variant: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.ozaki.tensorcore import OzakiGemm
+    from .ozaki.tensorcore import OzakiGemm
 
     m, n, k = parse_shape(spec)
     OzakiGemm(m, n, k, slices, variant)(cp.zeros((m, k)), cp.zeros((k, n)))
@@ -54,8 +54,8 @@ def _ozaki(variant: str, spec: str, slices: int) -> None:
 def _b2b(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.fusion.tensorcore import BackToBack, BlockConfig
-    from utilities.fusion.tensorcore_persistent import PersistentBackToBack
+    from .fusion.tensorcore import BackToBack, BlockConfig
+    from .fusion.tensorcore_persistent import PersistentBackToBack
 
     shape, _, block = spec.partition("@")  # b2b_persistent:64x256x64@32x128x3: row tile 32, 128 threads, depth 3
     k0, n0, n1 = parse_shape(shape)  # the kernel does not depend on M: a few row tiles build it
@@ -73,22 +73,21 @@ def _b2b(kind: str, spec: str, slices: int) -> None:
 def _b2b_pipelined(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.fusion.tensorcore_persistent import PipelineConfig, PipelinedBackToBack
+    from .fusion.tensorcore_persistent import PipelineConfig, PipelinedBackToBack
 
     shape, _, block = spec.partition("@")
     dims = parse_shape(shape)
     nb, m, k0, n0, n1 = dims if len(dims) == 5 else (1, *dims)  # K0, N0, N1 and the block pick the kernel
     z = cp.zeros
-    plan = PipelinedBackToBack(
-        z((nb, m, k0), cp.float16), z((nb, k0, n0), cp.float16), n1, PipelineConfig(*parse_shape(block))
-    )
+    cfg = PipelineConfig(**dict(zip(("tile_m", "threads", "tile_k", "depth"), parse_shape(block), strict=True)))
+    plan = PipelinedBackToBack(z((nb, m, k0), cp.float16), z((nb, k0, n0), cp.float16), n1, cfg)
     plan(z((nb, n0, n1), cp.float16), z((nb, m, n1), cp.float16))
 
 
 def _gemm_bias_relu(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.fusion.tensorcore import GemmBiasRelu
+    from .fusion.tensorcore import GemmBiasRelu
 
     m, n, k = parse_shape(spec)
     GemmBiasRelu(m, n, k)(cp.zeros((m, k), cp.float16), cp.zeros((k, n), cp.float16), cp.zeros(n, cp.float16))
@@ -97,8 +96,8 @@ def _gemm_bias_relu(kind: str, spec: str, slices: int) -> None:
 def _conv(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.conv.reference import ConvShape
-    from utilities.conv.tensorcore import Conv3x3
+    from .conv.reference import ConvShape
+    from .conv.tensorcore import Conv3x3
 
     if kind.startswith("conv_pipe") or kind.startswith("conv_b2b") or kind == "conv_1x1":
         _conv_pipelined(kind, spec)
@@ -114,9 +113,9 @@ def _conv_pipelined(kind: str, spec: str) -> None:
     conv_b2b[_keep]:64x64x64@... (C_in x C_mid x C_out): one build serves every image size."""
     import cupy as cp
 
-    from utilities.conv.layout import PipeConfig
-    from utilities.conv.reference import B2BShape, ConvShape
-    from utilities.conv.tensorcore_persistent import ConvB2B, PipelinedConv
+    from .conv.layout import PipeConfig
+    from .conv.reference import B2BShape, ConvShape
+    from .conv.tensorcore_persistent import ConvB2B, PipelinedConv
 
     dims, _, tile = spec.partition("@")
     sizes = parse_shape(dims)
@@ -140,9 +139,9 @@ def _conv_pipelined(kind: str, spec: str) -> None:
 
 
 def _multipass(kind: str, spec: str, slices: int) -> None:
-    from utilities.multipass.benchmarks import TEST_SHAPE, random_operands
-    from utilities.multipass.config import PassConfig
-    from utilities.multipass.tensorcore import PassGemm, PipelineGemm
+    from .multipass.benchmarks import TEST_SHAPE, random_operands
+    from .multipass.config import PassConfig
+    from .multipass.tensorcore import PassGemm, PipelineGemm
 
     dtype, value = spec.split(":")
     if kind == "multipass":  # one build serves every size
@@ -157,7 +156,7 @@ def _multipass(kind: str, spec: str, slices: int) -> None:
 def _primer(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.primer.tensorcore import StackSum, TileGemm
+    from .primer.tensorcore import StackSum, TileGemm
 
     if spec == "tile":  # primer:tile, the exercise's kernel; primer:stack, the device-pipeline kernel
         plan = TileGemm(256, 384)
@@ -249,7 +248,7 @@ def build_one(job: str, slices: int) -> None:
     """Build one job (``kind:spec``) into the build cache, in this process."""
     import cupy as cp
 
-    from utilities.machinery import buildcache
+    from .machinery import buildcache
 
     kind, _, spec = job.partition(":")
     if kind not in BUILDERS:
@@ -263,7 +262,7 @@ def build_one(job: str, slices: int) -> None:
 
 
 def _times_file() -> Path | None:
-    from utilities.machinery.buildcache.store import default_cache_dir
+    from .machinery.buildcache.store import default_cache_dir
 
     root = default_cache_dir()
     return None if root is None else root / "prebuild-seconds.json"
@@ -341,7 +340,7 @@ def report_table(results: list[tuple[str, float, bool]]) -> str:
 
 def _cannot_build_here() -> str | None:
     """The preflight's table and verdict; the reason a GPU build cannot run here, or None."""
-    from utilities.preflight import PreflightError, preflight
+    from .preflight import PreflightError, preflight
 
     try:
         preflight(require_gpu=True, require_mathdx=True)
@@ -385,8 +384,8 @@ def kinds_help() -> str:
 
 def machine() -> dict[str, object]:
     """What a bundle must match: this machine's compute capability and code generators (the preflight's GPU)."""
-    from utilities.machinery import buildcache
-    from utilities.preflight import probe_gpus
+    from .machinery import buildcache
+    from .preflight import probe_gpus
 
     gpus, problem, _ = probe_gpus()
     if not gpus:
@@ -397,7 +396,7 @@ def machine() -> dict[str, object]:
 
 def bundle_command(export: str | None, into: str | None, max_part_mb: float | None, compare: bool) -> int:
     """``--export``, ``--import`` and ``--compare``: one line each of what was done, sizes included."""
-    from utilities.machinery.buildcache import DiskCache, bundle, default_cache_dir
+    from .machinery.buildcache import DiskCache, bundle, default_cache_dir
 
     root = default_cache_dir()
     if root is None:

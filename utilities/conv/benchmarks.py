@@ -38,7 +38,7 @@ from ..errors import bounded_error
 from . import model
 from . import reference as ref
 from .baselines import CudnnConv, Im2colConv, UnfusedConv
-from .tensorcore import Conv3x3
+from .tensorcore import Conv3x3, Kernels
 
 # (batch, height, width, C_in, C_out): the published shapes' range (B 4-8, C 32-64, H = W 64-512), the target
 # (8 x 512 x 512, 64 -> 64), and wide channels, where the convolution is compute-bound and fusion stops mattering
@@ -84,7 +84,7 @@ def conv_records(shape: ref.ConvShape, *, repeats: int = 10, seed: int = 0, your
     plans: dict[str, Callable[..., Any]] = {"fused": Conv3x3(shape), "unfused": UnfusedConv(shape)}
     if yours is not None:
         factory, neighbor = yours
-        plans = {"yours": Conv3x3(shape, kernel_factory=factory, neighbor=neighbor), **plans}
+        plans = {"yours": Conv3x3(shape, kernels=Kernels(conv=factory, neighbor=neighbor)), **plans}
     paths = {name: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)]
              for name, p in plans.items()}  # fmt: skip
     which = {name: name for name in plans}

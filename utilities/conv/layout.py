@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..plans import TileConfig
 from ..smem import fp16_segments
 
 SWIZZLED_TK = (32, 64)  # the A layout's swizzle was measured for these (utilities.machinery.swizzle)
@@ -31,14 +32,11 @@ REGISTER_FLOOR = 160  # registers a thread keeps at least when the launch bounds
 _SPEC = re.compile(r"^(\d+)x(\d+)x(\d+)-t(\d+)-d(\d+)-g(\d+)-([rs])$")
 
 
-@dataclass(frozen=True)
-class PipeConfig:
+@dataclass(frozen=True, kw_only=True)
+class PipeConfig(TileConfig):
     """The block of the pipelined implicit GEMM: tile, threads, ring depth (phases), stages a phase, resident B."""
 
-    tile_m: int = 128
     tile_n: int = 64
-    tile_k: int = 64
-    threads: int = 128
     depth: int = 3
     group: int = 1
     resident: bool = False  # the default streams the filters: three blocks share an SM (speed_configs says why)
@@ -81,7 +79,8 @@ class PipeConfig:
             raise ValueError(f"a tile spec looks like 128x64x64-t128-d3-g1-r (TMxTNxTK, threads, depth, group, "
                              f"r = resident filters or s = streamed), got {spec!r}")  # fmt: skip
         tm, tn, tk, threads, depth, group = (int(v) for v in match.groups()[:6])
-        return cls(tm, tn, tk, threads, depth, group, match.group(7) == "r")
+        return cls(tile_m=tm, tile_n=tn, tile_k=tk, threads=threads, depth=depth, group=group,
+                   resident=match.group(7) == "r")  # fmt: skip
 
 
 def stages(taps: int, c_in: int, tile_k: int) -> int:

@@ -52,6 +52,7 @@ from ..tiles import block_matmul
 from .layout import PipeConfig, PipeLayout, check_fits, check_group, min_blocks, pipe_layout, stages
 from .reference import B2BShape, ConvShape
 from .simt import chunk_row, pixel_coords, stage_tap, tap_mask, tap_offset
+from .tensorcore import Kernels
 
 # ------------------------------------------------------------------------------------------------------------
 # The stream: gathers issued ahead, and the K loop of one tile
@@ -429,12 +430,12 @@ class ConvB2B:
     """relu(conv1x1(relu(conv3x3(x, w0)), w1) + bias1) in one kernel, D0 kept in the block.
 
     ``w1`` is the 1x1 filters as a (C_mid, C_out) matrix. ``keep_d0=True`` also writes D0 to ``self.d0`` (NHWC), so
-    that a checker can test the first stage on its own. ``kernel_factory``: the exercise's kernel factory.
+    that a checker can test the first stage on its own. ``kernels``: the attendee's ``Kernels(conv_b2b=...)``.
     ``blocks`` caps the blocks (default: one wave): a check with few blocks has each walk several row tiles.
     """
 
     def __init__(self, shape: B2BShape, cfg: PipeConfig | None = None, keep_d0: bool = False,
-                 kernel_factory: Any = None, blocks: int | None = None):  # fmt: skip
+                 kernels: Kernels | None = None, blocks: int | None = None):  # fmt: skip
         c = cfg or PipeConfig(tile_n=shape.c_mid)
         if c.tile_n != shape.c_mid:
             raise ValueError(f"the tile's N ({c.tile_n}) must be C_mid = {shape.c_mid}: a block computes every "
@@ -447,7 +448,7 @@ class ConvB2B:
         self.MM1 = pipe_matmul(c.tile_m, shape.c_out, shape.c_mid, c.threads)
         self.layout = conv_layout(self.MM0, c, self.n_stages, self.MM1)
         _fits(self.layout, c)
-        self.kernel = (kernel_factory or make_conv_b2b_kernel)(self.MM0, self.MM1, c, self.n_stages, keep_d0)
+        self.kernel = (kernels or Kernels()).factory("conv_b2b")(self.MM0, self.MM1, c, self.n_stages, keep_d0)
         d0_rows = shape.m if keep_d0 else c.tile_m
         self.d0 = cp.zeros((d0_rows, shape.c_mid), cp.float16)
         self.grid: tuple[int, int] | None = None

@@ -31,7 +31,7 @@ from ..errors import bounded_error
 from ..inputs import sample_rows
 from . import baselines as lib
 from . import model, reference
-from .tensorcore import BackToBack, BlockConfig, GemmBiasRelu
+from .tensorcore import BackToBack, BlockConfig, GemmBiasRelu, Kernels
 from .tensorcore_persistent import PersistentBackToBack, PipelineConfig, PipelinedBackToBack
 
 TARGET_SHAPES = ((576, 64, 128), (64, 256, 64))  # (K0, N0, N1): CUTLASS example 13's, and a wide intermediate
@@ -116,8 +116,8 @@ def b2b_records(
 
 def b2b_yours_beside_ours(kernel_factory: Any, m: int = 2**17, k0: int = 576, n0: int = 64, n1: int = 128, *,
                           repeats: int = 10, seed: int = 0) -> list[bench.BenchRecord]:  # fmt: skip
-    """Your back-to-back kernel (``kernel_factory``, as the exercise takes it) beside the course's and the library's
-    epilogue-fused path, on the same operands, errors included.
+    """Your back-to-back kernel (``kernel_factory``, the factory the exercise wrote) beside the course's and the
+    library's epilogue-fused path, on the same operands, errors included.
 
     Both fused kernels run with ``keep_d0=True``, the variant the check built: they also write D0 (M x N0 FP16),
     counted in their bytes, so yours builds nothing new. Names: ``b2b.yours``, ``b2b.fused_keep_d0``,
@@ -128,7 +128,7 @@ def b2b_yours_beside_ours(kernel_factory: Any, m: int = 2**17, k0: int = 576, n0
     set_bytes = model.b2b_traffic("fused", m, k0, n0, n1).bytes + extra
     sets = [_b2b_operands(m, k0, n0, n1, seed + i, None) for i in range(bench.copies_for(set_bytes))]
     outs = [cp.empty_like(s["c1"]) for s in sets]
-    plans = {"yours": BackToBack(m, k0, n0, n1, keep_d0=True, kernel_factory=kernel_factory),
+    plans = {"yours": BackToBack(m, k0, n0, n1, keep_d0=True, kernels=Kernels(b2b=kernel_factory)),
              "fused_keep_d0": BackToBack(m, k0, n0, n1, keep_d0=True)}  # fmt: skip
     epilogues = [lib.EpilogueB2B(*s.values(), *alphas) for s in sets]
     paths = {name: [lambda p=p, s=s, o=o: p(*s.values(), *alphas, out=o) for s, o in zip(sets, outs, strict=True)]
@@ -199,11 +199,16 @@ def _with_hbm_fraction(rec: bench.BenchRecord, peak: float | None) -> bench.Benc
     return rec
 
 
+def _block(cfg: BlockConfig) -> dict[str, Any]:
+    """A block as a record's params: the tile and the threads."""
+    return {"tile": [cfg.tile_m, cfg.tile_n, cfg.tile_k], "threads": cfg.threads}
+
+
 def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0, yours: Any = None,
-                 lever: dict[str, Any] | None = None) -> list[bench.BenchRecord]:  # fmt: skip
+                 lever: BlockConfig | None = None) -> list[bench.BenchRecord]:  # fmt: skip
     """Fused GEMM + bias + ReLU beside cuBLASLt's RELU_BIAS epilogue and cuBLAS + an elementwise kernel; with
     ``yours`` (a kernel factory, as the exercise takes), that kernel too, as ``gemm_bias_relu.yours``; with ``lever``
-    (``GemmBiasRelu``'s ``tile`` and ``threads``), the course's kernel built with that block too, as
+    (a ``BlockConfig`` for ``GemmBiasRelu``), the course's kernel built with that block too, as
     ``gemm_bias_relu.lever`` (its ``params`` hold the block)."""
     rng = cp.random.default_rng(seed)
     set_bytes = model.gemm_bias_relu_traffic("fused", m, n, k).bytes
@@ -220,9 +225,9 @@ def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0, yo
     epilogues = [lib.EpilogueGemmBiasRelu(*s) for s in sets]
     plans = {"fused": fused, "separate": separate}
     if yours is not None:
-        plans = {"yours": GemmBiasRelu(m, n, k, kernel_factory=yours), **plans}
+        plans = {"yours": GemmBiasRelu(m, n, k, kernels=Kernels(gemm_bias_relu=yours)), **plans}
     if lever is not None:
-        plans = {**plans, "lever": GemmBiasRelu(m, n, k, **lever)}
+        plans = {**plans, "lever": GemmBiasRelu(m, n, k, cfg=lever)}
     paths = {name: [lambda plan=plan, s=s, o=o: plan(*s, out=o) for s, o in zip(sets, outs, strict=True)]
              for name, plan in plans.items()}  # fmt: skip
     paths["epilogue"] = [e.__call__ for e in epilogues]
@@ -238,7 +243,7 @@ def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0, yo
         error = bounded_error(cp.asnumpy(results[path])[rows], want, bound, f"FP64 reference, {len(rows)} rows")
         rec = bench.bench(
             fns, hold=True, repeats=repeats, name=f"gemm_bias_relu.{path}", m=m, n=n, k=k,
-            params={"bytes": t.bytes, "kernels": t.kernels, **(lever if path == "lever" and lever else {})},
+            params={"bytes": t.bytes, "kernels": t.kernels, **(_block(lever) if path == "lever" and lever else {})},
             flops=t.flops, bytes_moved=t.bytes, error=error,
         )  # fmt: skip
         records.append(_with_hbm_fraction(rec, peak))

@@ -29,6 +29,7 @@ still win.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ from numba import cuda, float32
 from nvmath.device import Matmul
 from nvmath.device.common import copy, copy_fragment, copy_wait, make_tensor
 
+from .. import plans
 from ..machinery import launch
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
@@ -47,14 +49,19 @@ from .layout import SMEM_ALIGN, ceil_to, segments
 MAX_N = 256  # widest N0 / N1 a block holds: a 128 x 256 FP32 accumulator is 256 registers per thread at 128 threads
 
 
-@dataclass(frozen=True)
-class BlockConfig:
-    """Row tile, K tile and threads of the block GEMMs."""
+@dataclass(frozen=True, kw_only=True)
+class BlockConfig(plans.TileConfig):
+    """The block of the fusion kernels: row tile, column tile, K tile, threads, and ``depth``, the A0 stages in
+    flight in the persistent back-to-back kernel (the streaming kernels always have two).
 
-    tile_m: int = 128
-    tile_k: int = 64
-    threads: int = 128
-    depth: int = 3  # A0 stages in flight in the persistent kernel (the streaming kernel always has two)
+    ``tile_n`` None: the back-to-back kernels hold whole rows (all N0 and N1 columns); ``GemmBiasRelu`` needs one.
+    """
+
+    tile_n: int | None = None
+    depth: int = 3
+
+
+EPILOGUE_BLOCK = BlockConfig(tile_m=128, tile_n=128, tile_k=64, threads=128)  # GemmBiasRelu's block
 
 
 @functools.cache
@@ -130,21 +137,38 @@ def make_gemm_bias_relu_kernel(MM: Matmul):
     return gemm_bias_relu_kernel
 
 
-class GemmBiasRelu:
-    """out = relu(a @ b + bias): FP16 operands, FP32 accumulation and epilogue, FP16 output."""
+@dataclass(frozen=True)
+class Kernels(plans.Kernels):
+    """Kernel factories the fusion plans use instead of the course's: ``gemm_bias_relu`` (``GemmBiasRelu``'s,
+    :func:`make_gemm_bias_relu_kernel`) and ``b2b`` (``BackToBack``'s, :func:`make_b2b_kernel`)."""
 
-    def __init__(self, m: int, n: int, k: int, tile: tuple[int, int, int] = (128, 128, 64), threads: int = 128,
-                 kernel_factory: Any = None):  # fmt: skip
-        tm, tn, tk = tile
-        for name, size, t in (("m", m, tm), ("n", n, tn), ("k", k, tk)):
+    gemm_bias_relu: Callable[..., Any] | None = None
+    b2b: Callable[..., Any] | None = None
+
+    def course(self) -> dict[str, Callable[..., Any]]:
+        return {"gemm_bias_relu": make_gemm_bias_relu_kernel, "b2b": make_b2b_kernel}
+
+
+class GemmBiasRelu:
+    """out = relu(a @ b + bias): FP16 operands, FP32 accumulation and epilogue, FP16 output.
+
+    ``cfg``: the block (default ``EPILOGUE_BLOCK``, a 128 x 128 x 64 tile on 128 threads); ``kernels``: the
+    attendee's ``Kernels(gemm_bias_relu=...)``.
+    """
+
+    def __init__(self, m: int, n: int, k: int, cfg: BlockConfig | None = None, kernels: Kernels | None = None):
+        self.cfg = c = cfg or EPILOGUE_BLOCK
+        if c.tile_n is None:
+            raise ValueError("GemmBiasRelu's block needs a column tile: give the BlockConfig a tile_n")
+        for name, size, t in (("m", m, c.tile_m), ("n", n, c.tile_n), ("k", k, c.tile_k)):
             if size % t:
                 raise ValueError(f"{name} = {size} is not a multiple of the block tile's {t}: pad it, or pick a tile")
         self.m, self.n, self.k = m, n, k
-        self.MM = fp16_matmul(tm, tn, tk, threads)
+        self.MM = fp16_matmul(c.tile_m, c.tile_n, c.tile_k, c.threads)
         sa, sb = kloop_smem(self.MM)
         self.shared_bytes = 2 * segments(sa, sb, sa, sb)[1]
-        self.kernel = (kernel_factory or make_gemm_bias_relu_kernel)(self.MM)
-        self.grid = (m // tm, n // tn)
+        self.kernel = (kernels or Kernels()).factory("gemm_bias_relu")(self.MM)
+        self.grid = (m // c.tile_m, n // c.tile_n)
 
     def __call__(self, a: Any, b: Any, bias: Any, out: Any = None) -> Any:
         out = cp.empty((self.m, self.n), dtype=cp.float16) if out is None else out
@@ -287,8 +311,13 @@ def b2b_shared_bytes(MM0: Matmul, MM1: Matmul) -> int:
     return 2 * b2b_smem_layout(MM0, MM1)[2]
 
 
-def b2b_constraints(m: int, k0: int, n0: int, n1: int, cfg: BlockConfig) -> None:
+def b2b_constraints(m: int, k0: int, n0: int, n1: int, cfg: plans.TileConfig) -> None:
     """Raise ValueError, naming the fix, for a problem the fused kernel cannot hold in one block."""
+    if cfg.tile_n is not None:
+        raise ValueError(
+            f"tile_n = {cfg.tile_n}: a back-to-back block holds whole rows of D0 and D1 (all N0 and N1 columns); "
+            "leave tile_n None"
+        )
     for name, n in (("N0", n0), ("N1", n1)):
         if n > MAX_N:
             raise ValueError(
@@ -309,12 +338,13 @@ class BackToBack:
 
     One row tile per block (the exercise's kernel, ``make_b2b_kernel``). ``batch=None`` takes 2-D operands;
     ``batch=b`` takes a leading batch dimension of b on every operand. ``keep_d0=True`` also writes D0 to
-    ``self.d0`` so that a checker can test the first GEMM on its own. The persistent kernels of
-    ``utilities.fusion.tensorcore_persistent`` take the same operands.
+    ``self.d0`` so that a checker can test the first GEMM on its own. ``kernels``: the attendee's
+    ``Kernels(b2b=...)``. The persistent kernels of ``utilities.fusion.tensorcore_persistent`` take the same
+    operands.
     """
 
     def __init__(self, m: int, k0: int, n0: int, n1: int, batch: int | None = None, keep_d0: bool = False,
-                 cfg: BlockConfig | None = None, kernel_factory: Any = None):  # fmt: skip
+                 cfg: BlockConfig | None = None, kernels: Kernels | None = None):  # fmt: skip
         self.cfg = c = cfg or BlockConfig(tile_m=128 if max(n0, n1) <= 128 else 64)
         b2b_constraints(m, k0, n0, n1, c)
         self.m, self.k0, self.n0, self.n1, self.batch, self.keep_d0 = m, k0, n0, n1, batch, keep_d0
@@ -323,12 +353,12 @@ class BackToBack:
         nb = batch or 1
         self.d0 = cp.zeros((nb, m, n0), dtype=cp.float16) if keep_d0 else cp.zeros((1, 1, n0), dtype=cp.float16)
         self.grid: tuple[int, int] | None = (m // c.tile_m, nb)
-        self._build(kernel_factory)
+        self._build(kernels or Kernels())
 
-    def _build(self, kernel_factory: Any) -> None:
+    def _build(self, kernels: Kernels) -> None:
         """The kernel and its dynamic shared memory (the persistent plan builds its own)."""
         self.shared_bytes = b2b_shared_bytes(self.MM0, self.MM1)
-        self.kernel = (kernel_factory or make_b2b_kernel)(self.MM0, self.MM1, self.keep_d0)
+        self.kernel = kernels.factory("b2b")(self.MM0, self.MM1, self.keep_d0)
 
     def kernel_args(self, a0: Any, b0: Any, b1: Any, c1: Any, alpha0: float, alpha1: float, beta1: float,
                     out: Any) -> tuple[tuple[Any, ...], Any]:  # fmt: skip

@@ -39,7 +39,7 @@ from ..machinery import cp_async, launch, pipelines
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
 from . import layout
-from .tensorcore import BackToBack, BlockConfig, b2b_constraints, fp16_matmul, kloop_smem
+from .tensorcore import BackToBack, BlockConfig, Kernels, b2b_constraints, fp16_matmul, kloop_smem
 
 
 @functools.cache
@@ -194,14 +194,14 @@ def make_b2b_persistent_kernel(MM0: Matmul, MM1: Matmul, k0: int, depth: int = 3
 class PersistentBackToBack(BackToBack):
     """``BackToBack``'s product with the persistent kernel: one wave of blocks, B0 and B1 loaded once per block.
 
-    Same operands and results (bit for bit) as the streaming plan; it takes no kernel factory and cannot keep D0.
+    Same operands and results (bit for bit) as the streaming plan; it takes no ``kernels`` and cannot keep D0.
     """
 
     def __init__(self, m: int, k0: int, n0: int, n1: int, batch: int | None = None, cfg: BlockConfig | None = None):
         super().__init__(m, k0, n0, n1, batch=batch, cfg=cfg)
         self.grid = None  # one wave of blocks: known once the kernel is compiled
 
-    def _build(self, kernel_factory: Any) -> None:
+    def _build(self, kernels: Kernels) -> None:
         c, k0, n0, n1 = self.cfg, self.k0, self.n0, self.n1
         self.shared_bytes = b2b_persistent_layout(self.MM0, self.MM1, k0, c.depth).nbytes
         _fits_shared_memory(self.shared_bytes, f"(K0, N0, N1) = ({k0}, {n0}, {n1}) with {c}")
@@ -246,12 +246,12 @@ def _fits_shared_memory(nbytes: int, what: str, fix: str = "") -> None:
 # ------------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PipelineConfig:
-    """Row tile and threads of the block, K depth and stages of GEMM 0's pipeline."""
+@dataclass(frozen=True, kw_only=True)
+class PipelineConfig(BlockConfig):
+    """The block of the pipelined back-to-back kernel: row tile, threads, and the K depth (``tile_k``) and stages
+    (``depth``) of GEMM 0's pipeline. Whole rows, as every back-to-back block (``tile_n`` None)."""
 
     tile_m: int = 64
-    threads: int = 128
     tile_k: int = 32
     depth: int = 2
 
@@ -326,7 +326,7 @@ class PipelinedBackToBack:
         n0 = b0.shape[2]
         require("a0", a0, np.float16, (nb, m, k0))
         require("b0", b0, np.float16, (nb, k0, n0))
-        b2b_constraints(m, k0, n0, n1, BlockConfig(tile_m=c.tile_m, tile_k=c.tile_k))
+        b2b_constraints(m, k0, n0, n1, c)
         if k0 // c.tile_k < c.depth:
             raise ValueError(f"K0 = {k0} is too small for a {c.depth}-stage pipeline of {c.tile_k}-deep tiles: use "
                              "a PipelineConfig with a smaller depth or tile_k")  # fmt: skip
@@ -357,5 +357,6 @@ class PipelinedBackToBack:
             tiles, threads = m // self.cfg.tile_m, self.MM1.block_size
             fix = "use PersistentBackToBack or BackToBack"
             self.grid = one_wave_grid(self.kernel, threads, self.shared_bytes, args, tiles, nb, fix)
+        # the DevicePipeline argument takes numba's dispatcher inside launch.launch: nvmath packs it, not the fast path
         launch.launch(self.kernel, self.grid, self.pipeline.block_dim, self.shared_bytes, *args)
         return out

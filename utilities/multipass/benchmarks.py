@@ -18,8 +18,8 @@ import cupy as cp
 
 from .. import bench, cublas
 from ..tiles import OUT_DTYPE
-from .config import DTYPES, PassConfig
-from .tensorcore import PassGemm, PipelineGemm
+from .config import DTYPES, PassConfig, PipelineConfig
+from .tensorcore import Kernels, PassGemm, PipelineGemm
 
 COURSE_FS = (1, 2, 4, 8)
 TEST_SHAPE = (256, 256, 1024)  # tests/test_gpu_multipass.py and the notebook's checks
@@ -61,7 +61,7 @@ def yours_beside_ours(
     kernel_factory: Any, dtype: str = "int8", fused: int = 2, size: int = 8192, *, repeats: int = 10,
     show: bool = True,
 ) -> list[bench.BenchRecord]:  # fmt: skip
-    """Your kernel (``kernel_factory``, as the exercise takes it) beside the course's and cuBLAS, on the same
+    """Your kernel (``kernel_factory``, the factory the exercise wrote) beside the course's and cuBLAS, on the same
     operands at ``size``^3, each result compared with cuBLAS's first (int8: exactly; a mismatch is printed, and the
     record has no error entry).
 
@@ -74,7 +74,7 @@ def yours_beside_ours(
     records = [bench.bench(run_ref, m=m, n=n, k=k, name=ref_name, repeats=repeats)]
     cfg = PassConfig(dtype, fused=fused)
     for name, factory in (("multipass.yours", kernel_factory), (f"multipass.F={fused}", None)):
-        plan = PassGemm(m, n, k, cfg, kernel_factory=factory)
+        plan = PassGemm(m, n, k, cfg, kernels=Kernels(multipass=factory))
         out = plan(a, bt)
         try:
             error = _agreement(out, ref, dtype, ref_name)
@@ -117,7 +117,7 @@ def multipass_records(
             run_ref, ref, ref_name = baseline(a, bt, dtype)
             records.append(bench.bench(run_ref, m=m, n=n, k=k, name=ref_name, repeats=repeats))
             for f in fs:
-                cfg = PassConfig(dtype, tile[0], tile[1], passes=passes, fused=f)
+                cfg = PassConfig(dtype, passes, f, tile_m=tile[0], tile_n=tile[1])
                 plan = PassGemm(m, n, k, cfg)
                 out = plan(a, bt)
                 error = _agreement(out, ref, dtype, ref_name)
@@ -132,10 +132,10 @@ def multipass_records(
                 best = max(swept, key=lambda r: r.tflops)
                 records.append(dataclasses.replace(best, name="multipass.best", params=dict(best.params)))
             if pipeline:
-                lib = PipelineGemm(a, bt, dtype, tile)
+                lib = PipelineGemm(a, bt, dtype, PipelineConfig(tile_m=tile[0], tile_n=tile[1]))
                 out = cp.empty((m, n), dtype=OUT_DTYPE[dtype])
                 lib(out)
-                params = {"dtype": dtype, "tile": f"{tile[0]}x{tile[1]}", "depth": 3, **lib.resources()}
+                params = {"dtype": dtype, "tile": f"{tile[0]}x{tile[1]}", "depth": lib.cfg.depth, **lib.resources()}
                 error = _agreement(out, ref, dtype, ref_name)
                 records.append(
                     bench.bench(lambda lib=lib, out=out: lib(out), m=m, n=n, k=k, name=f"pipeline.{dtype}",

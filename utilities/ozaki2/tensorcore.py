@@ -23,13 +23,14 @@ count the plan may use.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import cupy as cp
 import numpy as np
 
-from .. import cublas
+from .. import cublas, plans
 from ..machinery import launch
 from ..operands import require_fp64_gemm
 from ..precision import Choice
@@ -45,20 +46,19 @@ DIGITS = ("early", "late")
 
 
 @dataclass(frozen=True)
-class Kernels:
+class Kernels(plans.Kernels):
     """Kernel factories a plan uses instead of the course's (the exercises pass the attendee's), in stage order.
 
     None means the course's: ``make_residue``, ``make_digit`` and ``make_reconstruct_kernel``
     (``utilities.ozaki2.simt``).
     """
 
-    residue: Any = None
-    digit: Any = None
-    reconstruct: Any = None
+    residue: Callable[..., Any] | None = None
+    digit: Callable[..., Any] | None = None
+    reconstruct: Callable[..., Any] | None = None
 
-    def given(self) -> list[Any]:
-        """The factories given, in stage order (for a checker's ``exercise=``)."""
-        return [f for f in vars(self).values() if f is not None]
+    def course(self) -> dict[str, Callable[..., Any]]:
+        return {"residue": simt.make_residue, "digit": simt.make_digit, "reconstruct": simt.make_reconstruct_kernel}
 
 
 def _int(v: int) -> np.int64:
@@ -118,14 +118,15 @@ class Ozaki2Gemm:
         N = self.count
         if not columns_known:
             self.stats.columns(b)
-        rows = simt.residue_launch(self.m, self.k, self.kp, N, self.kernels.residue)
+        residue = self.kernels.factory("residue")
+        rows = simt.residue_launch(self.m, self.k, self.kp, N, residue)
         launch.launch(rows.kernel, rows.grid, rows.block, 0, a, self.a_res[:N].view(cp.int32), self.mu)
-        cols = simt.residue_cols_launch(self.k, self.n, self.kp, N, self.kernels.residue)
+        cols = simt.residue_cols_launch(self.k, self.n, self.kp, N, residue)
         launch.launch(cols.kernel, cols.grid, cols.block, 0, b, self.stats.cols_i, self.b_res[:N].view(cp.int32),
                       self.nu)  # fmt: skip
 
     def _digits_of(self, plane: Any, t: int) -> None:
-        step = simt.digits_launch(self.m * self.n, self.count, self.kernels.digit)
+        step = simt.digits_launch(self.m * self.n, self.count, self.kernels.factory("digit"))
         launch.launch(step.kernel, step.grid, step.block, 0, plane.ravel(), _int(t), self.digits[t].ravel())
 
     def products(self) -> None:
@@ -167,7 +168,7 @@ class Ozaki2Gemm:
         DGEMM's result (FP64 dot products)."""
         N = self.count
         late = self.digits is None
-        step = simt.reconstruct_launch(self.m, self.n, N, self.kernels.reconstruct, from_products=late)
+        step = simt.reconstruct_launch(self.m, self.n, N, self.kernels.factory("reconstruct"), from_products=late)
         planes = self.products_buffer[:N] if late else self.digits[:N]
         launch.launch(step.kernel, step.grid, step.block, 0, planes, self.mu, self.nu, a, b, np.float64(alpha),
                       np.float64(beta), c, out)  # fmt: skip
@@ -191,7 +192,7 @@ def residues_on_gpu(x: np.ndarray, count: int, residue_factory: Any = None) -> t
     res = cp.zeros((count, m, kp), cp.int8)
     mu = cp.zeros(m, cp.int32)
     step = simt.residue_launch(m, k, kp, count, residue_factory)
-    step.kernel[step.grid, step.block](cp.asarray(x, dtype=cp.float64), res.view(cp.int32), mu)
+    launch.launch(step.kernel, step.grid, step.block, 0, cp.asarray(x, dtype=cp.float64), res.view(cp.int32), mu)
     return cp.asnumpy(mu), cp.asnumpy(res[:, :, :k])
 
 
@@ -202,7 +203,7 @@ def digits_on_gpu(products: np.ndarray, digit_factory: Any = None) -> np.ndarray
     digits = cp.zeros(products.shape, cp.uint8)
     for t in range(count):
         step = simt.digits_launch(planes[t].size, count, digit_factory)
-        step.kernel[step.grid, step.block](planes[t].ravel(), np.int64(t), digits[t].ravel())
+        launch.launch(step.kernel, step.grid, step.block, 0, planes[t].ravel(), np.int64(t), digits[t].ravel())
     return cp.asnumpy(digits)
 
 
@@ -214,6 +215,6 @@ def reconstruct_on_gpu(digits: np.ndarray, mu: np.ndarray, nu: np.ndarray, a: np
     out = cp.full((m, n), np.nan)
     step = simt.reconstruct_launch(m, n, count, reconstruct_factory)
     args = (cp.asarray(digits, dtype=cp.uint8), cp.asarray(mu), cp.asarray(nu), cp.asarray(a), cp.asarray(b),
-            float(alpha), float(beta), cp.asarray(c), out)  # fmt: skip
-    step.kernel[step.grid, step.block](*args)
+            np.float64(alpha), np.float64(beta), cp.asarray(c), out)  # fmt: skip
+    launch.launch(step.kernel, step.grid, step.block, 0, *args)
     return cp.asnumpy(out)
