@@ -4,9 +4,12 @@ GPU modules stay out of CPU import paths, and the GPU stack's pins are written o
 from __future__ import annotations
 
 import ast
+import io
 import os
+import re
 import subprocess
 import sys
+import tokenize
 import tomllib
 from pathlib import Path
 
@@ -125,6 +128,42 @@ def test_the_package_imports_itself_in_one_style() -> None:
     assert not absolute, "absolute imports of the course's modules (write them relative):\n" + "\n".join(absolute)
 
 
+# A measured figure: a number with a unit of time or rate, or a speed ratio (the notebooks' prose rule, in code).
+MEASURED = re.compile(
+    r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?:\s?-\s?\d[\d,]*(?:\.\d+)?)?\s(?:ms|us|µs|s|TOPS|TFLOP/s|GFLOP/s|GB/s|TB/s)(?![\w/])"
+    r"|(?<![\w.])\d+\.\d+x(?=[\s,;.)])"
+)
+
+
+def _comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
+    source = path.read_text(encoding="utf-8")
+    found = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+             if t.type == tokenize.COMMENT]  # fmt: skip
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                found.append((node.body[0].lineno, doc))
+    return found
+
+
+def test_no_measured_figure_sits_in_a_docstring_or_a_comment() -> None:
+    """Measurements go stale with every run: they live in ``results/`` and ``instructor-notes/``, and the code's
+    prose says why and where (a table the code needs as data may stay, with a comment that points to its report)."""
+    frozen = [f"{path.relative_to(ROOT)}:{line}: {MEASURED.findall(text)}"
+              for path in sorted(UTILITIES.rglob("*.py")) for line, text in _comments_and_docstrings(path)
+              if MEASURED.search(text)]  # fmt: skip
+    assert not frozen, "measured figures in docstrings or comments (move them to a report or a note):\n" + "\n".join(
+        frozen
+    )
+
+
+def test_the_measured_figure_pattern_sees_times_rates_and_ratios() -> None:
+    seen = ["245 us", "took 1.4-1.8 s", "at 1294 TOPS", "34.19 ms", "3.35 TB/s", "0.64x DGEMM", "(1.38x)"]
+    unseen = ["7-8s", "16 KiB", "2^17 rows", "sm_90", "0.30.4", "128x128x64", "a 3x3 conv", "2x faster"]
+    assert all(MEASURED.search(s) for s in seen) and not any(MEASURED.search(s) for s in unseen)
+
+
 def test_the_floor_check_sees_relative_and_absolute_imports(tmp_path: Path) -> None:
     """The scan above must not pass for want of seeing: it resolves both import forms to the same module."""
     shared = UTILITIES / "conv" / "model.py"
@@ -157,6 +196,19 @@ def test_importing_a_track_imports_no_gpu_module(track: str) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_package_and_the_project_describe_every_track_and_tool() -> None:
+    import utilities
+
+    doc = utilities.__doc__ or ""
+    for name in (*TRACKS, *LESSONS, *TOOLING, *CORE, "machinery"):
+        assert f"``{name}``" in doc, f"utilities/__init__.py does not name {name}"
+    notebooks = ("(0)", "(1)", "(2a, 2b)", "(2c, 2d)", "(3a-3d)", "(4a, 4b)")
+    assert all(n in doc for n in notebooks), "utilities/__init__.py names each track with its notebooks"
+    description = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["description"]
+    for part in ("0 a primer", "1 multi-pass", "2a/2b", "2c/2d", "3a-3d Ozaki-I", "4a/4b Ozaki-II"):
+        assert part in description, f"pyproject.toml's description lacks {part!r}"
 
 
 def test_the_stack_is_pinned_once() -> None:

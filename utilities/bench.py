@@ -339,8 +339,8 @@ def compare(
 
     Interleaving (one call of each provider per round, the first of the round rotating) exposes every provider
     to the same drift of clocks and temperature. It also puts each provider right after the others, which can
-    cost: on an H100, cuBLAS's int8 GEMM at 8192^3 took 1.10 ms right after DGEMM and 0.91 ms timed alone.
-    ``interleave=False`` times each provider's runs back to back instead.
+    cost (``instructor-notes/machinery.md``, "Timing"). ``interleave=False`` times each provider's runs back to
+    back instead.
     """
     if not providers:
         raise ValueError("no providers")

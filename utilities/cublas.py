@@ -2,8 +2,8 @@
 and their benchmark providers (``dgemm_provider``, ``igemm_provider``: zero-argument callables for ``bench``);
 ``bias_relu``, the elementwise kernel that the unfused library paths (2a, 2c) run after their GEMM.
 
-``igemm`` is cuBLAS's int8 x int8 -> int32 GEMM (``cublasGemmEx``) with B column-major: on an H100 integer
-GEMM in cuBLAS is fast only in that layout (964 TOPS at 8192^3, against 125 with a row-major B).
+``igemm`` is cuBLAS's int8 x int8 -> int32 GEMM (``cublasGemmEx``) with B column-major: integer GEMM in cuBLAS
+is fast only in that layout (``instructor-notes/machinery.md`` has the measurement).
 """
 
 from __future__ import annotations

@@ -187,8 +187,8 @@ BUILDERS: dict[str, Callable[[str, str, int], None]] = {
     "pipeline": _multipass,
     "primer": _primer,
 }
-# Seconds a kind took on a 16-core H100 host with the course's 26 builds 16 at a time (2026-11-23: 5 min 56 s in all),
-# for the order and the estimates of the first prebuild on a machine; later ones use what this machine measured.
+# Seconds a kind took in the prebuild of results/nvidia-h100-80gb-hbm3-builds.md (16 builds at a time): the order and
+# the estimates of the first prebuild on a machine; later ones use what this machine measured. Data, not prose.
 KIND_SECONDS = {
     "unfused": 185,
     "partial": 70,

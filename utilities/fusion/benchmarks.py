@@ -42,8 +42,8 @@ PERSISTENT = {
     (64, 256, 64): BlockConfig(tile_m=32, threads=128, depth=3),  # 104 KiB: two blocks an SM
     (576, 64, 128): BlockConfig(tile_m=128, threads=256, depth=3),  # 216 KiB: one block an SM
 }
-# (K0, N0, N1) -> the pipelined kernel's block: at (576, 64, 128) it lost to the streaming kernel (206 against
-# 203 us at M = 2^18, the best of five blocks; the fusion report), so it runs where it wins
+# (K0, N0, N1) -> the pipelined kernel's block: at (576, 64, 128) it lost to the streaming kernel with the best of
+# five blocks (instructor-notes/fusion.md), so it runs where it wins
 PIPELINED = {(64, 256, 64): PipelineConfig(tile_m=64, threads=128, tile_k=32, depth=2)}  # 113 KiB: two blocks an SM
 
 

@@ -19,11 +19,10 @@ accumulation is FP32.
 
 Loads: the global-memory layouts come from ``utilities.machinery.aligned_copy.gmem_layout`` (16-byte
 alignment), so cuBLASDx's ``copy`` issues 16-byte ``cp.async``; with nvmath's own layouts it moved one element
-per instruction and these kernels ran 1.6-4x slower on an H100. Operands must therefore start on a 16-byte
-boundary (checked). The output tiles (and C1) go through shared memory, so that global stores are 16-byte
-copies. Known limits, measured there (see the fusion report in ``results/``): the streaming kernel keeps two K
-stages in flight and its registers allow two blocks an SM, so at (576, 64, 128) cuBLASLt's fused epilogues
-still win.
+per instruction, several times slower (``instructor-notes/fusion.md``, "Load width"). Operands must therefore
+start on a 16-byte boundary (checked). The output tiles (and C1) go through shared memory, so that global stores
+are 16-byte copies. Known limits (the fusion report in ``results/``): the streaming kernel keeps two K stages in
+flight and its registers allow two blocks an SM, so at (576, 64, 128) cuBLASLt's fused epilogues still win.
 """
 
 from __future__ import annotations

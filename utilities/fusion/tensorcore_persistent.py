@@ -14,8 +14,8 @@ streaming kernel (``tensorcore.make_b2b_kernel``) in the same order, so the resu
   block turns it into FP16 D0 in shared memory, points the pipeline at its next tile (``reset_tile``), and runs
   GEMM 1 (``mma``-based, both operands in shared memory) on D0 and the resident B1. GEMM 1 cannot follow onto
   the pipeline: a pipeline multiplies arrays in global memory, and GEMM 1's A operand is D0 in shared memory.
-  On an H100 it took (64, 256, 64) at M = 2^18 from 111.9 to 98.5 us; at (576, 64, 128), where the traffic is
-  mostly A0, it did not help (206 us in a trial, against 203 for the streaming kernel). See the fusion report.
+  It pays at (64, 256, 64); at (576, 64, 128), where the traffic is mostly A0, it did not help (the fusion report
+  in ``results/`` and ``instructor-notes/fusion.md`` have the times).
 
 The pipelined plan is built for the A0 and B0 arrays given to it (its TMA descriptors hold their addresses, and
 its type their shapes), like ``utilities.multipass.tensorcore.PipelineGemm``: a call computes with their current

@@ -2,7 +2,7 @@
 
 Why: nvmath-python 1.0.0 describes a ``DevicePipeline``'s global A and B to libmathdx with their concrete shapes
 and strides, and the pipeline's numba type carries them. Every problem shape is then a new type, new libmathdx
-code and a new nvJitLink link: 74 s for a kernel already built at another shape (H100, with the build cache).
+code and a new nvJitLink link: a minute or more for a kernel already built at another shape.
 libmathdx itself takes run-time extents (``LIBMATHDX_RUNTIME`` in a tensor's shape or strides): the generated
 code then reads them from the pipeline's device storage, which the pipeline's init kernel writes from the
 tensors it is given. So :func:`device_pipeline` describes A and B with every extent and every non-unit stride
@@ -14,14 +14,14 @@ it), made by hand: its views report the marked extents to nvmath, and its init k
 It reaches into nvmath internals, so :func:`device_pipeline` uses it only for the versions pinned in
 ``utilities.machinery.versions``; with others it makes nvmath's own pipeline (one build per shape) and warns once.
 
-Measured on an H100 (2026-11-23, ``results/nvidia-h100-80gb-hbm3-builds.md``): the fused Ozaki-I kernel at a new
-shape in 1.4-1.8 s instead of 74 s; at 8192^3 34.19 ms against 34.56 ms with nvmath's pipeline, bit for bit the
-same output (``tools/pipeline_speed.py``).
+A new shape then costs seconds, and the kernel runs as fast as with nvmath's pipeline, bit for bit the same
+output (``tools/pipeline_speed.py``; the figures: ``results/nvidia-h100-80gb-hbm3-builds.md`` and
+``instructor-notes/machinery.md``).
 
 Two things to know. numba interns the pipeline's type by name, so every pipeline of one kernel shares the type
 made for the first one. And nvmath builds a pipeline's destroy kernel when a pipeline is first freed, which may be
-in the middle of a later build (it was, in a measured edit: 13 s of its 29 s): the destroy code is requested when
-the pipeline is made, so that the build cache's workers generate it beside the first build.
+in the middle of a later build (it was, in a measured edit: ``instructor-notes/machinery.md``): the destroy code
+is requested when the pipeline is made, so that the build cache's workers generate it beside the first build.
 
 Only :func:`device_pipeline` needs a GPU; the helpers above it are plain Python.
 """
@@ -237,7 +237,7 @@ def _pipeline_class() -> type:
     @functools.cache
     def _request_destroy_code(mm_handle: int, pipeline_handle: int) -> None:
         """Ask for the destroy kernel's libmathdx code now: with the build cache it is generated in a worker beside
-        this build, not in the middle of whatever build runs when the pipeline is freed (13 s on an H100)."""
+        this build, not in the middle of whatever build runs when the pipeline is freed."""
         cublasdx_backend._compile_blas_device_pipeline_destroy(mm_handle, pipeline_handle, get_default_code_type())
 
     @functools.cache

@@ -81,8 +81,8 @@ def tile_config(variant: str, cc: tuple[int, int] | None = None) -> OzakiConfig:
 
     256 threads (two warpgroups on Hopper): the fused kernel holds an FP64 accumulator beside the int32 one,
     and 64 + 2 x 64 registers of accumulators per thread still fit; on an H100 this configuration also ran the
-    int8 products faster than 128 threads (``instructor-notes/ozaki.md``, "Tiles"). All variants use it, so that
-    they differ only in what they fuse.
+    int8 products faster than 128 threads (``instructor-notes/ozaki.md``, "256 threads"). All variants use it, so
+    that they differ only in what they fuse.
     """
     cc = cc or compute_capability()
     if cc[0] < 8:

@@ -5,9 +5,9 @@ the same code generators (``./course prebuild --export FILE`` / ``--import FILE`
 
 - a header per file: magic, part number, part count, and the SHA-256 of the whole compressed stream;
 - the stream: a tar of ``manifest.json`` (format, compute capability, the code generators' versions, every
-  entry's key and the SHA-256 of its payload) and each entry's payload: libmathdx's LTO-IR as it is (it does not
-  compress: 8 device functions, 20.5 MiB, came out at 1.00x with zlib, bz2 and xz, alone or together), everything
-  else (cubins, trait values) xz-compressed. ``--compare`` prints the alternatives on a real cache.
+  entry's key and the SHA-256 of its payload) and each entry's payload: libmathdx's LTO-IR as it is (zlib, bz2
+  and xz leave it at its size: ``instructor-notes/machinery.md``), everything else (cubins, trait values)
+  xz-compressed. ``--compare`` prints the alternatives on a real cache.
 
 An import checks the header of every part, the stream's digest, the manifest against what the caller expects
 (this machine's compute capability and code generators) and every payload's digest before it writes anything:
