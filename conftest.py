@@ -35,7 +35,7 @@ def no_gpu_reason() -> str:
     return "" if gpus else f"no NVIDIA GPU: {problem} (run GPU work on a GPU machine: ./course gpu-suite)"
 
 
-# Without a GPU, the plain numba kernels run in numba's CUDA simulator (tests/test_kernels_*.py): it has to be
+# Without a GPU, the plain numba kernels run in numba's CUDA simulator (tests/test_*_kernels.py): it has to be
 # chosen before anything imports numba.cuda. With a GPU the same tests run on the device.
 if no_gpu_reason() and "NUMBA_ENABLE_CUDASIM" not in os.environ:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"

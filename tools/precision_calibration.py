@@ -8,7 +8,7 @@ chosen count and the one below, prints: the estimate for the worst row or column
 estimate for the whole matrix, and the normwise error measured on the sampled rows against the exact product
 (double-double), beside NumPy's FP64 GEMM on the same rows. The references are row by row (a row of the result
 depends on that row of A and on all of B), so only the sampled rows are computed; on the H100 the GPU stages gave
-these references' results bit for bit (``tests/test_gpu_ozaki*.py``). Writes ``results/precision-calibration.json``.
+these references' results bit for bit (``tests/test_ozaki*_gpu.py``). Writes ``results/precision-calibration.json``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Tracks: ``primer`` (0), ``multipass`` (1), ``fusion`` (2a, 2b), ``conv`` (2c, 2d
 (4a, 4b); the primer holds only the roles it needs. Importing a track imports its CPU modules only; GPU modules are
 imported by name, after the preflight.
 
-The house has four floors, and an import never climbs (``tests/test_layout.py`` holds it so):
+The house has four floors, and an import never climbs (``tests/test_course_layout.py`` holds it so):
 
 1. ``machinery``: the build cache, code-generation workers, shape-generic device pipelines, the fast launch path,
    aligned copies and cp.async intrinsics: the only code that reaches into nvmath-python's and numba-cuda's

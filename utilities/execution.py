@@ -9,7 +9,7 @@ no file relative to their folder), never in the checkout's ``notebooks/``. A len
 copied anew at every call, and a process whose working folder is replaced under it fails at the next call that
 needs the folder's name: ``os.getcwd()``, ``os.path.abspath`` of a relative path, an import that resolves one
 (numba's imports do). Each of those raises ``FileNotFoundError: [Errno 2] No such file or directory`` with no file
-name, which is how the first run-through on a GPU stopped in notebooks 1 and 4b (tests/test_execution.py shows
+name, which is how the first run-through on a GPU stopped in notebooks 1 and 4b (tests/test_tooling_execution.py shows
 it). The kernel finds this checkout's ``utilities`` through ``PYTHONPATH``, whatever its folder.
 """
 

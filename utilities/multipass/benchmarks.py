@@ -22,7 +22,7 @@ from .config import DTYPES, PassConfig, PipelineConfig
 from .tensorcore import Kernels, PassGemm, PipelineGemm
 
 COURSE_FS = (1, 2, 4, 8)
-TEST_SHAPE = (256, 256, 1024)  # tests/test_gpu_multipass.py and the notebook's checks
+TEST_SHAPE = (256, 256, 1024)  # tests/test_multipass_gpu.py and the notebook's checks
 
 
 def random_operands(m: int, n: int, k: int, dtype: str, seed: int = 0) -> tuple[Any, Any]:

@@ -54,6 +54,23 @@ print("ok")
 """
 
 
+# tests/test_<part>_<subject>[_gpu].py: the part is the floor or the track the file tests, ``course`` for what holds the
+# whole checkout together (layout, README, launcher, notebooks); ``_gpu`` for a file whose tests all need a GPU.
+TEST_PARTS = ("course", "machinery", "core", *LESSONS, *TRACKS, "tooling")
+
+
+def test_every_test_file_says_which_floor_or_track_it_tests() -> None:
+    files = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    rule = re.compile(rf"^test_({'|'.join(TEST_PARTS)})_[a-z0-9_]+\.py$")
+    stray = [name for name in files if not rule.match(name)]
+    assert not stray, f"test files outside the rule test_<part>_<subject>.py, part in {TEST_PARTS}: {stray}"
+    parts = {part for part in TEST_PARTS if any(name.startswith(f"test_{part}_") for name in files)}
+    assert parts == set(TEST_PARTS), f"parts without a test file: {sorted(set(TEST_PARTS) - parts)}"
+    for name in (n for n in files if n.endswith("_gpu.py")):
+        source = (ROOT / "tests" / name).read_text(encoding="utf-8")
+        assert "pytestmark = pytest.mark.gpu" in source, f"{name}: a _gpu file marks all its tests gpu"
+
+
 def test_every_track_has_the_same_roles() -> None:
     for track in TRACKS:
         missing = [role for role in ROLES if not (UTILITIES / track / f"{role}.py").is_file()]

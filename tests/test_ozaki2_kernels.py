@@ -57,7 +57,7 @@ def test_residue_rows_kernel_matches_reference(name, x, count):
 
 def column_statistics(b: np.ndarray) -> np.ndarray:
     """istats (3, n) of B's columns, as ``precision_gpu`` computes them (here from the reference, which the
-    statistics kernels match bit for bit: tests/test_kernels_precision.py)."""
+    statistics kernels match bit for bit: tests/test_core_precision_kernels.py)."""
     e, s = precision.line_terms(np.where(np.isfinite(b), b, 0.0), 0)
     return np.stack([e, s, (~np.isfinite(b).all(axis=0)).astype(np.int64)])
 
