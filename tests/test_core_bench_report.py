@@ -320,10 +320,14 @@ def test_build_entries_say_whether_cached_builds_compute_the_same_bits():
     from utilities.gpu_suite import same_outputs
 
     plain = {"kernel": "ozaki.fused (no cache)", "output_sha256": {"first": "a", "edit": "b", "new_shape": "c"}}
-    good = {"kernel": "ozaki.fused (build cache, 16 workers)",
-            "output_sha256": {"first": "a", "edit": "b", "new_shape": "c", "warm_restart": "a"}}  # fmt: skip
-    bad = {"kernel": "ozaki.fused (build cache, 16 workers)",
-           "output_sha256": {"first": "a", "edit": "b", "new_shape": "c", "warm_restart": "x"}}  # fmt: skip
+    good = {
+        "kernel": "ozaki.fused (build cache, 16 workers)",
+        "output_sha256": {"first": "a", "edit": "b", "new_shape": "c", "warm_restart": "a"},
+    }
+    bad = {
+        "kernel": "ozaki.fused (build cache, 16 workers)",
+        "output_sha256": {"first": "a", "edit": "b", "new_shape": "c", "warm_restart": "x"},
+    }
     entries = same_outputs([plain, good, bad])
     assert "same_output_as_no_cache" not in entries[0]
     assert entries[1]["same_output_as_no_cache"] is True and entries[2]["same_output_as_no_cache"] is False

@@ -56,8 +56,20 @@ PLANS = _plans()
 
 def test_the_plans_are_found() -> None:
     names = {name.rsplit(".", 1)[1] for name in PLANS}
-    assert {"PassGemm", "GemmBiasRelu", "BackToBack", "Conv3x3", "ConvB2B", "OzakiGemm", "Ozaki2Gemm", "TileGemm",
-            "StackSum", "PipelinedBackToBack", "PipelinedConv", "PipelineGemm"} <= names  # fmt: skip
+    assert {
+        "PassGemm",
+        "GemmBiasRelu",
+        "BackToBack",
+        "Conv3x3",
+        "ConvB2B",
+        "OzakiGemm",
+        "Ozaki2Gemm",
+        "TileGemm",
+        "StackSum",
+        "PipelinedBackToBack",
+        "PipelinedConv",
+        "PipelineGemm",
+    } <= names
 
 
 @pytest.mark.parametrize("plan", sorted(PLANS))

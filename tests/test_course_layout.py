@@ -21,12 +21,38 @@ TRACKS = ("multipass", "fusion", "conv", "ozaki", "ozaki2")
 ROLES = ("reference", "check", "model", "figures", "tensorcore", "benchmarks")  # every track has these files
 # Notebook 0's package sits on the tracks' floor and keeps their file names, but holds only the roles it needs.
 LESSONS = ("primer",)
-CORE = ("checker", "bench", "report", "plots", "peaks", "inputs", "exact", "errors", "smem", "operands", "cublas",
-        "preflight", "rounding", "roofline", "precision", "plans", "machinery.versions")  # fmt: skip
+CORE = (
+    "checker",
+    "bench",
+    "report",
+    "plots",
+    "peaks",
+    "inputs",
+    "exact",
+    "errors",
+    "smem",
+    "operands",
+    "cublas",
+    "preflight",
+    "rounding",
+    "roofline",
+    "precision",
+    "plans",
+    "machinery.versions",
+)
 # The house's floors, lowest first: a module imports from its own floor or below, never above; a track imports no
 # other track. Course tooling (notebooks, run-throughs, the prebuild, reports) is the top floor.
-TOOLING = ("notebooks", "mutants", "workshop", "gpu_suite", "bench_all", "prebuild", "emulations", "execution",
-           "ledger")  # fmt: skip
+TOOLING = (
+    "notebooks",
+    "mutants",
+    "workshop",
+    "gpu_suite",
+    "bench_all",
+    "prebuild",
+    "emulations",
+    "execution",
+    "ledger",
+)
 FLOORS = ("machinery", "core", "track", "tooling")
 GPU_ONLY = ("tensorcore", "tensorcore_persistent", "baselines", "benchmarks")
 
@@ -154,8 +180,11 @@ MEASURED = re.compile(
 
 def _comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
     source = path.read_text(encoding="utf-8")
-    found = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
-             if t.type == tokenize.COMMENT]  # fmt: skip
+    found = [
+        (t.start[0], t.string)
+        for t in tokenize.generate_tokens(io.StringIO(source).readline)
+        if t.type == tokenize.COMMENT
+    ]
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             doc = ast.get_docstring(node, clean=False)
@@ -167,9 +196,12 @@ def _comments_and_docstrings(path: Path) -> list[tuple[int, str]]:
 def test_no_measured_figure_sits_in_a_docstring_or_a_comment() -> None:
     """Measurements go stale with every run: they live in ``results/`` and ``instructor-notes/``, and the code's
     prose says why and where (a table the code needs as data may stay, with a comment that points to its report)."""
-    frozen = [f"{path.relative_to(ROOT)}:{line}: {MEASURED.findall(text)}"
-              for path in sorted(UTILITIES.rglob("*.py")) for line, text in _comments_and_docstrings(path)
-              if MEASURED.search(text)]  # fmt: skip
+    frozen = [
+        f"{path.relative_to(ROOT)}:{line}: {MEASURED.findall(text)}"
+        for path in sorted(UTILITIES.rglob("*.py"))
+        for line, text in _comments_and_docstrings(path)
+        if MEASURED.search(text)
+    ]
     assert not frozen, "measured figures in docstrings or comments (move them to a report or a note):\n" + "\n".join(
         frozen
     )
@@ -197,8 +229,11 @@ def test_the_core_and_the_cpu_modules_of_every_track_need_only_the_base_dependen
     cpu = [f"utilities.{name}" for name in CORE]
     for track in TRACKS + LESSONS:
         cpu.append(f"utilities.{track}")
-        cpu += [f"utilities.{track}.{p.stem}" for p in sorted((UTILITIES / track).glob("*.py"))
-                if p.stem not in GPU_ONLY and p.stem not in ("__init__", "simt")]  # fmt: skip
+        cpu += [
+            f"utilities.{track}.{p.stem}"
+            for p in sorted((UTILITIES / track).glob("*.py"))
+            if p.stem not in GPU_ONLY and p.stem not in ("__init__", "simt")
+        ]
     done = subprocess.run([sys.executable, "-c", ONLY_BASE, *cpu], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
@@ -249,6 +284,12 @@ def test_the_stack_is_pinned_once() -> None:
 def test_every_tool_answers_help_without_a_gpu(tool):
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
     env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / tool), "--help"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / tool), "--help"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "usage" in done.stdout.lower(), done.stderr[-2000:]

@@ -68,5 +68,6 @@ def test_back_to_back_c1_unread_when_beta1_is_zero_and_infinite_c1(gpu, batch):
     def stages():
         return {"d0": cp.asnumpy(plan.d0 if plan.batch else plan.d0[0])}
 
-    timed(fcheck.check_back_to_back, run, stages=stages, shape=shape, batched=batch is not None, batch=batch or 3,
-          seed=6)  # fmt: skip
+    timed(
+        fcheck.check_back_to_back, run, stages=stages, shape=shape, batched=batch is not None, batch=batch or 3, seed=6
+    )

@@ -130,9 +130,17 @@ def test_reconstruct_kernel_matches_reference(count, from_products):
         step = simt.reconstruct_launch(7, 9, count, from_products=from_products)
         c_arg = np.full_like(c, np.nan) if beta == 0.0 else c  # not read when beta == 0
         planes = st.products if from_products else st.digits
-        step.kernel[step.grid, step.block](cuda.to_device(planes), cuda.to_device(st.mu), cuda.to_device(st.nu),
-                                           cuda.to_device(a), cuda.to_device(b), alpha, beta, cuda.to_device(c_arg),
-                                           out)  # fmt: skip
+        step.kernel[step.grid, step.block](
+            cuda.to_device(planes),
+            cuda.to_device(st.mu),
+            cuda.to_device(st.nu),
+            cuda.to_device(a),
+            cuda.to_device(b),
+            alpha,
+            beta,
+            cuda.to_device(c_arg),
+            out,
+        )
         got = out.copy_to_host()
         want = ref.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
         with np.errstate(invalid="ignore"):

@@ -204,8 +204,9 @@ def test_untouched_skeletons_are_not_implemented(capsys, define):
     assert check.check_slicing(zero_slices, exercise=skeleton).status == "not implemented"
     zero_diagonals = define(
         f"import numpy as np\ndef d(a, b):\n    return np.zeros((a.shape[0], a.shape[1], b.shape[1]), np.int32)  "
-        f"{PLACEHOLDER}\n", "d",
-    )  # fmt: skip
+        f"{PLACEHOLDER}\n",
+        "d",
+    )
     assert check.check_diagonals(zero_diagonals).status == "not implemented"
     zero_digits = define(f"def digits(x, e, S):\n    return [0] * S  {PLACEHOLDER}\n", "digits")
     assert check.check_slice_number(zero_digits).status == "not implemented"
@@ -282,8 +283,9 @@ def test_a_swapped_grid_fails_the_epilogue_check():
 
 def test_a_swapped_tile_grid_fails_the_gemm_check_and_says_where():
     with pytest.raises(CheckFailure, match="never written"):
-        check.check_ozaki_gemm(_swapped_grid(reference_run(7), block=(128, 128)), 7, shapes=[(300, 136, 40)], seed=2,
-                               adversarial=False)  # fmt: skip
+        check.check_ozaki_gemm(
+            _swapped_grid(reference_run(7), block=(128, 128)), 7, shapes=[(300, 136, 40)], seed=2, adversarial=False
+        )
 
 
 def test_an_epilogue_for_one_layout_fails_on_the_other():

@@ -32,8 +32,11 @@ def synthetic_records():
         recs.append(make_record(f"ozaki.{variant}.epilogue", [4.0] * 3, m=8192, n=8192, k=8192))
     for slices in range(3, 11):
         error = {"normwise": 10.0 ** (-3 - slices), "max_elementwise": 1e-9, "against": "double-double"}
-        recs.append(make_record("ozaki.fused", [1.0], m=2048, n=2048, k=2048, params={"slices": slices, "phi": 0.0},
-                                error=error))  # fmt: skip
+        recs.append(
+            make_record(
+                "ozaki.fused", [1.0], m=2048, n=2048, k=2048, params={"slices": slices, "phi": 0.0}, error=error
+            )
+        )
     native = {"normwise": 5e-16, "max_elementwise": 1e-10, "against": "double-double"}
     recs.append(make_record("cublas.dgemm", [1.0], m=2048, n=2048, k=2048, params={"phi": 0.0}, error=native))
     return recs

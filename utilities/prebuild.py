@@ -126,15 +126,19 @@ def _conv_pipelined(kind: str, spec: str) -> None:
         shape = B2BShape(2, rows, 8, c_in, c_mid, c_out)
         x = cp.zeros((2, rows, 8, c_in), cp.float16)
         ConvB2B(shape, cfg=cfg, keep_d0=kind == "conv_b2b_keep")(
-            x, cp.zeros((3, 3, c_in, c_mid), cp.float16), cp.zeros((c_mid, c_out), cp.float16),
-            cp.zeros(c_out, cp.float16))  # fmt: skip
+            x,
+            cp.zeros((3, 3, c_in, c_mid), cp.float16),
+            cp.zeros((c_mid, c_out), cp.float16),
+            cp.zeros(c_out, cp.float16),
+        )
         return
     c_out, c_in = sizes
     taps = 1 if kind == "conv_1x1" else 9
     w = cp.zeros((3, 3, c_in, c_out) if taps == 9 else (c_in, c_out), cp.float16)
     parts = {"conv_pipe_gather": "gather", "conv_pipe_mma": "mma"}.get(kind, "all")
-    plan = PipelinedConv(ConvShape(2, rows, 8, c_in, c_out), fused=kind != "conv_pipe_unfused", cfg=cfg, taps=taps,
-                         parts=parts)  # fmt: skip
+    plan = PipelinedConv(
+        ConvShape(2, rows, 8, c_in, c_out), fused=kind != "conv_pipe_unfused", cfg=cfg, taps=taps, parts=parts
+    )
     plan(cp.zeros((2, rows, 8, c_in), cp.float16), w, cp.zeros(c_out, cp.float16))
 
 
@@ -303,8 +307,14 @@ def progress_line(done: int, total: int, job: str, seconds: float, elapsed: floa
     return f"prebuild: [{done}/{total}] {job}: {seconds:.0f} s; {_clock(elapsed)} elapsed{estimate}"
 
 
-def estimate_left(pending: list[str], running: dict[str, float], known: dict[str, float], parallel: int,
-                  now: float, finished: dict[str, float] | None = None) -> float:  # fmt: skip
+def estimate_left(
+    pending: list[str],
+    running: dict[str, float],
+    known: dict[str, float],
+    parallel: int,
+    now: float,
+    finished: dict[str, float] | None = None,
+) -> float:
     """Seconds until every build is done: the work left shared among ``parallel`` processes, but never less than
     the longest single build still to finish.
 
@@ -426,16 +436,20 @@ def bundle_command(export: str | None, into: str | None, max_part_mb: float | No
         except bundle.BundleError as error:
             print(f"prebuild: not imported: {error}", file=sys.stderr)
             return 1
-        print(f"prebuild: imported {written} entries ({present} were there) into {root} "
-              f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
+        print(
+            f"prebuild: imported {written} entries ({present} were there) into {root} "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m utilities.prebuild", description=__doc__.splitlines()[0],
-        epilog=kinds_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        prog="python -m utilities.prebuild",
+        description=__doc__.splitlines()[0],
+        epilog=kinds_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--jobs", default=COURSE_JOBS, help="comma-separated jobs, one process each (default: all)")
     parser.add_argument("--slices", type=int, default=7, help="slices of the Ozaki-I jobs (default 7)")
     parser.add_argument("--parallel", type=int, default=os.cpu_count() or 4, help="builds at a time (default: cores)")
@@ -475,8 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     def worker(job: str) -> tuple[str, float, bool]:
         began = time.perf_counter()
         running[job] = began
-        cmd = [sys.executable, "-m", "utilities.prebuild", "--one", "--jobs", job, "--slices",
-               str(args.slices)]  # fmt: skip
+        cmd = [sys.executable, "-m", "utilities.prebuild", "--one", "--jobs", job, "--slices", str(args.slices)]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         running.pop(job, None)
         if done.returncode:
@@ -501,8 +514,11 @@ def main(argv: list[str] | None = None) -> int:
     _save_seconds({job: seconds for job, seconds, ok in results if ok})
     failed = [job for job, _, ok in results if not ok]
     print(report_table(results))
-    print(f"prebuild: {len(jobs) - len(failed)} of {len(jobs)} kernels built in {_clock(time.perf_counter() - start)}"
-          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)  # fmt: skip
+    print(
+        f"prebuild: {len(jobs) - len(failed)} of {len(jobs)} kernels built in {_clock(time.perf_counter() - start)}"
+        + (f"; failed: {', '.join(failed)}" if failed else ""),
+        flush=True,
+    )
     return 1 if failed else 0
 
 

@@ -98,9 +98,12 @@ def target(k: int) -> float:
 
 
 def representation_estimate(
-    row_eps2: np.ndarray, col_eps2: np.ndarray, norms: LineNorms, row_extra: np.ndarray | None = None,
+    row_eps2: np.ndarray,
+    col_eps2: np.ndarray,
+    norms: LineNorms,
+    row_extra: np.ndarray | None = None,
     col_extra: np.ndarray | None = None,
-) -> float:  # fmt: skip
+) -> float:
     """``max ||E_i|| / (u ||C_i||)`` over the rows i and columns j of C, from the squared representation errors
     of A's rows ``row_eps2`` (m,) and B's columns ``col_eps2`` (n,) (in the units of ``norms``), plus any other
     squared error of each row and column (``row_extra``, ``col_extra``). Rows and columns of C that are zero
@@ -124,8 +127,9 @@ def line_eps2(exponents: np.ndarray, live: np.ndarray) -> np.ndarray:
     return np.where(live, np.ldexp(1.0, 2 * x), 0.0)
 
 
-def fewest(scheme: str, counts: Iterable[int], estimate: Callable[[int], float], goal: float,
-           products: Callable[[int], int]) -> Choice:  # fmt: skip
+def fewest(
+    scheme: str, counts: Iterable[int], estimate: Callable[[int], float], goal: float, products: Callable[[int], int]
+) -> Choice:
     """Try ``counts`` in order and take the first whose estimate meets ``goal`` (the later ones are not computed),
     else the one with the lowest estimate."""
     tried: dict[int, float] = {}

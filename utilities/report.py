@@ -86,8 +86,9 @@ def _validate_benchmark(b: Any, where: str) -> None:
 def _validate_build(b: Any, where: str) -> None:
     if isinstance(b, Mapping) and b.get("kernel") == "prebuild":  # RESULTS.md: {"kernel": "prebuild", "prebuild_s"}
         _need(b, where, ("kernel", "prebuild_s"))
-        _check(_is_number(b["prebuild_s"]) and b["prebuild_s"] > 0, f"{where}.prebuild_s", "seconds (> 0)",
-               b["prebuild_s"])  # fmt: skip
+        _check(
+            _is_number(b["prebuild_s"]) and b["prebuild_s"] > 0, f"{where}.prebuild_s", "seconds (> 0)", b["prebuild_s"]
+        )
         return
     _need(b, where, ("kernel", *BUILD_KEYS))
     _check(isinstance(b["kernel"], str) and b["kernel"] != "", f"{where}.kernel", "a non-empty string", b["kernel"])

@@ -197,14 +197,20 @@ def conv_constraints(shape: ConvShape, tile: ConvConfig) -> None:
     """Raise ValueError, naming the fix, for a convolution this kernel cannot compute."""
     for name, c in (("C_in", shape.c_in), ("C_out", shape.c_out)):
         if c % 32:
-            raise ValueError(f"{name} = {c} must be a multiple of 32 (a K stage or an N tile): pad the channels with "
-                             "zeros (zero filters for the extra outputs)")  # fmt: skip
+            raise ValueError(
+                f"{name} = {c} must be a multiple of 32 (a K stage or an N tile): pad the channels with "
+                "zeros (zero filters for the extra outputs)"
+            )
     if shape.c_in % tile.tile_k or shape.c_out % tile.tile_n:
-        raise ValueError(f"the tile {tile} does not divide C_in = {shape.c_in} and C_out = {shape.c_out}: use "
-                         "ConvConfig.for_shape(shape)")  # fmt: skip
+        raise ValueError(
+            f"the tile {tile} does not divide C_in = {shape.c_in} and C_out = {shape.c_out}: use "
+            "ConvConfig.for_shape(shape)"
+        )
     if shape.m % tile.tile_m:
-        raise ValueError(f"B*H*W = {shape.m} is not a multiple of the row tile {tile.tile_m}: pad the batch with a "
-                         "zero image, or pick a height and width whose product with the batch is")  # fmt: skip
+        raise ValueError(
+            f"B*H*W = {shape.m} is not a multiple of the row tile {tile.tile_m}: pad the batch with a "
+            "zero image, or pick a height and width whose product with the batch is"
+        )
 
 
 class Conv3x3:
@@ -215,8 +221,9 @@ class Conv3x3:
     (default ``ConvConfig.for_shape(shape)``); ``kernels``: the attendee's ``Kernels(neighbor=..., conv=...)``.
     """
 
-    def __init__(self, shape: ConvShape, fused: bool = True, cfg: ConvConfig | None = None,
-                 kernels: Kernels | None = None):  # fmt: skip
+    def __init__(
+        self, shape: ConvShape, fused: bool = True, cfg: ConvConfig | None = None, kernels: Kernels | None = None
+    ):
         self.shape, self.fused = shape, fused
         self.cfg = cfg or ConvConfig.for_shape(shape)
         conv_constraints(shape, self.cfg)
@@ -228,12 +235,23 @@ class Conv3x3:
 
     def _args(self, x: Any, w: Any, bias: Any, out: Any) -> tuple[Any, ...]:
         s = self.shape
-        shapes = {"x": (s.batch, s.height, s.width, s.c_in), "w": (3, 3, s.c_in, s.c_out), "bias": (s.c_out,),
-                  "out": (s.batch, s.height, s.width, s.c_out)}  # fmt: skip
+        shapes = {
+            "x": (s.batch, s.height, s.width, s.c_in),
+            "w": (3, 3, s.c_in, s.c_out),
+            "bias": (s.c_out,),
+            "out": (s.batch, s.height, s.width, s.c_out),
+        }
         for name, v in (("x", x), ("w", w), ("bias", bias), ("out", out)):
             require(name, v, np.float16, shapes[name])
-        return (x.reshape(-1).view(cp.uint64), w.reshape(s.k, s.c_out), bias, out.reshape(s.m, s.c_out),
-                np.int32(s.height), np.int32(s.width), np.int32(s.c_in // UNIT))  # fmt: skip
+        return (
+            x.reshape(-1).view(cp.uint64),
+            w.reshape(s.k, s.c_out),
+            bias,
+            out.reshape(s.m, s.c_out),
+            np.int32(s.height),
+            np.int32(s.width),
+            np.int32(s.c_in // UNIT),
+        )
 
     def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
         s = self.shape

@@ -342,8 +342,17 @@ class BackToBack:
     operands.
     """
 
-    def __init__(self, m: int, k0: int, n0: int, n1: int, batch: int | None = None, keep_d0: bool = False,
-                 cfg: BlockConfig | None = None, kernels: Kernels | None = None):  # fmt: skip
+    def __init__(
+        self,
+        m: int,
+        k0: int,
+        n0: int,
+        n1: int,
+        batch: int | None = None,
+        keep_d0: bool = False,
+        cfg: BlockConfig | None = None,
+        kernels: Kernels | None = None,
+    ):
         self.cfg = c = cfg or BlockConfig(tile_m=128 if max(n0, n1) <= 128 else 64)
         b2b_constraints(m, k0, n0, n1, c)
         self.m, self.k0, self.n0, self.n1, self.batch, self.keep_d0 = m, k0, n0, n1, batch, keep_d0
@@ -359,8 +368,9 @@ class BackToBack:
         self.shared_bytes = b2b_shared_bytes(self.MM0, self.MM1)
         self.kernel = kernels.factory("b2b")(self.MM0, self.MM1, self.keep_d0)
 
-    def kernel_args(self, a0: Any, b0: Any, b1: Any, c1: Any, alpha0: float, alpha1: float, beta1: float,
-                    out: Any) -> tuple[tuple[Any, ...], Any]:  # fmt: skip
+    def kernel_args(
+        self, a0: Any, b0: Any, b1: Any, c1: Any, alpha0: float, alpha1: float, beta1: float, out: Any
+    ) -> tuple[tuple[Any, ...], Any]:
         """The operands checked (FP16, shapes of this plan, C-contiguous, 16-byte aligned) as the kernel takes them
         (3-D arrays, FP32 scalars, D1's buffer), and D1 as the caller gets it (allocated when ``out`` is None)."""
         lead = () if self.batch is None else (self.batch,)
@@ -373,8 +383,17 @@ class BackToBack:
         scalars = (np.float32(alpha0), np.float32(alpha1), np.float32(beta1))
         return (*(as3(x) for x in (a0, b0, b1, c1)), *scalars, as3(out)), out
 
-    def __call__(self, a0: Any, b0: Any, b1: Any, c1: Any, alpha0: float = 1.0, alpha1: float = 1.0,
-                 beta1: float = 0.0, out: Any = None) -> Any:  # fmt: skip
+    def __call__(
+        self,
+        a0: Any,
+        b0: Any,
+        b1: Any,
+        c1: Any,
+        alpha0: float = 1.0,
+        alpha1: float = 1.0,
+        beta1: float = 0.0,
+        out: Any = None,
+    ) -> Any:
         args, out = self.kernel_args(a0, b0, b1, c1, alpha0, alpha1, beta1, out)
         launch.launch(self.kernel, self.grid, self.MM0.block_size, self.shared_bytes, *args, self.d0)
         return out

@@ -102,8 +102,15 @@ def _packers(argument_types: tuple[Any, ...]) -> list[Any] | None:
     ssize = ctypes.c_ssize_t
 
     def array(x: Any) -> list[Any]:
-        return [ctypes.c_void_p(0), ctypes.c_void_p(0), ssize(x.size), ssize(x.itemsize), ctypes.c_void_p(x.data.ptr),
-                *(ssize(n) for n in x.shape), *(ssize(n) for n in x.strides)]  # fmt: skip
+        return [
+            ctypes.c_void_p(0),
+            ctypes.c_void_p(0),
+            ssize(x.size),
+            ssize(x.itemsize),
+            ctypes.c_void_p(x.data.ptr),
+            *(ssize(n) for n in x.shape),
+            *(ssize(n) for n in x.strides),
+        ]
 
     packers: list[Any] = []
     for ty in argument_types:
@@ -131,8 +138,11 @@ _raised_for: weakref.WeakKeyDictionary[Any, set[tuple[int, Any]]] = weakref.Weak
 def _fast_launcher(kernel: Any, shared: int, args: tuple[Any, ...]) -> Any:
     """(CUfunction, packers) for this kernel and argument signature, or None to use numba's dispatcher."""
     if not versions.verified(versions.FAST_LAUNCH):
-        versions.fall_back("the fast launch path (utilities.machinery.launch)", versions.FAST_LAUNCH,
-                           "kernels launch through numba's dispatcher")  # fmt: skip
+        versions.fall_back(
+            "the fast launch path (utilities.machinery.launch)",
+            versions.FAST_LAUNCH,
+            "kernels launch through numba's dispatcher",
+        )
         return None
     signature = _signature(args)
     if signature is None:

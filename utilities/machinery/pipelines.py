@@ -160,9 +160,10 @@ def device_pipeline(MM: Any, depth: int, a: Any, b: Any) -> Any:
         return MM.suggest_device_pipeline(depth, a, b)
     if not supported():
         versions.fall_back(
-            "shape-generic device pipelines (utilities.machinery.pipelines)", versions.SHAPE_GENERIC_PIPELINE,
+            "shape-generic device pipelines (utilities.machinery.pipelines)",
+            versions.SHAPE_GENERIC_PIPELINE,
             "each problem shape builds its kernel again",
-        )  # fmt: skip
+        )
         return MM.suggest_device_pipeline(depth, a, b)
     return _pipeline_class()(MM, depth, a, b)
 
@@ -199,8 +200,10 @@ def _pipeline_class() -> type:
                     raise ValueError(f"operand {name!r} is not on the current CUDA device {device.device_id}")
             device.set_current()
             shapes = [tuple(v.shape) for v in views]
-            strides = [tuple(v.strides) if v.strides is not None else contiguous_strides(s) for v, s in
-                       zip(views, shapes, strict=True)]  # fmt: skip
+            strides = [
+                tuple(v.strides) if v.strides is not None else contiguous_strides(s)
+                for v, s in zip(views, shapes, strict=True)
+            ]
             self._extents = (extents(shapes[0], strides[0]), extents(shapes[1], strides[1]))
             self._a_view, self._b_view = (
                 _View(v.dtype, e.marked_shape, int(v.ptr), v.device_id)
@@ -249,8 +252,11 @@ def _pipeline_class() -> type:
         arch = f"sm_{cc.major}{cc.minor}{cc.arch}"
         # the backend's ObjectCode and Linker: the build cache resolves and caches them (buildcache.install)
         create = cublasdx_backend.ObjectCode.from_ltoir(lto.data)
-        program = Program(init_kernel_source(symbol, a, b), code_type="c++",
-                          options=ProgramOptions(link_time_optimization=True, arch=arch))  # fmt: skip
+        program = Program(
+            init_kernel_source(symbol, a, b),
+            code_type="c++",
+            options=ProgramOptions(link_time_optimization=True, arch=arch),
+        )
         options = LinkerOptions(link_time_optimization=True, arch=arch)
         linked = cublasdx_backend.Linker(program.compile(target_type="ltoir"), create, options=options).link("cubin")
         return linked.get_kernel("create_shape_generic_pipeline")

@@ -58,9 +58,14 @@ def baseline(a: Any, bt: Any, dtype: str) -> tuple[Any, Any, str]:
 
 
 def yours_beside_ours(
-    kernel_factory: Any, dtype: str = "int8", fused: int = 2, size: int = 8192, *, repeats: int = 10,
+    kernel_factory: Any,
+    dtype: str = "int8",
+    fused: int = 2,
+    size: int = 8192,
+    *,
+    repeats: int = 10,
     show: bool = True,
-) -> list[bench.BenchRecord]:  # fmt: skip
+) -> list[bench.BenchRecord]:
     """Your kernel (``kernel_factory``, the factory the exercise wrote) beside the course's and cuBLAS, on the same
     operands at ``size``^3, each result compared with cuBLAS's first (int8: exactly; a mismatch is printed, and the
     record has no error entry).
@@ -84,9 +89,17 @@ def yours_beside_ours(
             print(f"{name}: {wrong} (the check above says where); timed all the same")  # unfinished or wrong
             error = None
         records.append(
-            bench.bench(lambda plan=plan, out=out: plan(a, bt, out=out), m=m, n=n, k=k, name=name,
-                        params={"dtype": dtype, "F": fused}, repeats=repeats, error=error)
-        )  # fmt: skip
+            bench.bench(
+                lambda plan=plan, out=out: plan(a, bt, out=out),
+                m=m,
+                n=n,
+                k=k,
+                name=name,
+                params={"dtype": dtype, "F": fused},
+                repeats=repeats,
+                error=error,
+            )
+        )
     if show:
         bench.print_table(records)
     return records
@@ -123,11 +136,20 @@ def multipass_records(
                 error = _agreement(out, ref, dtype, ref_name)
                 params = {"dtype": dtype, "F": f, "N": passes, "tile": f"{tile[0]}x{tile[1]}", **plan.resources()}
                 records.append(
-                    bench.bench(lambda plan=plan, a=a, bt=bt, out=out: plan(a, bt, out=out), m=m, n=n, k=k,
-                                name=f"multipass.F={f}", params=params, repeats=repeats, error=error)
-                )  # fmt: skip
-            swept = [r for r in records if r.name.startswith("multipass.F=") and r.params["dtype"] == dtype
-                     and r.m == size]  # fmt: skip
+                    bench.bench(
+                        lambda plan=plan, a=a, bt=bt, out=out: plan(a, bt, out=out),
+                        m=m,
+                        n=n,
+                        k=k,
+                        name=f"multipass.F={f}",
+                        params=params,
+                        repeats=repeats,
+                        error=error,
+                    )
+                )
+            swept = [
+                r for r in records if r.name.startswith("multipass.F=") and r.params["dtype"] == dtype and r.m == size
+            ]
             if swept:
                 best = max(swept, key=lambda r: r.tflops)
                 records.append(dataclasses.replace(best, name="multipass.best", params=dict(best.params)))
@@ -138,9 +160,17 @@ def multipass_records(
                 params = {"dtype": dtype, "tile": f"{tile[0]}x{tile[1]}", "depth": lib.cfg.depth, **lib.resources()}
                 error = _agreement(out, ref, dtype, ref_name)
                 records.append(
-                    bench.bench(lambda lib=lib, out=out: lib(out), m=m, n=n, k=k, name=f"pipeline.{dtype}",
-                                params=params, repeats=repeats, error=error)
-                )  # fmt: skip
+                    bench.bench(
+                        lambda lib=lib, out=out: lib(out),
+                        m=m,
+                        n=n,
+                        k=k,
+                        name=f"pipeline.{dtype}",
+                        params=params,
+                        repeats=repeats,
+                        error=error,
+                    )
+                )
                 del lib
             a = bt = ref = out = None  # free the operands before the next size
             cp.get_default_memory_pool().free_all_blocks()

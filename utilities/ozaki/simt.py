@@ -297,13 +297,18 @@ def slicing_launches(
     """
     tile, rows = COLS_BLOCK
     return [
-        Launch("slice_rows", make_slice_rows_kernel(k, kp, slices, ROWS_THREADS, split_digits_factory), m,
-               ROWS_THREADS),
+        Launch(
+            "slice_rows", make_slice_rows_kernel(k, kp, slices, ROWS_THREADS, split_digits_factory), m, ROWS_THREADS
+        ),
         Launch("col_max", make_col_max_kernel(), (-(-n // 256), -(-k // 256)), 256),
         Launch("shifts_from_max", shifts_from_max_kernel, -(-n // 256), 256),
-        Launch("slice_cols", make_slice_cols_kernel(slices, tile, rows, split_digits_factory),
-               (-(-n // tile), -(-kp // (4 * tile))), (tile, rows)),
-    ]  # fmt: skip
+        Launch(
+            "slice_cols",
+            make_slice_cols_kernel(slices, tile, rows, split_digits_factory),
+            (-(-n // tile), -(-kp // (4 * tile))),
+            (tile, rows),
+        ),
+    ]
 
 
 GROUP_M = 8  # row tiles per group in the blocks' launch order (grouped_tile)

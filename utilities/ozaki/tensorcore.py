@@ -58,9 +58,13 @@ class Kernels(plans.Kernels):
     epilogue: Callable[..., Any] | None = None
 
     def course(self) -> dict[str, Callable[..., Any]]:
-        return {"split_digits": plain.make_split_digits, "products": make_products_kernel,
-                "diagonals": make_diagonals_kernel, "fused": make_fused_kernel,
-                "epilogue": plain.make_epilogue_kernel}  # fmt: skip
+        return {
+            "split_digits": plain.make_split_digits,
+            "products": make_products_kernel,
+            "diagonals": make_diagonals_kernel,
+            "fused": make_fused_kernel,
+            "epilogue": plain.make_epilogue_kernel,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -400,9 +404,15 @@ def slice_rows_on_gpu(
 
 
 def epilogue_on_gpu(
-    terms: np.ndarray, offsets: np.ndarray, e: np.ndarray, f: np.ndarray, alpha: float, beta: float, c: np.ndarray,
+    terms: np.ndarray,
+    offsets: np.ndarray,
+    e: np.ndarray,
+    f: np.ndarray,
+    alpha: float,
+    beta: float,
+    c: np.ndarray,
     epilogue_factory: Callable[[], Any] | None = None,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """Stage 3 alone, for the checkers: C from the int32 terms (T, m, n), diagonal d's being
     ``terms[offsets[d]:offsets[d + 1]]`` (the unfused products or the partial variant's diagonals), on the GPU."""
     _, m, n = terms.shape

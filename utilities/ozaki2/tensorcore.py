@@ -74,15 +74,26 @@ class Ozaki2Gemm:
     or "late" (the reconstruction reads the int32 products); ``overlap``: the early reductions on a second stream.
     """
 
-    def __init__(self, m: int, n: int, k: int, moduli: int | str = 14, kernels: Kernels | None = None, *,
-                 products: str = "per-modulus", digits: str = "early", overlap: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        m: int,
+        n: int,
+        k: int,
+        moduli: int | str = 14,
+        kernels: Kernels | None = None,
+        *,
+        products: str = "per-modulus",
+        digits: str = "early",
+        overlap: bool = True,
+    ):
         if moduli != "auto":
             moduli = ref.check_moduli(moduli)
         if not 0 < k <= ref.MAX_K:
             raise ValueError(f"k = {k}: int8 products stay exact in int32 only for 0 < k <= {ref.MAX_K}")
         if products not in PRODUCTS or digits not in DIGITS:
-            raise ValueError(f"products must be one of {PRODUCTS} and digits one of {DIGITS}, got {products!r}, "
-                             f"{digits!r}")  # fmt: skip
+            raise ValueError(
+                f"products must be one of {PRODUCTS} and digits one of {DIGITS}, got {products!r}, {digits!r}"
+            )
         self.m, self.n, self.k, self.moduli = m, n, k, moduli
         self.products_mode, self.digits_mode, self.overlap = products, digits, overlap and products == "per-modulus"
         self.kernels = kernels or Kernels()
@@ -122,8 +133,9 @@ class Ozaki2Gemm:
         rows = simt.residue_launch(self.m, self.k, self.kp, N, residue)
         launch.launch(rows.kernel, rows.grid, rows.block, 0, a, self.a_res[:N].view(cp.int32), self.mu)
         cols = simt.residue_cols_launch(self.k, self.n, self.kp, N, residue)
-        launch.launch(cols.kernel, cols.grid, cols.block, 0, b, self.stats.cols_i, self.b_res[:N].view(cp.int32),
-                      self.nu)  # fmt: skip
+        launch.launch(
+            cols.kernel, cols.grid, cols.block, 0, b, self.stats.cols_i, self.b_res[:N].view(cp.int32), self.nu
+        )
 
     def _digits_of(self, plane: Any, t: int) -> None:
         step = simt.digits_launch(self.m * self.n, self.count, self.kernels.factory("digit"))
@@ -170,8 +182,21 @@ class Ozaki2Gemm:
         late = self.digits is None
         step = simt.reconstruct_launch(self.m, self.n, N, self.kernels.factory("reconstruct"), from_products=late)
         planes = self.products_buffer[:N] if late else self.digits[:N]
-        launch.launch(step.kernel, step.grid, step.block, 0, planes, self.mu, self.nu, a, b, np.float64(alpha),
-                      np.float64(beta), c, out)  # fmt: skip
+        launch.launch(
+            step.kernel,
+            step.grid,
+            step.block,
+            0,
+            planes,
+            self.mu,
+            self.nu,
+            a,
+            b,
+            np.float64(alpha),
+            np.float64(beta),
+            c,
+            out,
+        )
 
     def __call__(self, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, out: Any = None) -> Any:
         require_fp64_gemm(a, b, c, beta, (self.m, self.k, self.n))
@@ -207,14 +232,31 @@ def digits_on_gpu(products: np.ndarray, digit_factory: Any = None) -> np.ndarray
     return cp.asnumpy(digits)
 
 
-def reconstruct_on_gpu(digits: np.ndarray, mu: np.ndarray, nu: np.ndarray, a: np.ndarray, b: np.ndarray,
-                       alpha: float, beta: float, c: np.ndarray,
-                       reconstruct_factory: Any = None) -> np.ndarray:  # fmt: skip
+def reconstruct_on_gpu(
+    digits: np.ndarray,
+    mu: np.ndarray,
+    nu: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    alpha: float,
+    beta: float,
+    c: np.ndarray,
+    reconstruct_factory: Any = None,
+) -> np.ndarray:
     """Stage 3 alone, for the checkers: C from the CRT digits (count, m, n), on the GPU."""
     count, m, n = digits.shape
     out = cp.full((m, n), np.nan)
     step = simt.reconstruct_launch(m, n, count, reconstruct_factory)
-    args = (cp.asarray(digits, dtype=cp.uint8), cp.asarray(mu), cp.asarray(nu), cp.asarray(a), cp.asarray(b),
-            np.float64(alpha), np.float64(beta), cp.asarray(c), out)  # fmt: skip
+    args = (
+        cp.asarray(digits, dtype=cp.uint8),
+        cp.asarray(mu),
+        cp.asarray(nu),
+        cp.asarray(a),
+        cp.asarray(b),
+        np.float64(alpha),
+        np.float64(beta),
+        cp.asarray(c),
+        out,
+    )
     launch.launch(step.kernel, step.grid, step.block, 0, *args)
     return cp.asnumpy(out)

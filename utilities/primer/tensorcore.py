@@ -49,8 +49,9 @@ class StackConfig(plans.TileConfig):
 
 
 TILE_CONFIG = plans.TileConfig(tile_m=TILE[0], tile_n=TILE[1], tile_k=TILE[2], threads=THREADS)
-STACK_CONFIG = StackConfig(tile_m=PIPELINE_TILE[0], tile_n=PIPELINE_TILE[1], tile_k=PIPELINE_TILE[2],
-                           threads=PIPELINE_THREADS)  # fmt: skip
+STACK_CONFIG = StackConfig(
+    tile_m=PIPELINE_TILE[0], tile_n=PIPELINE_TILE[1], tile_k=PIPELINE_TILE[2], threads=PIPELINE_THREADS
+)
 
 
 @dataclass(frozen=True)
