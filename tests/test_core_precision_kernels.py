@@ -112,7 +112,7 @@ def test_the_device_choice_matches_the_cpu_choice(case):
     from utilities.ozaki2 import precision as p2
     from utilities.ozaki2 import simt as s2
 
-    m, k, n = 12, 24, 8
+    m, k, n = 6, 12, 4  # the simulator takes half a second a block: B's row statistics are k blocks
     a, b = inputs.normal(m, k, 1), inputs.normal(k, n, 2)
     if case == "spread phi=3":
         a, b = inputs.exponent_spread(m, k, 3.0, 3), inputs.exponent_spread(k, n, 3.0, 4)
