@@ -1,6 +1,7 @@
 """Collection rules of the course's tests.
 
-- nbval (``--nbval-lax``, see pyproject.toml) runs the notebooks in ``solutions/`` and ``notebooks/``.
+- nbval (``--nbval-lax``, see pyproject.toml) runs the notebooks in ``solutions/`` and ``notebooks/``, but for the
+  CPU solution notebooks: ``tests/test_course_notebook_figures.py`` executes those, once a session.
   A notebook is CPU-only when its metadata holds ``"course": {"gpu": false}``; any other notebook needs a GPU:
   without one it shows as skipped with the reason, and with one its cells carry the ``gpu`` marker.
   Their kernels find ``utilities`` in this checkout.
@@ -35,7 +36,7 @@ def no_gpu_reason() -> str:
     return "" if gpus else f"no NVIDIA GPU: {problem} (run GPU work on a GPU machine: ./course gpu-suite)"
 
 
-# Without a GPU, the plain numba kernels run in numba's CUDA simulator (tests/test_kernels_*.py): it has to be
+# Without a GPU, the plain numba kernels run in numba's CUDA simulator (tests/test_*_kernels.py): it has to be
 # chosen before anything imports numba.cuda. With a GPU the same tests run on the device.
 if no_gpu_reason() and "NUMBA_ENABLE_CUDASIM" not in os.environ:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
@@ -62,8 +63,12 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     collected = yield
     option = parent.config.option
     nbval_on = getattr(option, "nbval", False) or getattr(option, "nbval_lax", False)
-    if file_path.suffix != ".ipynb" or not nbval_on or not notebook_needs_gpu(file_path):
+    if file_path.suffix != ".ipynb" or not nbval_on:
         return collected
+    if not notebook_needs_gpu(file_path):
+        # A CPU solution notebook runs once a session, in tests/test_course_notebook_figures.py (every cell without
+        # an error, every figure an image); nbval runs the exercise notebooks.
+        return [] if file_path.parent == ROOT / "solutions" else collected
     reason = no_gpu_reason()
     if not reason:
         for collector in collected:

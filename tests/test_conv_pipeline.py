@@ -36,8 +36,10 @@ def test_spec_round_trip_and_errors():
 
 
 def test_layouts_do_not_overlap_and_fit_at_the_target():
-    extra = [layout.PipeConfig.parse(t) for t in ("64x64x64-t128-d4-g1-s", "128x64x32-t128-d4-g2-r",
-                                                 "256x64x64-t256-d3-g1-r", "128x64x32-t128-d3-g1-s")]  # fmt: skip
+    extra = [
+        layout.PipeConfig.parse(t)
+        for t in ("64x64x64-t128-d4-g1-s", "128x64x32-t128-d4-g2-r", "256x64x64-t256-d3-g1-r", "128x64x32-t128-d3-g1-s")
+    ]
     for cfg in layout.speed_configs() + extra:
         n = layout.stages(9, 64, cfg.tile_k)
         layout.check_group(cfg, n)
@@ -110,8 +112,9 @@ def gather_stage(x: np.ndarray, cfg: layout.PipeConfig, row0: int, k0: int) -> t
     return tile, writes
 
 
-@pytest.mark.parametrize("spec", ["128x64x64-t128-d3-g1-r", "64x64x64-t128-d4-g1-s", "256x64x64-t256-d3-g1-r",
-                                  "128x64x32-t128-d4-g2-r"])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec", ["128x64x64-t128-d3-g1-r", "64x64x64-t128-d4-g1-s", "256x64x64-t256-d3-g1-r", "128x64x32-t128-d4-g2-r"]
+)
 def test_every_thread_s_copies_fill_the_stage_with_the_implicit_gemm_rows(spec):
     cfg = layout.PipeConfig.parse(spec)
     shape = ref.ConvShape(3, 9, 14, 64, 8)  # a 126-pixel image: every row tile straddles two images
@@ -183,8 +186,14 @@ print("ok")
 def test_the_gather_compiles_to_cp_async_and_assembles(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run([sys.executable, "-c", GATHER_KERNEL, str(tmp_path)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", GATHER_KERNEL, str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
     for ptx_path in sorted(tmp_path.glob("*.ptx")):
         ptx = ptx_path.read_text()
@@ -196,8 +205,11 @@ def test_the_gather_compiles_to_cp_async_and_assembles(tmp_path):
             text = re.sub(r"^\.version \d+\.\d+", ".version 8.0", ptx, flags=re.M)
             (tmp_path / "lowered.ptx").write_text(text)
             arch = "sm_" + ptx_path.stem.split("_sm")[1]
-            out = subprocess.run([ptxas, f"-arch={arch}", str(tmp_path / "lowered.ptx"), "-o", str(tmp_path / "k.o")],
-                                 capture_output=True, text=True)  # fmt: skip
+            out = subprocess.run(
+                [ptxas, f"-arch={arch}", str(tmp_path / "lowered.ptx"), "-o", str(tmp_path / "k.o")],
+                capture_output=True,
+                text=True,
+            )
             assert out.returncode == 0, out.stderr
 
 

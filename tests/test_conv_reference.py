@@ -44,8 +44,9 @@ def test_neighbor_device_function_matches_the_table():
         table = ref.neighbor_table(shape)
         got = [[simt.neighbor.py_func(m, t // 3, t % 3, dims[1], dims[2]) for t in range(9)] for m in range(shape.m)]
         np.testing.assert_array_equal(np.array(got), table)
-        assert all(ref.neighbor(m, t // 3, t % 3, dims[1], dims[2]) == table[m, t] for m in range(shape.m)
-                   for t in range(9))  # fmt: skip
+        assert all(
+            ref.neighbor(m, t // 3, t % 3, dims[1], dims[2]) == table[m, t] for m in range(shape.m) for t in range(9)
+        )
 
 
 @pytest.mark.parametrize("case", ref.CONV_CASES)

@@ -40,15 +40,16 @@ print("ok")
 )
 def test_the_triton_peer_passes_the_course_checker_in_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", PEER], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", PEER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout[-2000:] + done.stderr[-3000:]
 
 
 def test_without_triton_the_peer_says_why():
-    code = ("import sys; sys.modules['triton'] = None\n"
-            "from utilities.conv import triton_peer\n"
-            "why = triton_peer.available()\n"
-            "assert 'Triton is not installed' in why, why\nprint('ok')")  # fmt: skip
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "from utilities.conv import triton_peer\n"
+        "why = triton_peer.available()\n"
+        "assert 'Triton is not installed' in why, why\nprint('ok')"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

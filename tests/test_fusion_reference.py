@@ -311,8 +311,9 @@ def test_gemm_checker_names_the_mistake(mistake, hint):
 
 def test_gemm_checker_untouched_is_not_implemented(define):
     skeleton = define(f"def make_gemm_bias_relu_kernel():\n    pass  {PLACEHOLDER}\n", "make_gemm_bias_relu_kernel")
-    result = fcheck.check_gemm_bias_relu(lambda a, b, bias: np.zeros((64, 32), np.float16), shape=(64, 32, 96),
-                                         exercise=skeleton)  # fmt: skip
+    result = fcheck.check_gemm_bias_relu(
+        lambda a, b, bias: np.zeros((64, 32), np.float16), shape=(64, 32, 96), exercise=skeleton
+    )
     assert result.status == "not implemented"
     with pytest.raises(CheckFailure, match="no placeholder line left"):  # the same output from finished code
         fcheck.check_gemm_bias_relu(lambda a, b, bias: np.zeros((64, 32), np.float16), shape=(64, 32, 96))

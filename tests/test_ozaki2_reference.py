@@ -76,12 +76,25 @@ def test_scaling_keeps_the_integer_product_within_reach_and_crt_rebuilds_it(coun
     got = ref.integer_product(st_.digits, count)
     want = np.array([[float(v) for v in row] for row in exact_int])
     assert np.all(np.abs(got - want) <= check.reconstruction_bound(want, count))
-    assert np.array_equal(st_.products, np.stack([(st_.a_res[i].astype(np.int64) @ st_.b_res[i].astype(np.int64).T)
-                                                  for i in range(count)]).astype(np.int32))  # fmt: skip
+    assert np.array_equal(
+        st_.products,
+        np.stack([(st_.a_res[i].astype(np.int64) @ st_.b_res[i].astype(np.int64).T) for i in range(count)]).astype(
+            np.int32
+        ),
+    )
 
 
-@pytest.mark.parametrize("name", ["random normal", "exponent spread phi=4", "huge and tiny rows", "subnormal rows",
-                                  "large digits: diagonal sums above 2^24", "heavy cancellation"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "random normal",
+        "exponent spread phi=4",
+        "huge and tiny rows",
+        "subnormal rows",
+        "large digits: diagonal sums above 2^24",
+        "heavy cancellation",
+    ],
+)
 def test_error_bound_holds(name):
     pairs = {"random normal": (inputs.normal(30, 60, 1), inputs.normal(60, 20, 2))}
     pairs |= {n: (a, b) for n, a, b in inputs.adversarial_pairs(30, 60, 20, 7)}

@@ -67,9 +67,11 @@ def run_plan(shape: tuple[int, int, int], slices: int) -> tuple[Any, Callable[[]
         b_slices, f = ozaki.slice_cols(b_h, slices)
         got = {name: cp.asnumpy(x) for name, x in kept.items()}
         exact = (
-            np.array_equal(got["a"][:slices, :m, :k], a_slices) and np.array_equal(got["b"][:slices, :n, :k], b_slices)
-            and np.array_equal(got["e"][:m], e) and np.array_equal(got["f"][:n], f)
-        )  # fmt: skip
+            np.array_equal(got["a"][:slices, :m, :k], a_slices)
+            and np.array_equal(got["b"][:slices, :n, :k], b_slices)
+            and np.array_equal(got["e"][:m], e)
+            and np.array_equal(got["f"][:n], f)
+        )
         dgemm = a @ b
         error = float(cp.linalg.norm(out - dgemm) / cp.linalg.norm(dgemm))
         return {"slices_exact": bool(exact), "normwise_vs_dgemm": error}

@@ -1,7 +1,7 @@
 """Compile the course's plain numba kernels to PTX for several GPUs, without a GPU (real numba, no simulator).
 
 Catches what the simulator cannot: typing errors (non-constant shapes, unsupported calls) in kernels that
-only ever run on a device. Used by tests/test_kernels_compile.py; prints one line per kernel and target.
+only ever run on a device. Used by tests/test_tooling_compile_kernels.py; prints one line per kernel and target.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ are stood in for: the gather path needs neither.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import re
@@ -86,7 +87,7 @@ def gather_ptx(spec: str, taps: int = 9, c_in: int = 64) -> str:
 
     cfg = layout.PipeConfig.parse(spec)
     if not cfg.resident:
-        cfg = layout.PipeConfig(cfg.tile_m, cfg.tile_n, cfg.tile_k, cfg.threads, cfg.depth, cfg.group, True)
+        cfg = dataclasses.replace(cfg, resident=True)
         print("(the streamed filters' copies are cuBLASDx's: counted with resident filters instead)")
     MM = _Descriptor(cfg.tile_m, cfg.tile_n, cfg.tile_k, cfg.threads)
     n_stages = layout.stages(taps, c_in, cfg.tile_k)
@@ -141,19 +142,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tile", default="128x64x64-t128-d3-g1-r", help="a layout.PipeConfig spec")
     parser.add_argument("--ptxas", default=shutil.which("ptxas") or "", help="ptxas to assemble with")
-    parser.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or shutil.which("nvdisasm") or "",
-                        help="cuobjdump or nvdisasm, to read the SASS")  # fmt: skip
+    parser.add_argument(
+        "--cuobjdump",
+        default=shutil.which("cuobjdump") or shutil.which("nvdisasm") or "",
+        help="cuobjdump or nvdisasm, to read the SASS",
+    )
     args = parser.parse_args(argv)
     ptx = gather_ptx(args.tile)
     divisions = len(re.findall(r"^\s*(?:div|rem)\.s64", ptx, flags=re.M))
-    print(f"{args.tile}: {divisions} 64-bit integer divisions or remainders in the PTX (a SASS subroutine each, "
-          "behind a 32-bit fast path taken when both operands fit)")  # fmt: skip
+    print(
+        f"{args.tile}: {divisions} 64-bit integer divisions or remainders in the PTX (a SASS subroutine each, "
+        "behind a 32-bit fast path taken when both operands fit)"
+    )
     if not (args.ptxas and args.cuobjdump):
         print("no ptxas or cuobjdump/nvdisasm here: the SASS counts are left out")
         return 0
     counts = sass_counts(ptx, args.ptxas, args.cuobjdump)
-    print(f"{args.tile}: {counts['registers']} registers, {counts['copies']} copy instructions in the SASS, "
-          f"median {counts['per_copy_median']} instructions from one copy to the next")  # fmt: skip
+    print(
+        f"{args.tile}: {counts['registers']} registers, {counts['copies']} copy instructions in the SASS, "
+        f"median {counts['per_copy_median']} instructions from one copy to the next"
+    )
     return 0
 
 

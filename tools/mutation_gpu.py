@@ -124,8 +124,9 @@ def sample(items: list[Any], count: int) -> list[Any]:
 
 def plan_mutants(name: str, source: str, max_mutants: int) -> tuple[list[Planned], list[str]]:
     """The mutants of exercise ``name`` (cell ``source``), and the semantic entries that do not apply, with why."""
-    planned = [Planned("syntactic", f"line {m.line}: {m.what}", m.source)
-               for m in sample(mutants.mutants(source), max_mutants)]  # fmt: skip
+    planned = [
+        Planned("syntactic", f"line {m.line}: {m.what}", m.source) for m in sample(mutants.mutants(source), max_mutants)
+    ]
     mistakes, alternatives = mutants.load_mistakes(MISTAKES)
     broken = []
     for item in mutants.for_exercise(mistakes, name) + mutants.for_exercise(alternatives, name):
@@ -155,8 +156,10 @@ def dry_run(names: list[str], max_mutants: int) -> int:
             problems += 1
             continue
         planned, broken = plan_mutants(name, source, max_mutants)
-        print(f"{name} (solutions/{exercise.stem}.ipynb, cell {exercise.cell}, checked by {exercise.check}): "
-              f"{len(planned)} mutants")  # fmt: skip
+        print(
+            f"{name} (solutions/{exercise.stem}.ipynb, cell {exercise.cell}, checked by {exercise.check}): "
+            f"{len(planned)} mutants"
+        )
         for p in planned:
             print(f"  {p.kind}: {p.what}")
         for why in broken:
@@ -256,17 +259,27 @@ class Job:
     started: float = 0.0
 
     def launch(self, jobs_per_process: int) -> None:
-        plan = {"setup": self.setup, "cell": self.cell, "check": self.check, "start": self.start,
-                "mutants": [{"source": p.source} for p in self.planned]}  # fmt: skip
+        plan = {
+            "setup": self.setup,
+            "cell": self.cell,
+            "check": self.check,
+            "start": self.start,
+            "mutants": [{"source": p.source} for p in self.planned],
+        }
         plan_path = self.folder / f"plan-{self.start}.json"
         plan_path.write_text(json.dumps(plan))
         (self.folder / "progress").unlink(missing_ok=True)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-               "MPLBACKEND": "agg", "COURSE_BUILD_JOBS": str(jobs_per_process)}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "MPLBACKEND": "agg",
+            "COURSE_BUILD_JOBS": str(jobs_per_process),
+        }
         log = (self.folder / "log.txt").open("a")
         command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(plan_path), str(self.folder)]
-        self.process = subprocess.Popen(command, cwd=ROOT / "notebooks", env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)  # fmt: skip
+        self.process = subprocess.Popen(
+            command, cwd=ROOT / "notebooks", env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.started = time.time()
 
     def events(self) -> list[dict[str, Any]]:
@@ -355,15 +368,19 @@ def entry(job: Job) -> dict[str, Any]:
         elif status == "passed":
             status = "missed"
         verdicts.append(mutants.Verdict(job.name, p.kind, p.what, status, message))
-    semantic = mutants.SemanticScore(job.name, [v for v in verdicts if v.kind != "alternative"],
-                                     [v for v in verdicts if v.kind == "alternative"])  # fmt: skip
+    semantic = mutants.SemanticScore(
+        job.name, [v for v in verdicts if v.kind != "alternative"], [v for v in verdicts if v.kind == "alternative"]
+    )
     counted = len(rejected) + len(survived)
     return {
         "exercise": job.name,
         "date": time.strftime("%Y-%m-%d"),
         "baseline": job.baseline or job.failure or "not run",
         "syntactic": {
-            "sampled": len(syntactic), "rejected": len(rejected), "survived": len(survived), "equivalent": 0,
+            "sampled": len(syntactic),
+            "rejected": len(rejected),
+            "survived": len(survived),
+            "equivalent": 0,
             "score": len(rejected) / counted if counted else 1.0,
             "survivors": [p.what for p in survived],
             "timed_out": [p.what for p, o in syntactic if o and o[0] == "timed out"],
@@ -371,7 +388,7 @@ def entry(job: Job) -> dict[str, Any]:
         },
         "semantic": semantic.as_json(),
         "seconds": round(sum(o[2] for o in outcome.values()), 1),
-    }  # fmt: skip
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -381,8 +398,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=240, help="seconds per mutant, build and check (default 240)")
     parser.add_argument("--setup-timeout", type=float, default=900, help="seconds for the setup and the baseline")
     parser.add_argument("--parallel", type=int, default=len(GPU_EXERCISES), help="processes at once (default: all)")
-    parser.add_argument("--deadline", type=float, default=0, help="stop everything after this many seconds, write "
-                        "what finished (the rest: not_run)")  # fmt: skip
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=0,
+        help="stop everything after this many seconds, write what finished (the rest: not_run)",
+    )
     parser.add_argument("--json", default=str(RESULTS), help="where to write the scores")
     parser.add_argument("--dry-run", action="store_true", help="list the mutants, run nothing (no GPU needed)")
     parser.add_argument("--worker", nargs=2, metavar=("PLAN", "DIR"), help=argparse.SUPPRESS)
@@ -412,9 +433,11 @@ def main(argv: list[str] | None = None) -> int:
     entries = [entry(job) for job in jobs]
     for e in entries:
         s, m = e["syntactic"], e["semantic"]
-        print(f"{e['exercise']}: baseline {e['baseline'][:60]}; syntactic {s['rejected']} rejected, {s['survived']} "
-              f"survived of {s['sampled']}; semantic {m['rejected']} of {m['mistakes']} rejected, {m['accepted']} "
-              f"of {m['alternatives']} alternatives accepted")  # fmt: skip
+        print(
+            f"{e['exercise']}: baseline {e['baseline'][:60]}; syntactic {s['rejected']} rejected, {s['survived']} "
+            f"survived of {s['sampled']}; semantic {m['rejected']} of {m['mistakes']} rejected, {m['accepted']} "
+            f"of {m['alternatives']} alternatives accepted"
+        )
         for what in s["survivors"]:
             print(f"    SURVIVED {what}")
         for line in e["semantic"]["holes"] + e["semantic"]["false_alarms"]:

@@ -173,11 +173,20 @@ def slice_number_exercise() -> tuple[str, Callable, Callable, Callable]:
         rng = np.random.default_rng(99)
         xs = [*rng.standard_normal(200) * 2.0 ** rng.integers(-60, 60, 200), 0.0, 1.0, -1.0, 0.5 - 2.0**-60]
         pairs = [(x, abs(x) * 2.0 ** float(rng.integers(0, 20))) for x in xs] + [(x, 0.9) for x in xs if abs(x) < 0.9]
-        pairs += [(x, top) for x, top in ((1e308, 1e308), (-3.0, check.DBL_MAX), (2.0**-1070, 2.0**-1070),
-                                          (-(2.0**-1074), 2.0**-1074), (2.0**-1074, 0.5))]  # fmt: skip
+        pairs += [
+            (x, top)
+            for x, top in (
+                (1e308, 1e308),
+                (-3.0, check.DBL_MAX),
+                (2.0**-1070, 2.0**-1070),
+                (-(2.0**-1074), 2.0**-1074),
+                (2.0**-1074, 0.5),
+            )
+        ]
         for slices in range(1, 13):
-            for x, row_max in pairs + [(x, max(abs(v) for v in row)) for _, row in check.corner_rows(slices)
-                                       for x in row]:  # fmt: skip
+            for x, row_max in pairs + [
+                (x, max(abs(v) for v in row)) for _, row in check.corner_rows(slices) for x in row
+            ]:
                 row = np.array([[x, row_max]])
                 e = int(row_shifts(row)[0])
                 if list(fn(float(x), e, slices)) != list(slice_rows(row, slices)[0][:, 0, 0]):
@@ -314,8 +323,16 @@ def residue_device_exercise() -> tuple[str, Callable, Callable, Callable]:
             xi = reference.to_integers(x, mu, 1)
             h = np.trunc(xi / simt.SPLIT)
             low = xi - h * simt.SPLIT
-            res = np.array([[[residue(float(hv * k40[t] + lv), t) for hv, lv in zip(hr, lr, strict=True)]
-                             for hr, lr in zip(h, low, strict=True)] for t in range(count)], np.int8)  # fmt: skip
+            res = np.array(
+                [
+                    [
+                        [residue(float(hv * k40[t] + lv), t) for hv, lv in zip(hr, lr, strict=True)]
+                        for hr, lr in zip(h, low, strict=True)
+                    ]
+                    for t in range(count)
+                ],
+                np.int8,
+            )
             return mu, res
 
         return scaling
@@ -343,8 +360,9 @@ def digit_exercise() -> tuple[str, Callable, Callable, Callable]:
         def digits(products: np.ndarray) -> np.ndarray:
             count = products.shape[0]
             digit = factory(count)
-            return np.array([[[digit(float(v), t) for v in row] for row in products[t]] for t in range(count)],
-                            np.int64).astype(np.uint8)  # fmt: skip
+            return np.array(
+                [[[digit(float(v), t) for v in row] for row in products[t]] for t in range(count)], np.int64
+            ).astype(np.uint8)
 
         return digits
 
@@ -365,8 +383,9 @@ def simulate(step: Any, arrays: tuple[np.ndarray, ...], alpha: float, beta: floa
     from numba import cuda
 
     out = cuda.to_device(np.full(c.shape, np.nan))
-    step.kernel[step.grid, step.block](*(cuda.to_device(x) for x in arrays), float(alpha), float(beta),
-                                       cuda.to_device(c), out)  # fmt: skip
+    step.kernel[step.grid, step.block](
+        *(cuda.to_device(x) for x in arrays), float(alpha), float(beta), cuda.to_device(c), out
+    )
     return out.copy_to_host()
 
 
@@ -378,8 +397,16 @@ def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
 
     text, build = module_exercise(simt, "make_epilogue_kernel", device=False, thread_loop=True)
 
-    def launch(factory: Any, terms: np.ndarray, offsets: np.ndarray, e: np.ndarray, f: np.ndarray, alpha: float,
-               beta: float, c: np.ndarray) -> np.ndarray:  # fmt: skip
+    def launch(
+        factory: Any,
+        terms: np.ndarray,
+        offsets: np.ndarray,
+        e: np.ndarray,
+        f: np.ndarray,
+        alpha: float,
+        beta: float,
+        c: np.ndarray,
+    ) -> np.ndarray:
         step = simt.epilogue_launch(*c.shape, factory)
         out = np.full(c.shape, np.nan)
         step.kernel[step.grid, step.block](terms, offsets, e, f, float(alpha), float(beta), c, out)
@@ -420,8 +447,17 @@ def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
 
     text, build = module_exercise(simt, "make_reconstruct_kernel", device=False)
 
-    def launch(factory: Any, digits: np.ndarray, mu: np.ndarray, nu: np.ndarray, a: np.ndarray, b: np.ndarray,
-               alpha: float, beta: float, c: np.ndarray) -> np.ndarray:  # fmt: skip
+    def launch(
+        factory: Any,
+        digits: np.ndarray,
+        mu: np.ndarray,
+        nu: np.ndarray,
+        a: np.ndarray,
+        b: np.ndarray,
+        alpha: float,
+        beta: float,
+        c: np.ndarray,
+    ) -> np.ndarray:
         step = simt.reconstruct_launch(*c.shape, digits.shape[0], factory)
         return simulate(step, (digits, mu, nu, a, b), alpha, beta, c)
 

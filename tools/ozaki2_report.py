@@ -40,16 +40,20 @@ def target_notes(records: list) -> list[str]:
             goal = TARGETS.get(size)
             verdict = "" if goal is None else (" (target met)" if speed >= goal else f" (target {goal}x not met)")
             share = r.params["choice_share"]
-            notes.append(f"{size}^3: ozaki2.auto {r.time.median:.2f} ms with {r.params['moduli']} moduli against "
-                         f"cuBLAS DGEMM {dgemm.time.median:.2f} ms: {speed:.2f}x{verdict}; the choice alone "
-                         f"{r.params['choice_ms']:.3f} ms, {100 * share:.1f}% of the call"
-                         f"{'' if share <= CHOICE_SHARE else ' (over 5%)'}")  # fmt: skip
+            notes.append(
+                f"{size}^3: ozaki2.auto {r.time.median:.2f} ms with {r.params['moduli']} moduli against "
+                f"cuBLAS DGEMM {dgemm.time.median:.2f} ms: {speed:.2f}x{verdict}; the choice alone "
+                f"{r.params['choice_ms']:.3f} ms, {100 * share:.1f}% of the call"
+                f"{'' if share <= CHOICE_SHARE else ' (over 5%)'}"
+            )
         for s in rs:
             if "floor_ms" in s.params:
                 what = ", ".join(f"{k}={s.params[k]}" for k in ("products", "digits", "overlap") if k in s.params)
                 got, floor = s.time.median, s.params["floor_ms"]
-                notes.append(f"{size}^3 {name}{f' ({what})' if what else ''}: {got:.3f} ms against a floor of "
-                             f"{floor:.3f} ms ({got / floor:.2f}x)")  # fmt: skip
+                notes.append(
+                    f"{size}^3 {name}{f' ({what})' if what else ''}: {got:.3f} ms against a floor of "
+                    f"{floor:.3f} ms ({got / floor:.2f}x)"
+                )
     return notes
 
 
@@ -99,9 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     command = "python tools/ozaki2_report.py " + " ".join(argv if argv is not None else sys.argv[1:])
     suffix = "-ozaki2-quick" if args.quick else "-ozaki2"
     with tempfile.TemporaryDirectory() as tmp:
-        json_path, md_path = report.write_report(records, [], gpu=env.gpu.name, compute_capability=env.gpu.cc,
-                                                 command=command.strip(), versions=report.collect_versions(),
-                                                 out_dir=tmp, notes=notes)  # fmt: skip
+        json_path, md_path = report.write_report(
+            records,
+            [],
+            gpu=env.gpu.name,
+            compute_capability=env.gpu.cc,
+            command=command.strip(),
+            versions=report.collect_versions(),
+            out_dir=tmp,
+            notes=notes,
+        )
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         stem = gpu_slug(env.gpu.name) + suffix

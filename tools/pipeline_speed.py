@@ -66,12 +66,28 @@ def main() -> None:
     m, n, k = (int(x) for x in args.shape.split("x"))
     specific, generic = _plans(args.kernel, m, n, k)
     same = bool(cp.array_equal(specific(), generic()))
-    records = bench.compare({"shape-specific": specific, "shape-generic": generic}, m=m, n=n, k=k,
-                            flops=2.0 * m * n * k, repeats=args.repeats)  # fmt: skip
+    records = bench.compare(
+        {"shape-specific": specific, "shape-generic": generic},
+        m=m,
+        n=n,
+        k=k,
+        flops=2.0 * m * n * k,
+        repeats=args.repeats,
+    )
     medians = {r.name: r.time.median for r in records}
     ratio = medians["shape-generic"] / medians["shape-specific"]
-    print(json.dumps({"kernel": args.kernel, "shape": args.shape, "same_bits": same, "median_ms": medians,
-                      "generic_over_specific": round(ratio, 4)}), flush=True)  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "kernel": args.kernel,
+                "shape": args.shape,
+                "same_bits": same,
+                "median_ms": medians,
+                "generic_over_specific": round(ratio, 4),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ chosen count and the one below, prints: the estimate for the worst row or column
 estimate for the whole matrix, and the normwise error measured on the sampled rows against the exact product
 (double-double), beside NumPy's FP64 GEMM on the same rows. The references are row by row (a row of the result
 depends on that row of A and on all of B), so only the sampled rows are computed; on the H100 the GPU stages gave
-these references' results bit for bit (``tests/test_gpu_ozaki*.py``). Writes ``results/precision-calibration.json``.
+these references' results bit for bit (``tests/test_ozaki*_gpu.py``). Writes ``results/precision-calibration.json``.
 """
 
 from __future__ import annotations
@@ -70,16 +70,28 @@ def calibrate(size: int, seed: int, phis: list[float]) -> list[dict]:
                 else:
                     t = r2.crt(count).t
                     mu, nu = r2.exponent_from_terms(*terms[0], t), r2.exponent_from_terms(*terms[1], t)
-                    whole = whole_matrix_estimate(np.ldexp(1.0, -2 * (mu + norms.ea)),
-                                                  np.ldexp(1.0, -2 * (nu + norms.eb)), norms)  # fmt: skip
+                    whole = whole_matrix_estimate(
+                        np.ldexp(1.0, -2 * (mu + norms.ea)), np.ldexp(1.0, -2 * (nu + norms.eb)), norms
+                    )
                 measured = errors.normwise_relative_error(run(a[rows], b, count), hi, lo) / U
-                entry = {"phi": phi, "scheme": choice.scheme, "count": count, "chosen": count == choice.count,
-                         "worst_line_estimate_u": choice.tried[count], "whole_matrix_estimate_u": whole,
-                         "measured_u": measured, "fp64_gemm_u": native, "target_u": choice.target}  # fmt: skip
+                entry = {
+                    "phi": phi,
+                    "scheme": choice.scheme,
+                    "count": count,
+                    "chosen": count == choice.count,
+                    "worst_line_estimate_u": choice.tried[count],
+                    "whole_matrix_estimate_u": whole,
+                    "measured_u": measured,
+                    "fp64_gemm_u": native,
+                    "target_u": choice.target,
+                }
                 out.append(entry)
-                print(f"phi {phi:3}  {choice.scheme:8} {count:2} {'chosen' if entry['chosen'] else 'below ':6}  "
-                      f"worst line {choice.tried[count]:10.3g} u  whole {whole:10.3g} u  measured {measured:10.3g} u  "
-                      f"FP64 GEMM {native:6.3g} u  target {choice.target:5.3g} u", flush=True)  # fmt: skip
+                print(
+                    f"phi {phi:3}  {choice.scheme:8} {count:2} {'chosen' if entry['chosen'] else 'below ':6}  "
+                    f"worst line {choice.tried[count]:10.3g} u  whole {whole:10.3g} u  measured {measured:10.3g} u  "
+                    f"FP64 GEMM {native:6.3g} u  target {choice.target:5.3g} u",
+                    flush=True,
+                )
     return out
 
 

@@ -33,9 +33,16 @@ def main(argv: list[str] | None = None) -> int:
     from utilities.machinery.aligned_copy import gmem_layout
 
     tm, tk = (int(v) for v in args.tile.split("x"))
-    MM = Matmul(size=(tm, 64, tk), precision=(np.float16, np.float16, np.float32), data_type="real",
-                arrangement=("row_major", "row_major", "row_major"), execution="Block", block_size=args.threads,
-                alignment=(16, 16, 16), static_block_dim=True)  # fmt: skip
+    MM = Matmul(
+        size=(tm, 64, tk),
+        precision=(np.float16, np.float16, np.float32),
+        data_type="real",
+        arrangement=("row_major", "row_major", "row_major"),
+        execution="Block",
+        block_size=args.threads,
+        alignment=(16, 16, 16),
+        static_block_dim=True,
+    )
     SA = MM.suggest_layout_smem_a().cosize
     gmem_a = gmem_layout(MM, "a")
     THREADS = args.threads

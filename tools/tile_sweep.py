@@ -24,9 +24,9 @@ def main() -> None:
 
     from utilities import bench, inputs
     from utilities.machinery import buildcache
-    from utilities.ozaki.tensorcore import OzakiGemm, TileConfig
+    from utilities.ozaki.tensorcore import OzakiConfig, OzakiGemm
 
-    cfg = TileConfig(tm, tn, tk, int(threads), int(depth))
+    cfg = OzakiConfig(tile_m=tm, tile_n=tn, tile_k=tk, threads=int(threads), depth=int(depth))
     buildcache.install()
     size = args.size
     a, b = cp.asarray(inputs.normal(size, size, 0)), cp.asarray(inputs.normal(size, size, 1))

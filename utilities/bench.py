@@ -20,6 +20,7 @@ collects the figures of a run into ``results/<gpu>.json`` (see ``utilities.repor
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -228,18 +229,23 @@ def hold_gpu(ms: float) -> None:
     queue the calls that follow before the GPU reaches them."""
     import cupy
 
-    global _spin
-    if _spin is None:
-        source = (
-            'extern "C" __global__ void spin(long long cycles) {'
-            " long long start = clock64(); while (clock64() - start < cycles) { } }"
-        )
-        _spin = cupy.RawKernel(source, "spin")  # NVRTC, which CuPy needs for its own elementwise kernels anyway
     khz = cupy.cuda.Device().attributes["ClockRate"]
-    _spin((1,), (1,), (np.int64(ms * khz),))
+    _spin_kernel()((1,), (1,), (np.int64(ms * khz),))
 
 
-_spin: Any = None
+@functools.cache
+def _spin_kernel() -> Any:
+    """One thread spinning on the SM clock for a number of cycles (NVRTC, which CuPy needs for its own elementwise
+    kernels anyway)."""
+    import cupy
+
+    source = (
+        'extern "C" __global__ void spin(long long cycles) {'
+        " long long start = clock64(); while (clock64() - start < cycles) { } }"
+    )
+    return cupy.RawKernel(source, "spin")
+
+
 HOLD_MS = 4.0  # the GPU spins this long before each held sample: time for the host to queue its calls
 CALLS = 10  # calls per held sample
 
@@ -333,8 +339,8 @@ def compare(
 
     Interleaving (one call of each provider per round, the first of the round rotating) exposes every provider
     to the same drift of clocks and temperature. It also puts each provider right after the others, which can
-    cost: on an H100, cuBLAS's int8 GEMM at 8192^3 took 1.10 ms right after DGEMM and 0.91 ms timed alone.
-    ``interleave=False`` times each provider's runs back to back instead.
+    cost (``instructor-notes/machinery.md``, "Timing"). ``interleave=False`` times each provider's runs back to
+    back instead.
     """
     if not providers:
         raise ValueError("no providers")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from utilities.machinery import buildcache
+from .machinery import buildcache
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,8 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     buildcache.install()
     sizes = [int(s) for s in args.sizes.split(",")]
     if "ozaki" in args.tracks.split(","):
-        from utilities.ozaki.benchmarks import accuracy_records, ozaki_benchmarks
-        from utilities.ozaki.figures import save_plots
+        from .ozaki.benchmarks import accuracy_records, ozaki_benchmarks
+        from .ozaki.figures import save_plots
 
         records = []
         for size in sizes if args.accuracy != "only" else []:
@@ -30,32 +30,32 @@ def main(argv: list[str] | None = None) -> int:
         if args.plots and args.accuracy != "only":
             print("plots:", ", ".join(save_plots(records, args.plots)))
     if "ozaki2" in args.tracks.split(","):
-        from utilities.emulations import ozaki1_auto, ozaki1_fused
-        from utilities.ozaki2.benchmarks import accuracy_records as accuracy2
-        from utilities.ozaki2.benchmarks import ozaki2_records
+        from .emulations import ozaki1_auto, ozaki1_fused
+        from .ozaki2.benchmarks import accuracy_records as accuracy2
+        from .ozaki2.benchmarks import ozaki2_records
 
         for size in sizes if args.accuracy != "only" else []:
             ozaki2_records(size, ozaki1=ozaki1_fused(args.slices), ozaki1_auto=ozaki1_auto())
         if args.accuracy != "no":
             accuracy2(ozaki1_auto=ozaki1_auto())
     if "multipass" in args.tracks.split(","):
-        from utilities.multipass.benchmarks import multipass_records
-        from utilities.multipass.figures import save_plots as save_multipass_plots
+        from .multipass.benchmarks import multipass_records
+        from .multipass.figures import save_plots as save_multipass_plots
 
         records = multipass_records(sizes=(max(sizes),))
         if args.plots:
             print("plots:", ", ".join(save_multipass_plots(records, args.plots)))
     if "fusion" in args.tracks.split(","):
-        from utilities.fusion.benchmarks import fusion_records
-        from utilities.fusion.figures import save_plots as save_fusion_plots
-        from utilities.peaks import current_hbm_tbs
+        from .fusion.benchmarks import fusion_records
+        from .fusion.figures import save_plots as save_fusion_plots
+        from .peaks import current_hbm_tbs
 
         records = fusion_records()
         if args.plots:
             print("plots:", ", ".join(save_fusion_plots(records, args.plots, current_hbm_tbs())))
     if "conv" in args.tracks.split(","):
-        from utilities.conv.benchmarks import conv_benchmarks
-        from utilities.conv.figures import save_plots as save_conv_plots
+        from .conv.benchmarks import conv_benchmarks
+        from .conv.figures import save_plots as save_conv_plots
 
         records = conv_benchmarks()
         if args.plots:

@@ -248,10 +248,16 @@ CUDA_CAUSES = {
     "LAUNCH_TIMEOUT": "the kernel ran too long: a loop that never ends, or a barrier some threads never reach",
     "LAUNCH_FAILED": "the kernel faulted: see ILLEGAL_ADDRESS and ILLEGAL_INSTRUCTION",
 }
-_RUNTIME_NAMES = {"IllegalAddress": "ILLEGAL_ADDRESS", "MisalignedAddress": "MISALIGNED_ADDRESS",
-                  "LaunchOutOfResources": "LAUNCH_OUT_OF_RESOURCES", "InvalidValue": "INVALID_VALUE",
-                  "IllegalInstruction": "ILLEGAL_INSTRUCTION", "Assert": "ASSERT", "LaunchTimeout": "LAUNCH_TIMEOUT",
-                  "LaunchFailure": "LAUNCH_FAILED"}  # fmt: skip
+_RUNTIME_NAMES = {
+    "IllegalAddress": "ILLEGAL_ADDRESS",
+    "MisalignedAddress": "MISALIGNED_ADDRESS",
+    "LaunchOutOfResources": "LAUNCH_OUT_OF_RESOURCES",
+    "InvalidValue": "INVALID_VALUE",
+    "IllegalInstruction": "ILLEGAL_INSTRUCTION",
+    "Assert": "ASSERT",
+    "LaunchTimeout": "LAUNCH_TIMEOUT",
+    "LaunchFailure": "LAUNCH_FAILED",
+}
 _CUDA_ERROR = re.compile(r"CUDA_ERROR_(?P<driver>[A-Z_]+)|cudaError(?P<runtime>[A-Za-z]+)")
 STICKY_CUDA_ERRORS = ("ILLEGAL_ADDRESS", "MISALIGNED_ADDRESS", "ILLEGAL_INSTRUCTION", "ASSERT", "LAUNCH_FAILED")
 
@@ -290,9 +296,11 @@ def explain_error(error: BaseException) -> str:
             "the array's own length (a hard-coded count)"
         )
     if kind in ("TypingError", "LoweringError", "UnsupportedError", "NumbaError"):
-        return ("numba could not compile your kernel: the message names the line and the types it could not handle "
-                "(a Python list or dict, a float used as an index: int() it, a variable given two types, a name "
-                "that is not defined in the kernel)")  # fmt: skip
+        return (
+            "numba could not compile your kernel: the message names the line and the types it could not handle "
+            "(a Python list or dict, a float used as an index: int() it, a variable given two types, a name "
+            "that is not defined in the kernel)"
+        )
     return "the traceback above this message ends in the line of your code that raised"
 
 
@@ -409,9 +417,10 @@ def checker(
                 ) from error
             if result.status != "passed" and untouched_exercise(*functions) is None:
                 raise CheckFailure(
-                    "result", f"stage 'result' of {name}: {result.why}, but your code has no placeholder line left: "
-                    "it runs and does not write its result (or writes only zeros)"
-                )  # fmt: skip
+                    "result",
+                    f"stage 'result' of {name}: {result.why}, but your code has no placeholder line left: "
+                    "it runs and does not write its result (or writes only zeros)",
+                )
             return result
 
         return run

@@ -2,8 +2,8 @@
 and their benchmark providers (``dgemm_provider``, ``igemm_provider``: zero-argument callables for ``bench``);
 ``bias_relu``, the elementwise kernel that the unfused library paths (2a, 2c) run after their GEMM.
 
-``igemm`` is cuBLAS's int8 x int8 -> int32 GEMM (``cublasGemmEx``) with B column-major: on an H100 integer
-GEMM in cuBLAS is fast only in that layout (964 TOPS at 8192^3, against 125 with a row-major B).
+``igemm`` is cuBLAS's int8 x int8 -> int32 GEMM (``cublasGemmEx``) with B column-major: integer GEMM in cuBLAS
+is fast only in that layout (``instructor-notes/machinery.md`` has the measurement).
 """
 
 from __future__ import annotations
@@ -86,17 +86,46 @@ def _igemm(a8: Any, b8_colmajor: Any, out: Any | None, batched: bool) -> Any:
     libcublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
     mode = libcublas.getPointerMode(handle)
     libcublas.setPointerMode(handle, libcublas.CUBLAS_POINTER_MODE_HOST)
-    T, N, r8, compute, algo = (libcublas.CUBLAS_OP_T, libcublas.CUBLAS_OP_N, runtime.CUDA_R_8I,
-                               libcublas.CUBLAS_COMPUTE_32I, libcublas.CUBLAS_GEMM_DEFAULT)  # fmt: skip
+    T, N, r8, compute, algo = (
+        libcublas.CUBLAS_OP_T,
+        libcublas.CUBLAS_OP_N,
+        runtime.CUDA_R_8I,
+        libcublas.CUBLAS_COMPUTE_32I,
+        libcublas.CUBLAS_GEMM_DEFAULT,
+    )
     b_ptr, a_ptr, c_ptr = b8_colmajor.data.ptr, a8.data.ptr, out.data.ptr
     one, zero = alpha.ctypes.data, beta.ctypes.data
     try:
         if batched:
-            libcublas.gemmStridedBatchedEx(handle, T, N, n, m, k, one, b_ptr, r8, k, n * k, a_ptr, r8, k, m * k, zero,
-                                           c_ptr, CUDA_R_32I, n, m * n, lead[0], compute, algo)  # fmt: skip
+            libcublas.gemmStridedBatchedEx(
+                handle,
+                T,
+                N,
+                n,
+                m,
+                k,
+                one,
+                b_ptr,
+                r8,
+                k,
+                n * k,
+                a_ptr,
+                r8,
+                k,
+                m * k,
+                zero,
+                c_ptr,
+                CUDA_R_32I,
+                n,
+                m * n,
+                lead[0],
+                compute,
+                algo,
+            )
         else:
-            libcublas.gemmEx(handle, T, N, n, m, k, one, b_ptr, r8, k, a_ptr, r8, k, zero, c_ptr, CUDA_R_32I, n,
-                             compute, algo)  # fmt: skip
+            libcublas.gemmEx(
+                handle, T, N, n, m, k, one, b_ptr, r8, k, a_ptr, r8, k, zero, c_ptr, CUDA_R_32I, n, compute, algo
+            )
     finally:
         libcublas.setPointerMode(handle, mode)
     return out

@@ -64,8 +64,9 @@ def worst_line_error(c: np.ndarray, ref_hi: np.ndarray, ref_lo: np.ndarray | Non
     worst = 0.0
     for axis in (1, 0):
         moved_diff, moved_ref = np.moveaxis(diff, axis, -1), np.moveaxis(ref, axis, -1)
-        for line_diff, line_ref in zip(moved_diff.reshape(-1, moved_diff.shape[-1]),
-                                       moved_ref.reshape(-1, moved_ref.shape[-1]), strict=True):  # fmt: skip
+        for line_diff, line_ref in zip(
+            moved_diff.reshape(-1, moved_diff.shape[-1]), moved_ref.reshape(-1, moved_ref.shape[-1]), strict=True
+        ):
             norm = _frobenius(line_ref)
             if norm:
                 worst = max(worst, _frobenius(line_diff) / norm)

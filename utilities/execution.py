@@ -9,7 +9,7 @@ no file relative to their folder), never in the checkout's ``notebooks/``. A len
 copied anew at every call, and a process whose working folder is replaced under it fails at the next call that
 needs the folder's name: ``os.getcwd()``, ``os.path.abspath`` of a relative path, an import that resolves one
 (numba's imports do). Each of those raises ``FileNotFoundError: [Errno 2] No such file or directory`` with no file
-name, which is how the first run-through on a GPU stopped in notebooks 1 and 4b (tests/test_execution.py shows
+name, which is how the first run-through on a GPU stopped in notebooks 1 and 4b (tests/test_tooling_execution.py shows
 it). The kernel finds this checkout's ``utilities`` through ``PYTHONPATH``, whatever its folder.
 """
 
@@ -90,8 +90,15 @@ class Kernel:
     ``with Kernel(cwd) as kernel: kernel.run(cell, index)``; cells run are appended to ``kernel.notebook``.
     """
 
-    def __init__(self, cwd: Path | None = None, *, timeout: float = 1800, kernel: str = "python3",
-                 env: dict[str, str] | None = None, notebook: nbformat.NotebookNode | None = None):  # fmt: skip
+    def __init__(
+        self,
+        cwd: Path | None = None,
+        *,
+        timeout: float = 1800,
+        kernel: str = "python3",
+        env: dict[str, str] | None = None,
+        notebook: nbformat.NotebookNode | None = None,
+    ):
         self.cwd, self.timeout, self.kernel_name = cwd, timeout, kernel
         self.env = env if env is not None else kernel_env()
         self.notebook = nbformat.from_dict(notebook) if notebook is not None else nbformat.v4.new_notebook()
@@ -107,8 +114,13 @@ class Kernel:
             cwd = holder.__enter__()
             self._stack.append(holder)
         self.folder = Path(cwd)
-        self._client = NotebookClient(self.notebook, timeout=self.timeout, kernel_name=self.kernel_name,
-                                      resources={"metadata": {"path": str(cwd)}}, allow_errors=True)  # fmt: skip
+        self._client = NotebookClient(
+            self.notebook,
+            timeout=self.timeout,
+            kernel_name=self.kernel_name,
+            resources={"metadata": {"path": str(cwd)}},
+            allow_errors=True,
+        )
         setup = self._client.setup_kernel(env=self.env)
         try:
             setup.__enter__()
@@ -144,8 +156,15 @@ class Kernel:
         return self.run_cell(cell, len(self.notebook.cells) - 1, index), cell
 
 
-def execute(nb: nbformat.NotebookNode, cwd: Path | None = None, *, timeout: float = 1800, kernel: str = "python3",
-            stop_on_error: bool = True, env: dict[str, str] | None = None) -> Execution:  # fmt: skip
+def execute(
+    nb: nbformat.NotebookNode,
+    cwd: Path | None = None,
+    *,
+    timeout: float = 1800,
+    kernel: str = "python3",
+    stop_on_error: bool = True,
+    env: dict[str, str] | None = None,
+) -> Execution:
     """Execute ``nb`` in a fresh kernel started in ``cwd`` (default: a private folder, see the module docstring)."""
     with Kernel(cwd, timeout=timeout, kernel=kernel, env=env, notebook=nb) as session:
         return run_all(session, stop_on_error)
@@ -196,5 +215,8 @@ def images(nb: nbformat.NotebookNode) -> int:
 
 def stream_text(cell: nbformat.NotebookNode) -> str:
     """What a cell printed to stdout."""
-    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream"
-                   and o.get("name") == "stdout")  # fmt: skip
+    return "".join(
+        o.get("text", "")
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stdout"
+    )

@@ -72,10 +72,16 @@ def build_times(logs: Path, results: Path) -> list[subprocess.Popen]:
     jobs = os.environ.get("COURSE_BUILD_JOBS", str(max(1, (os.cpu_count() or 2) - 2)))
     env = {**os.environ, "COURSE_BUILD_JOBS": jobs}
     after = subprocess.Popen(
-        ["bash", "-c", f"{' '.join(py)} --mode after --cache {cache} && {' '.join(py)} --mode after --cache {cache} "
-         "--restart"],
-        cwd=ROOT, stdout=(logs / "builds_after.log").open("w"), stderr=subprocess.STDOUT, env=env,
-    )  # fmt: skip
+        [
+            "bash",
+            "-c",
+            f"{' '.join(py)} --mode after --cache {cache} && {' '.join(py)} --mode after --cache {cache} --restart",
+        ],
+        cwd=ROOT,
+        stdout=(logs / "builds_after.log").open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     return [before, after]
 
 
@@ -140,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = args.parts.split(",")
     # subprocesses (tools/build_times.py, pytest, nbval kernels) import utilities from this checkout
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    from utilities.preflight import PreflightError, preflight
+    from .preflight import PreflightError, preflight
 
     try:
         env = preflight(require_gpu=True, require_mathdx=True)
@@ -162,8 +168,13 @@ def main(argv: list[str] | None = None) -> int:
         code = _run([sys.executable, "-m", "utilities.prebuild", *jobs], logs / "prebuild.log")
         failures += ["prebuild"] if code else []
         if not code and not args.jobs:
-            prebuilt.append({"kernel": "prebuild", "prebuild_s": round(time.perf_counter() - began, 1),
-                             "note": "every kernel of the course"})  # fmt: skip
+            prebuilt.append(
+                {
+                    "kernel": "prebuild",
+                    "prebuild_s": round(time.perf_counter() - began, 1),
+                    "note": "every kernel of the course",
+                }
+            )
     if "tests" in parts:
         select = ["-k", " or ".join(args.select.split(","))] if args.select else []
         code = _run(
@@ -177,41 +188,60 @@ def main(argv: list[str] | None = None) -> int:
             paths = [p for p in paths if any(s in p.name for s in args.select.split(","))]
             failures += [part] if run_notebooks(paths, logs, part) else []
     if "bench" in parts:
-        cmd = [sys.executable, "-m", "utilities.bench_all", "--sizes", args.sizes, "--plots", str(Path(args.out)),
-               "--accuracy", args.accuracy, "--tracks", args.tracks]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "utilities.bench_all",
+            "--sizes",
+            args.sizes,
+            "--plots",
+            str(Path(args.out)),
+            "--accuracy",
+            args.accuracy,
+            "--tracks",
+            args.tracks,
+        ]
         code = _run(cmd, logs / "bench.log")
         failures += ["bench"] if code else []
     workshop_json = Path(args.out) / "workshop.json"
     if "workshop" in parts:
-        from utilities.peaks import gpu_slug
+        from .peaks import gpu_slug
 
         workshop_json = Path(args.out) / f"{gpu_slug(env.gpu.name)}-workshop.json"
         select = [s for s in args.select.split(",") if s]
-        code = _run([sys.executable, "-m", "utilities.workshop", *select, "--json", str(workshop_json)],
-                    logs / "workshop.log")  # fmt: skip
+        code = _run(
+            [sys.executable, "-m", "utilities.workshop", *select, "--json", str(workshop_json)], logs / "workshop.log"
+        )
         failures += ["workshop"] if code else []
     if "ledger" in parts:
-        from utilities.peaks import gpu_slug
+        from .peaks import gpu_slug
 
         select = [s for s in args.select.split(",") if s]
         ledger_json = Path(args.out) / f"{gpu_slug(env.gpu.name)}-notebooks.json"
-        code = _run([sys.executable, "-m", "utilities.ledger", "run", *select, "--parallel", "4", "--ledger",
-                     str(ledger_json)], logs / "ledger.log")  # fmt: skip
+        code = _run(
+            [sys.executable, "-m", "utilities.ledger", "run", *select, "--parallel", "4", "--ledger", str(ledger_json)],
+            logs / "ledger.log",
+        )
         failures += ["ledger"] if code else []
     if any([proc.wait() for proc in background]):  # wait for every run; a failed one fails the suite
         failures.append("builds")
-    from utilities import report
+    from . import report
 
     records, builds = report.merge_jsonl(records_dir)
     builds = [*builds, *collect_builds(logs), *prebuilt]
     gpu = env.gpu
     command = "./course gpu-suite " + " ".join(argv if argv is not None else sys.argv[1:])
     json_path, md_path = report.write_report(
-        records, builds, gpu=gpu.name, compute_capability=gpu.cc, command=command.strip(),
-        versions=report.collect_versions(), out_dir=args.out,
-    )  # fmt: skip
+        records,
+        builds,
+        gpu=gpu.name,
+        compute_capability=gpu.cc,
+        command=command.strip(),
+        versions=report.collect_versions(),
+        out_dir=args.out,
+    )
     if "workshop" in parts and workshop_json.exists():
-        from utilities.workshop import Entry, table
+        from .workshop import Entry, table
 
         entries = [Entry(**e) for e in json.loads(workshop_json.read_text())["notebooks"]]
         with md_path.open("a") as md:

@@ -209,17 +209,30 @@ def commit_of(root: Path = REPO_ROOT, given: str | None = None) -> str:
     if given or os.environ.get("COURSE_COMMIT"):
         return given or os.environ["COURSE_COMMIT"]
     try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+changes" if dirty else "")
 
 
-def run_one(stem: str, variant: str, root: Path = REPO_ROOT, *, commit: str = "unknown", parallel: int = 1,
-            timeout: float = 1800) -> Row:  # fmt: skip
+def run_one(
+    stem: str,
+    variant: str,
+    root: Path = REPO_ROOT,
+    *,
+    commit: str = "unknown",
+    parallel: int = 1,
+    timeout: float = 1800,
+) -> Row:
     """Run one variant of one notebook in a fresh kernel and return its row."""
     from . import execution
 
@@ -230,8 +243,17 @@ def run_one(stem: str, variant: str, root: Path = REPO_ROOT, *, commit: str = "u
         error = run.error or "; ".join(execution.figures_without_images(run.notebook))
     except Exception as exc:  # the kernel died or would not start: a failed row that says why
         error = f"the kernel did not run the notebook: {type(exc).__name__}: {exc}"
-    return Row(stem, variant, code_hash(nb), commit, time.strftime("%Y-%m-%d"), not error,
-               round(time.perf_counter() - started, 1), parallel, error.splitlines()[0] if error else "")  # fmt: skip
+    return Row(
+        stem,
+        variant,
+        code_hash(nb),
+        commit,
+        time.strftime("%Y-%m-%d"),
+        not error,
+        round(time.perf_counter() - started, 1),
+        parallel,
+        error.splitlines()[0] if error else "",
+    )
 
 
 def _run_in_process(stem: str, variant: str, root: Path, commit: str, parallel: int, timeout: float) -> Row:
@@ -240,18 +262,51 @@ def _run_in_process(stem: str, variant: str, root: Path, commit: str, parallel: 
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "row.json"
-        cmd = [sys.executable, "-m", "utilities.ledger", "one", stem, variant, str(out), "--commit", commit,
-               "--parallel", str(parallel), "--timeout", str(timeout), "--root", str(root)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "utilities.ledger",
+            "one",
+            stem,
+            variant,
+            str(out),
+            "--commit",
+            commit,
+            "--parallel",
+            str(parallel),
+            "--timeout",
+            str(timeout),
+            "--root",
+            str(root),
+        ]
         done = subprocess.run(cmd, cwd=REPO_ROOT, env=kernel_env(), capture_output=True, text=True)
         if out.exists():
             return Row(**json.loads(out.read_text()))
         tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
-        return Row(stem, variant, code_hash(variant_notebook(stem, variant, root)), commit,
-                   time.strftime("%Y-%m-%d"), False, 0.0, parallel, f"the runner died: {tail}")  # fmt: skip
+        return Row(
+            stem,
+            variant,
+            code_hash(variant_notebook(stem, variant, root)),
+            commit,
+            time.strftime("%Y-%m-%d"),
+            False,
+            0.0,
+            parallel,
+            f"the runner died: {tail}",
+        )
 
 
-def run_many(jobs: list[tuple[str, str]], path: Path, gpu: str, *, root: Path = REPO_ROOT, parallel: int = 1,
-             commit: str = "unknown", timeout: float = 1800, command: str = "") -> list[Row]:  # fmt: skip
+def run_many(
+    jobs: list[tuple[str, str]],
+    path: Path,
+    gpu: str,
+    *,
+    root: Path = REPO_ROOT,
+    parallel: int = 1,
+    commit: str = "unknown",
+    timeout: float = 1800,
+    command: str = "",
+) -> list[Row]:
     """Run ``jobs`` (notebook, variant), ``parallel`` at a time, writing the ledger after each one finishes."""
     data = {**load(path), "gpu": gpu, "command": command}
     rows: list[Row] = []
@@ -298,8 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "one":
-        row = run_one(args.stem, args.variant, Path(args.root), commit=args.commit, parallel=args.parallel,
-                      timeout=args.timeout)  # fmt: skip
+        row = run_one(
+            args.stem, args.variant, Path(args.root), commit=args.commit, parallel=args.parallel, timeout=args.timeout
+        )
         Path(args.out).write_text(json.dumps(asdict(row)))
         return 0
     if args.command == "stale":
@@ -321,8 +377,11 @@ def main(argv: list[str] | None = None) -> int:
         text = path.read_text(encoding="utf-8")
         new = readme_table(text)
         if args.check:
-            print("README.md is in step with the ledgers" if new == text else "README.md is out of step: run "
-                  "python -m utilities.ledger readme")  # fmt: skip
+            print(
+                "README.md is in step with the ledgers"
+                if new == text
+                else "README.md is out of step: run python -m utilities.ledger readme"
+            )
             return 0 if new == text else 1
         path.write_text(new, encoding="utf-8")
         print("README.md: the notebook table's last column filled from the ledgers")
@@ -345,8 +404,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     path = Path(args.ledger) if args.ledger else ledger_path(gpus[0].name)
     command = "python -m utilities.ledger " + " ".join(argv if argv is not None else sys.argv[1:])
-    rows = run_many(jobs, path, gpus[0].name, parallel=args.parallel, commit=commit_of(given=args.commit),
-                    timeout=args.timeout, command=command)  # fmt: skip
+    rows = run_many(
+        jobs,
+        path,
+        gpus[0].name,
+        parallel=args.parallel,
+        commit=commit_of(given=args.commit),
+        timeout=args.timeout,
+        command=command,
+    )
     print(f"ledger: {sum(r.passed for r in rows)} of {len(rows)} passed; written: {path}")
     return 0 if all(r.passed for r in rows) else 1
 

@@ -33,14 +33,26 @@ _BEGIN = re.compile(r"^\s*# BEGIN SOLUTION\s*$")
 _END = re.compile(r"^\s*# END SOLUTION\s*$")
 
 _BINOPS: dict[type, tuple[type, ...]] = {
-    ast.Add: (ast.Sub,), ast.Sub: (ast.Add,), ast.Mult: (ast.Div, ast.Add), ast.Div: (ast.Mult,),
-    ast.FloorDiv: (ast.Div, ast.Mod), ast.Mod: (ast.FloorDiv,), ast.LShift: (ast.RShift,), ast.RShift: (ast.LShift,),
-    ast.BitAnd: (ast.BitOr,), ast.BitOr: (ast.BitAnd,), ast.Pow: (ast.Mult,),
-}  # fmt: skip
+    ast.Add: (ast.Sub,),
+    ast.Sub: (ast.Add,),
+    ast.Mult: (ast.Div, ast.Add),
+    ast.Div: (ast.Mult,),
+    ast.FloorDiv: (ast.Div, ast.Mod),
+    ast.Mod: (ast.FloorDiv,),
+    ast.LShift: (ast.RShift,),
+    ast.RShift: (ast.LShift,),
+    ast.BitAnd: (ast.BitOr,),
+    ast.BitOr: (ast.BitAnd,),
+    ast.Pow: (ast.Mult,),
+}
 _CMPOPS: dict[type, tuple[type, ...]] = {
-    ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.GtE), ast.Gt: (ast.GtE, ast.Lt), ast.GtE: (ast.Gt, ast.LtE),
-    ast.Eq: (ast.NotEq,), ast.NotEq: (ast.Eq,),
-}  # fmt: skip
+    ast.Lt: (ast.LtE, ast.Gt),
+    ast.LtE: (ast.Lt, ast.GtE),
+    ast.Gt: (ast.GtE, ast.Lt),
+    ast.GtE: (ast.Gt, ast.LtE),
+    ast.Eq: (ast.NotEq,),
+    ast.NotEq: (ast.Eq,),
+}
 
 
 def solution_lines(source: str) -> set[int]:
@@ -81,8 +93,12 @@ def _sites(tree: ast.AST, lines: set[int]) -> Iterator[tuple[ast.AST, str, Calla
                 continue
             for i, stmt in enumerate(body):
                 if isinstance(stmt, ast.stmt) and stmt.lineno in lines and not isinstance(stmt, ast.Pass):
-                    yield node, f"statement dropped: {ast.unparse(stmt).splitlines()[0][:60]}", (
-                        lambda n, name=name, i=i: getattr(n, name).__setitem__(i, ast.Pass())), stmt.lineno  # fmt: skip
+                    yield (
+                        node,
+                        f"statement dropped: {ast.unparse(stmt).splitlines()[0][:60]}",
+                        (lambda n, name=name, i=i: getattr(n, name).__setitem__(i, ast.Pass())),
+                        stmt.lineno,
+                    )
 
 
 def _node_changes(node: ast.AST) -> Iterator[tuple[str, Callable[[ast.AST], Any]]]:
@@ -106,8 +122,10 @@ def _node_changes(node: ast.AST) -> Iterator[tuple[str, Callable[[ast.AST], Any]
         new = ast.Or if isinstance(node.op, ast.And) else ast.And
         yield f"{type(node.op).__name__} -> {new.__name__}", lambda n, new=new: setattr(n, "op", new())
     elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) >= 2:
-        yield "first two indices swapped", lambda n: n.slice.elts.__setitem__(
-            slice(0, 2), [n.slice.elts[1], n.slice.elts[0]])  # fmt: skip
+        yield (
+            "first two indices swapped",
+            lambda n: n.slice.elts.__setitem__(slice(0, 2), [n.slice.elts[1], n.slice.elts[0]]),
+        )
     elif isinstance(node, ast.Call) and len(node.args) >= 2 and not any(isinstance(a, ast.Starred) for a in node.args):
         yield "first two arguments swapped", lambda n: n.args.__setitem__(slice(0, 2), [n.args[1], n.args[0]])
 
@@ -168,8 +186,9 @@ def replace_once(source: str, old: str, new: str, label: str = "") -> str:
     """``source`` with ``old`` replaced by ``new``; ``old`` must occur exactly once."""
     found = source.count(old)
     if found != 1:
-        raise ValueError(f"{label}: the text to replace occurs {found} times in the solution source, not once: "
-                         f"{old[:80]!r}")  # fmt: skip
+        raise ValueError(
+            f"{label}: the text to replace occurs {found} times in the solution source, not once: {old[:80]!r}"
+        )
     return source.replace(old, new)
 
 
@@ -215,8 +234,10 @@ class Score:
         return len(self.rejected) / counted if counted else 1.0
 
     def line(self) -> str:
-        return (f"{self.exercise}: {len(self.rejected)} rejected, {len(self.survived)} survived, "
-                f"{len(self.equivalent)} equivalent: score {100 * self.score:.0f}%")  # fmt: skip
+        return (
+            f"{self.exercise}: {len(self.rejected)} rejected, {len(self.survived)} survived, "
+            f"{len(self.equivalent)} equivalent: score {100 * self.score:.0f}%"
+        )
 
 
 def evaluate(
@@ -325,8 +346,9 @@ def judge(
             return Verdict(item.exercise, kind, item.what, "error", f"{type(error).__name__}: {error}")
     tried = len(_seeds_for(check, seeds))
     if isinstance(item, Alternative):
-        return Verdict(item.exercise, kind, item.what, "false alarm" if failures else "accepted",
-                       failures[0] if failures else "")  # fmt: skip
+        return Verdict(
+            item.exercise, kind, item.what, "false alarm" if failures else "accepted", failures[0] if failures else ""
+        )
     if not failures:
         return Verdict(item.exercise, kind, item.what, "missed")
     if len(failures) < tried:
@@ -358,8 +380,10 @@ class SemanticScore:
     def line(self) -> str:
         rejected = sum(v.status == "rejected" for v in self.mistakes)
         accepted = sum(v.status == "accepted" for v in self.alternatives)
-        return (f"{self.exercise}: {rejected} of {len(self.mistakes)} mistakes rejected on every seed, "
-                f"{accepted} of {len(self.alternatives)} alternatives accepted")  # fmt: skip
+        return (
+            f"{self.exercise}: {rejected} of {len(self.mistakes)} mistakes rejected on every seed, "
+            f"{accepted} of {len(self.alternatives)} alternatives accepted"
+        )
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -17,8 +17,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from utilities.bench import BenchRecord
-from utilities.peaks import MeasuredCeilings, Peaks
+from .bench import BenchRecord
+from .peaks import MeasuredCeilings, Peaks
 
 PathLike = str | os.PathLike[str]
 FP64_UNIT_ROUNDOFF = 2.0**-53

@@ -45,7 +45,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
 def _ozaki(variant: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.ozaki.tensorcore import OzakiGemm
+    from .ozaki.tensorcore import OzakiGemm
 
     m, n, k = parse_shape(spec)
     OzakiGemm(m, n, k, slices, variant)(cp.zeros((m, k)), cp.zeros((k, n)))
@@ -54,8 +54,8 @@ def _ozaki(variant: str, spec: str, slices: int) -> None:
 def _b2b(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.fusion.tensorcore import BackToBack, BlockConfig
-    from utilities.fusion.tensorcore_persistent import PersistentBackToBack
+    from .fusion.tensorcore import BackToBack, BlockConfig
+    from .fusion.tensorcore_persistent import PersistentBackToBack
 
     shape, _, block = spec.partition("@")  # b2b_persistent:64x256x64@32x128x3: row tile 32, 128 threads, depth 3
     k0, n0, n1 = parse_shape(shape)  # the kernel does not depend on M: a few row tiles build it
@@ -73,22 +73,21 @@ def _b2b(kind: str, spec: str, slices: int) -> None:
 def _b2b_pipelined(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.fusion.tensorcore_persistent import PipelineConfig, PipelinedBackToBack
+    from .fusion.tensorcore_persistent import PipelineConfig, PipelinedBackToBack
 
     shape, _, block = spec.partition("@")
     dims = parse_shape(shape)
     nb, m, k0, n0, n1 = dims if len(dims) == 5 else (1, *dims)  # K0, N0, N1 and the block pick the kernel
     z = cp.zeros
-    plan = PipelinedBackToBack(
-        z((nb, m, k0), cp.float16), z((nb, k0, n0), cp.float16), n1, PipelineConfig(*parse_shape(block))
-    )
+    cfg = PipelineConfig(**dict(zip(("tile_m", "threads", "tile_k", "depth"), parse_shape(block), strict=True)))
+    plan = PipelinedBackToBack(z((nb, m, k0), cp.float16), z((nb, k0, n0), cp.float16), n1, cfg)
     plan(z((nb, n0, n1), cp.float16), z((nb, m, n1), cp.float16))
 
 
 def _gemm_bias_relu(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.fusion.tensorcore import GemmBiasRelu
+    from .fusion.tensorcore import GemmBiasRelu
 
     m, n, k = parse_shape(spec)
     GemmBiasRelu(m, n, k)(cp.zeros((m, k), cp.float16), cp.zeros((k, n), cp.float16), cp.zeros(n, cp.float16))
@@ -97,8 +96,8 @@ def _gemm_bias_relu(kind: str, spec: str, slices: int) -> None:
 def _conv(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.conv.reference import ConvShape
-    from utilities.conv.tensorcore import Conv3x3
+    from .conv.reference import ConvShape
+    from .conv.tensorcore import Conv3x3
 
     if kind.startswith("conv_pipe") or kind.startswith("conv_b2b") or kind == "conv_1x1":
         _conv_pipelined(kind, spec)
@@ -114,9 +113,9 @@ def _conv_pipelined(kind: str, spec: str) -> None:
     conv_b2b[_keep]:64x64x64@... (C_in x C_mid x C_out): one build serves every image size."""
     import cupy as cp
 
-    from utilities.conv.layout import PipeConfig
-    from utilities.conv.reference import B2BShape, ConvShape
-    from utilities.conv.tensorcore_persistent import ConvB2B, PipelinedConv
+    from .conv.layout import PipeConfig
+    from .conv.reference import B2BShape, ConvShape
+    from .conv.tensorcore_persistent import ConvB2B, PipelinedConv
 
     dims, _, tile = spec.partition("@")
     sizes = parse_shape(dims)
@@ -127,22 +126,26 @@ def _conv_pipelined(kind: str, spec: str) -> None:
         shape = B2BShape(2, rows, 8, c_in, c_mid, c_out)
         x = cp.zeros((2, rows, 8, c_in), cp.float16)
         ConvB2B(shape, cfg=cfg, keep_d0=kind == "conv_b2b_keep")(
-            x, cp.zeros((3, 3, c_in, c_mid), cp.float16), cp.zeros((c_mid, c_out), cp.float16),
-            cp.zeros(c_out, cp.float16))  # fmt: skip
+            x,
+            cp.zeros((3, 3, c_in, c_mid), cp.float16),
+            cp.zeros((c_mid, c_out), cp.float16),
+            cp.zeros(c_out, cp.float16),
+        )
         return
     c_out, c_in = sizes
     taps = 1 if kind == "conv_1x1" else 9
     w = cp.zeros((3, 3, c_in, c_out) if taps == 9 else (c_in, c_out), cp.float16)
     parts = {"conv_pipe_gather": "gather", "conv_pipe_mma": "mma"}.get(kind, "all")
-    plan = PipelinedConv(ConvShape(2, rows, 8, c_in, c_out), fused=kind != "conv_pipe_unfused", cfg=cfg, taps=taps,
-                         parts=parts)  # fmt: skip
+    plan = PipelinedConv(
+        ConvShape(2, rows, 8, c_in, c_out), fused=kind != "conv_pipe_unfused", cfg=cfg, taps=taps, parts=parts
+    )
     plan(cp.zeros((2, rows, 8, c_in), cp.float16), w, cp.zeros(c_out, cp.float16))
 
 
 def _multipass(kind: str, spec: str, slices: int) -> None:
-    from utilities.multipass.benchmarks import TEST_SHAPE, random_operands
-    from utilities.multipass.config import PassConfig
-    from utilities.multipass.tensorcore import PassGemm, PipelineGemm
+    from .multipass.benchmarks import TEST_SHAPE, random_operands
+    from .multipass.config import PassConfig
+    from .multipass.tensorcore import PassGemm, PipelineGemm
 
     dtype, value = spec.split(":")
     if kind == "multipass":  # one build serves every size
@@ -157,7 +160,7 @@ def _multipass(kind: str, spec: str, slices: int) -> None:
 def _primer(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from utilities.primer.tensorcore import StackSum, TileGemm
+    from .primer.tensorcore import StackSum, TileGemm
 
     if spec == "tile":  # primer:tile, the exercise's kernel; primer:stack, the device-pipeline kernel
         plan = TileGemm(256, 384)
@@ -188,8 +191,8 @@ BUILDERS: dict[str, Callable[[str, str, int], None]] = {
     "pipeline": _multipass,
     "primer": _primer,
 }
-# Seconds a kind took on a 16-core H100 host with the course's 26 builds 16 at a time (2026-11-23: 5 min 56 s in all),
-# for the order and the estimates of the first prebuild on a machine; later ones use what this machine measured.
+# Seconds a kind took in the prebuild of results/nvidia-h100-80gb-hbm3-builds.md (16 builds at a time): the order and
+# the estimates of the first prebuild on a machine; later ones use what this machine measured. Data, not prose.
 KIND_SECONDS = {
     "unfused": 185,
     "partial": 70,
@@ -249,7 +252,7 @@ def build_one(job: str, slices: int) -> None:
     """Build one job (``kind:spec``) into the build cache, in this process."""
     import cupy as cp
 
-    from utilities.machinery import buildcache
+    from .machinery import buildcache
 
     kind, _, spec = job.partition(":")
     if kind not in BUILDERS:
@@ -263,7 +266,7 @@ def build_one(job: str, slices: int) -> None:
 
 
 def _times_file() -> Path | None:
-    from utilities.machinery.buildcache.store import default_cache_dir
+    from .machinery.buildcache.store import default_cache_dir
 
     root = default_cache_dir()
     return None if root is None else root / "prebuild-seconds.json"
@@ -304,8 +307,14 @@ def progress_line(done: int, total: int, job: str, seconds: float, elapsed: floa
     return f"prebuild: [{done}/{total}] {job}: {seconds:.0f} s; {_clock(elapsed)} elapsed{estimate}"
 
 
-def estimate_left(pending: list[str], running: dict[str, float], known: dict[str, float], parallel: int,
-                  now: float, finished: dict[str, float] | None = None) -> float:  # fmt: skip
+def estimate_left(
+    pending: list[str],
+    running: dict[str, float],
+    known: dict[str, float],
+    parallel: int,
+    now: float,
+    finished: dict[str, float] | None = None,
+) -> float:
     """Seconds until every build is done: the work left shared among ``parallel`` processes, but never less than
     the longest single build still to finish.
 
@@ -341,7 +350,7 @@ def report_table(results: list[tuple[str, float, bool]]) -> str:
 
 def _cannot_build_here() -> str | None:
     """The preflight's table and verdict; the reason a GPU build cannot run here, or None."""
-    from utilities.preflight import PreflightError, preflight
+    from .preflight import PreflightError, preflight
 
     try:
         preflight(require_gpu=True, require_mathdx=True)
@@ -385,8 +394,8 @@ def kinds_help() -> str:
 
 def machine() -> dict[str, object]:
     """What a bundle must match: this machine's compute capability and code generators (the preflight's GPU)."""
-    from utilities.machinery import buildcache
-    from utilities.preflight import probe_gpus
+    from .machinery import buildcache
+    from .preflight import probe_gpus
 
     gpus, problem, _ = probe_gpus()
     if not gpus:
@@ -397,7 +406,7 @@ def machine() -> dict[str, object]:
 
 def bundle_command(export: str | None, into: str | None, max_part_mb: float | None, compare: bool) -> int:
     """``--export``, ``--import`` and ``--compare``: one line each of what was done, sizes included."""
-    from utilities.machinery.buildcache import DiskCache, bundle, default_cache_dir
+    from .machinery.buildcache import DiskCache, bundle, default_cache_dir
 
     root = default_cache_dir()
     if root is None:
@@ -427,16 +436,20 @@ def bundle_command(export: str | None, into: str | None, max_part_mb: float | No
         except bundle.BundleError as error:
             print(f"prebuild: not imported: {error}", file=sys.stderr)
             return 1
-        print(f"prebuild: imported {written} entries ({present} were there) into {root} "
-              f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
+        print(
+            f"prebuild: imported {written} entries ({present} were there) into {root} "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m utilities.prebuild", description=__doc__.splitlines()[0],
-        epilog=kinds_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+        prog="python -m utilities.prebuild",
+        description=__doc__.splitlines()[0],
+        epilog=kinds_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--jobs", default=COURSE_JOBS, help="comma-separated jobs, one process each (default: all)")
     parser.add_argument("--slices", type=int, default=7, help="slices of the Ozaki-I jobs (default 7)")
     parser.add_argument("--parallel", type=int, default=os.cpu_count() or 4, help="builds at a time (default: cores)")
@@ -476,8 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     def worker(job: str) -> tuple[str, float, bool]:
         began = time.perf_counter()
         running[job] = began
-        cmd = [sys.executable, "-m", "utilities.prebuild", "--one", "--jobs", job, "--slices",
-               str(args.slices)]  # fmt: skip
+        cmd = [sys.executable, "-m", "utilities.prebuild", "--one", "--jobs", job, "--slices", str(args.slices)]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         running.pop(job, None)
         if done.returncode:
@@ -502,8 +514,11 @@ def main(argv: list[str] | None = None) -> int:
     _save_seconds({job: seconds for job, seconds, ok in results if ok})
     failed = [job for job, _, ok in results if not ok]
     print(report_table(results))
-    print(f"prebuild: {len(jobs) - len(failed)} of {len(jobs)} kernels built in {_clock(time.perf_counter() - start)}"
-          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)  # fmt: skip
+    print(
+        f"prebuild: {len(jobs) - len(failed)} of {len(jobs)} kernels built in {_clock(time.perf_counter() - start)}"
+        + (f"; failed: {', '.join(failed)}" if failed else ""),
+        flush=True,
+    )
     return 1 if failed else 0
 
 

@@ -548,8 +548,7 @@ def scheme_tables(scheme: Any, k: int, line_offset: Callable[..., Any], counts: 
         raise ValueError(f"a choice tries 1 to {MAX_COUNTS} counts, got {len(counts)}")
     offsets = cp.asarray([scheme.offset(c) for c in counts], dtype=cp.int64)
     weights = cp.asarray([scheme.weight(c) for c in counts], dtype=cp.float64)
-    return SchemeTables(scheme.name, counts, offsets, weights, scheme.divisor, target(k), scheme.products,
-                        line_offset)  # fmt: skip
+    return SchemeTables(scheme.name, counts, offsets, weights, scheme.divisor, target(k), scheme.products, line_offset)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -585,8 +584,9 @@ class GemmStatistics:
         self._pinned = cp.cuda.alloc_pinned_memory(8 * (1 + MAX_COUNTS))
         self.host_out = np.frombuffer(self._pinned, np.float64, 1 + MAX_COUNTS)
 
-    def _col_chunks(self, x: Any, w: Any, chunks: tuple[Any, Any], out_f: Any, out_i: Any, top: Any,
-                    weighted: bool) -> None:  # fmt: skip
+    def _col_chunks(
+        self, x: Any, w: Any, chunks: tuple[Any, Any], out_f: Any, out_i: Any, top: Any, weighted: bool
+    ) -> None:
         from .machinery import launch
 
         rows, cols = x.shape
@@ -635,8 +635,18 @@ class GemmStatistics:
         div = np.int64(tables.divisor)
         stats = (self.rows_f, self.rows_i, self.cols_f, self.cols_i, self.tops)
         launch.launch(sums, self.blocks, self.choice_threads, 0, *stats, tables.offsets, div, self.partial)
-        launch.launch(ratios, self.blocks, self.choice_threads, 0, *stats, tables.offsets, tables.weights, div,
-                      self.partial, self.worst)  # fmt: skip
+        launch.launch(
+            ratios,
+            self.blocks,
+            self.choice_threads,
+            0,
+            *stats,
+            tables.offsets,
+            tables.weights,
+            div,
+            self.partial,
+            self.worst,
+        )
         out = self.out[: 1 + nc]
         launch.launch(pick, 1, 32, 0, self.worst, np.float64(tables.goal), out)
         host = self.host_out[: 1 + nc]

@@ -16,8 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from utilities.bench import BUILD_KEYS, BUILDS_FILE, RECORDS_FILE, BenchRecord
-from utilities.peaks import gpu_slug
+from .bench import BUILD_KEYS, BUILDS_FILE, RECORDS_FILE, BenchRecord
+from .peaks import gpu_slug
 
 TOP_KEYS = ("gpu", "compute_capability", "date", "command", "versions", "benchmarks", "builds")
 BENCH_KEYS = ("name", "m", "n", "k", "params", "time_ms", "tflops", "error")
@@ -86,8 +86,9 @@ def _validate_benchmark(b: Any, where: str) -> None:
 def _validate_build(b: Any, where: str) -> None:
     if isinstance(b, Mapping) and b.get("kernel") == "prebuild":  # RESULTS.md: {"kernel": "prebuild", "prebuild_s"}
         _need(b, where, ("kernel", "prebuild_s"))
-        _check(_is_number(b["prebuild_s"]) and b["prebuild_s"] > 0, f"{where}.prebuild_s", "seconds (> 0)",
-               b["prebuild_s"])  # fmt: skip
+        _check(
+            _is_number(b["prebuild_s"]) and b["prebuild_s"] > 0, f"{where}.prebuild_s", "seconds (> 0)", b["prebuild_s"]
+        )
         return
     _need(b, where, ("kernel", *BUILD_KEYS))
     _check(isinstance(b["kernel"], str) and b["kernel"] != "", f"{where}.kernel", "a non-empty string", b["kernel"])

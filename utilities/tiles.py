@@ -21,9 +21,14 @@ PIPELINE_TILE_K = {"int8": 128, "float16": 64}  # a device pipeline's stage dept
 
 @functools.cache
 def block_matmul(
-    dtype: str, size: tuple[int, int, int], threads: int, *, b: str = "col_major", pipeline: bool = False,
+    dtype: str,
+    size: tuple[int, int, int],
+    threads: int,
+    *,
+    b: str = "col_major",
+    pipeline: bool = False,
     sm: Any = None,
-) -> Matmul:  # fmt: skip
+) -> Matmul:
     """The block-level ``Matmul`` of a (tile_m, tile_n, tile_k) tile: ``dtype`` "int8" or "float16" operands
     (int32 or FP32 accumulator), B in the ``b`` arrangement, ``pipeline`` for a device pipeline."""
     if dtype not in PRECISION:

@@ -70,8 +70,10 @@ def filled_cells(stem: str, root: Path = REPO_ROOT) -> list[tuple[str, str, bool
             continue
         twin = solution.get(cell.get("id"))
         if twin is None:
-            raise ValueError(f"{EXERCISES}/{stem}.ipynb: cell {cell.get('id')} has no twin in {SOLUTIONS}/: rebuild "
-                             "the exercises (python -m utilities.notebooks build)")  # fmt: skip
+            raise ValueError(
+                f"{EXERCISES}/{stem}.ipynb: cell {cell.get('id')} has no twin in {SOLUTIONS}/: rebuild "
+                "the exercises (python -m utilities.notebooks build)"
+            )
         is_exercise = "# BEGIN SOLUTION" in twin.source and PREDICTION_TAG not in cell.metadata.get("tags", [])
         cells.append((cell.id, twin.source, is_exercise))
     return cells
@@ -141,8 +143,13 @@ def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800) -> En
     try:
         return _run_notebook(stem, root, timeout)
     except Exception as exc:  # nbclient's DeadKernelError, a cell past its timeout, a kernel that would not start
-        return Entry(stem, round(time.perf_counter() - started, 1), 0.0, 0.0,
-                     error=f"the kernel stopped: {type(exc).__name__}: {exc}")  # fmt: skip
+        return Entry(
+            stem,
+            round(time.perf_counter() - started, 1),
+            0.0,
+            0.0,
+            error=f"the kernel stopped: {type(exc).__name__}: {exc}",
+        )
 
 
 def _run_notebook(stem: str, root: Path, timeout: float) -> Entry:
@@ -201,11 +208,15 @@ def headline(error: str) -> str:
 
 def table(entries: list[Entry]) -> str:
     """A Markdown table of the entries."""
-    rows = ["| notebook | wall (s) | longest build (s) | build waits (s) | longest check after an edit (s) | |",
-            "|---|---:|---:|---:|---:|---|"]  # fmt: skip
+    rows = [
+        "| notebook | wall (s) | longest build (s) | build waits (s) | longest check after an edit (s) | |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     for e in entries:
-        rows.append(f"| {e.notebook} | {e.wall_s:.0f} | {e.longest_build_s:.0f} | {e.build_wait_s:.0f} | "
-                    f"{e.longest_check_after_edit_s:.0f} | {headline(e.error) or 'ran to the end'} |")  # fmt: skip
+        rows.append(
+            f"| {e.notebook} | {e.wall_s:.0f} | {e.longest_build_s:.0f} | {e.build_wait_s:.0f} | "
+            f"{e.longest_check_after_edit_s:.0f} | {headline(e.error) or 'ran to the end'} |"
+        )
     total = sum(e.build_wait_s for e in entries)
     rows.append(f"| **the day** | {sum(e.wall_s for e in entries):.0f} | | {total:.0f} | | |")
     return "\n".join(rows)
@@ -218,8 +229,17 @@ def record_in_ledger(entry: Entry, path: Path, gpu: str, sharing: int = 1) -> No
 
     nb = ledger.variant_notebook(entry.notebook, "exercise")
     error = headline(entry.error) if entry.error else ""
-    row = ledger.Row(entry.notebook, "exercise", ledger.code_hash(nb), ledger.commit_of(), time.strftime("%Y-%m-%d"),
-                     not entry.error, entry.wall_s, sharing, error)  # fmt: skip
+    row = ledger.Row(
+        entry.notebook,
+        "exercise",
+        ledger.code_hash(nb),
+        ledger.commit_of(),
+        time.strftime("%Y-%m-%d"),
+        not entry.error,
+        entry.wall_s,
+        sharing,
+        error,
+    )
     ledger.save(path, ledger.merge({**ledger.load(path), "gpu": gpu}, [row]))
 
 
@@ -256,12 +276,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{stem}: running ...", flush=True)
         entries.append(run_notebook(stem))
         e = entries[-1]
-        print(f"{stem}: {e.wall_s:.0f} s, builds {e.build_wait_s:.0f} s (longest {e.longest_build_s:.0f} s), "
-              f"longest check after an edit {e.longest_check_after_edit_s:.0f} s {headline(e.error)}",
-              flush=True)  # fmt: skip
-        data = {"date": time.strftime("%Y-%m-%d"), "gpu": gpus[0].name if gpus else "none",
-                "command": "python -m utilities.workshop " + " ".join(args.patterns),
-                "notebooks": [asdict(e) for e in entries]}  # fmt: skip
+        print(
+            f"{stem}: {e.wall_s:.0f} s, builds {e.build_wait_s:.0f} s (longest {e.longest_build_s:.0f} s), "
+            f"longest check after an edit {e.longest_check_after_edit_s:.0f} s {headline(e.error)}",
+            flush=True,
+        )
+        data = {
+            "date": time.strftime("%Y-%m-%d"),
+            "gpu": gpus[0].name if gpus else "none",
+            "command": "python -m utilities.workshop " + " ".join(args.patterns),
+            "notebooks": [asdict(e) for e in entries],
+        }
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=1) + "\n")  # after each notebook: a cut-off run keeps what ran
         if args.ledger:

@@ -38,12 +38,18 @@ from ..errors import bounded_error
 from . import model
 from . import reference as ref
 from .baselines import CudnnConv, Im2colConv, UnfusedConv
-from .tensorcore import Conv3x3
+from .tensorcore import Conv3x3, Kernels
 
 # (batch, height, width, C_in, C_out): the published shapes' range (B 4-8, C 32-64, H = W 64-512), the target
 # (8 x 512 x 512, 64 -> 64), and wide channels, where the convolution is compute-bound and fusion stops mattering
-REPORT_SHAPES = ((4, 64, 64, 32, 32), (8, 128, 128, 64, 64), (8, 256, 256, 64, 64), (4, 512, 512, 32, 32),
-                 (8, 512, 512, 64, 64), (8, 64, 64, 256, 256))  # fmt: skip
+REPORT_SHAPES = (
+    (4, 64, 64, 32, 32),
+    (8, 128, 128, 64, 64),
+    (8, 256, 256, 64, 64),
+    (4, 512, 512, 32, 32),
+    (8, 512, 512, 64, 64),
+    (8, 64, 64, 256, 256),
+)
 TARGET = ref.ConvShape(8, 512, 512, 64, 64)
 PIXELS_CHECKED = 64
 
@@ -55,8 +61,11 @@ def conv_operands(shape: ref.ConvShape, seed: int) -> tuple[Any, Any, Any]:
     def normal(dims: tuple[int, ...], scale: float) -> Any:
         return (rng.standard_normal(dims, dtype=cp.float32) * scale).astype(cp.float16)
 
-    return (normal((shape.batch, shape.height, shape.width, shape.c_in), 1.0),
-            normal((3, 3, shape.c_in, shape.c_out), 1 / math.sqrt(shape.k)), normal((shape.c_out,), 0.5))  # fmt: skip
+    return (
+        normal((shape.batch, shape.height, shape.width, shape.c_in), 1.0),
+        normal((3, 3, shape.c_in, shape.c_out), 1 / math.sqrt(shape.k)),
+        normal((shape.c_out,), 0.5),
+    )
 
 
 def sample_pixels(shape: ref.ConvShape, seed: int) -> np.ndarray:
@@ -75,8 +84,9 @@ def _error(got: Any, inputs: tuple[np.ndarray, ...], pixels: np.ndarray, fused: 
     return bounded_error(flat, r.out, r.bound if fused else r.bound_unfused, f"FP64 reference, {len(pixels)} pixels")
 
 
-def conv_records(shape: ref.ConvShape, *, repeats: int = 10, seed: int = 0, yours: Any = None,
-                 library: bool = True) -> list[bench.BenchRecord]:  # fmt: skip
+def conv_records(
+    shape: ref.ConvShape, *, repeats: int = 10, seed: int = 0, yours: Any = None, library: bool = True
+) -> list[bench.BenchRecord]:
     """Every path at ``shape``; ``yours``: (kernel factory, index map) or None; ``library``: the library paths too."""
     set_bytes = model.conv_traffic("fused", shape).bytes
     sets = [conv_operands(shape, seed + i) for i in range(bench.copies_for(set_bytes))]
@@ -84,9 +94,10 @@ def conv_records(shape: ref.ConvShape, *, repeats: int = 10, seed: int = 0, your
     plans: dict[str, Callable[..., Any]] = {"fused": Conv3x3(shape), "unfused": UnfusedConv(shape)}
     if yours is not None:
         factory, neighbor = yours
-        plans = {"yours": Conv3x3(shape, kernel_factory=factory, neighbor=neighbor), **plans}
-    paths = {name: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)]
-             for name, p in plans.items()}  # fmt: skip
+        plans = {"yours": Conv3x3(shape, kernels=Kernels(conv=factory, neighbor=neighbor)), **plans}
+    paths = {
+        name: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)] for name, p in plans.items()
+    }
     which = {name: name for name in plans}
     if library:
         im2col = Im2colConv(shape)
@@ -101,8 +112,13 @@ def conv_records(shape: ref.ConvShape, *, repeats: int = 10, seed: int = 0, your
     pixels = sample_pixels(shape, seed)
     host = tuple(cp.asnumpy(v) for v in sets[0])
     peak = peaks.current_hbm_tbs()
-    dims = {"batch": shape.batch, "height": shape.height, "width": shape.width, "c_in": shape.c_in,
-            "c_out": shape.c_out}  # fmt: skip
+    dims = {
+        "batch": shape.batch,
+        "height": shape.height,
+        "width": shape.width,
+        "c_in": shape.c_in,
+        "c_out": shape.c_out,
+    }
     records = []
     for name, fns in paths.items():
         result = fns[0]()
@@ -110,9 +126,18 @@ def conv_records(shape: ref.ConvShape, *, repeats: int = 10, seed: int = 0, your
         t = model.conv_traffic(counted.get(name, name), shape)
         params = {**dims, "bytes": t.bytes, "kernels": t.kernels, "which": which[name]}
         rec = bench.bench(
-            fns, hold=True, repeats=repeats, name=f"conv.{name}", m=shape.m, n=shape.n, k=shape.k, params=params,
-            flops=t.flops, bytes_moved=t.bytes, error=_error(result, host, pixels, fused=name in ("fused", "yours")),
-        )  # fmt: skip
+            fns,
+            hold=True,
+            repeats=repeats,
+            name=f"conv.{name}",
+            m=shape.m,
+            n=shape.n,
+            k=shape.k,
+            params=params,
+            flops=t.flops,
+            bytes_moved=t.bytes,
+            error=_error(result, host, pixels, fused=name in ("fused", "yours")),
+        )
         if peak and rec.bandwidth_tbs is not None:
             rec.params["hbm_fraction"] = rec.bandwidth_tbs / peak
         records.append(rec)
@@ -124,8 +149,9 @@ def conv_records(shape: ref.ConvShape, *, repeats: int = 10, seed: int = 0, your
     return records
 
 
-def conv_benchmarks(shapes: Sequence[tuple[int, ...]] = REPORT_SHAPES, *, repeats: int = 10, record: bool = True,
-                    show: bool = True) -> list[bench.BenchRecord]:  # fmt: skip
+def conv_benchmarks(
+    shapes: Sequence[tuple[int, ...]] = REPORT_SHAPES, *, repeats: int = 10, record: bool = True, show: bool = True
+) -> list[bench.BenchRecord]:
     """Every path at every report shape, recorded to the GPU report."""
     records: list[bench.BenchRecord] = []
     for dims in shapes:
@@ -147,8 +173,10 @@ def summary(records: Sequence[bench.BenchRecord]) -> str:
         key = (p["batch"], p["height"], p["width"], p["c_in"], p["c_out"])
         by_shape.setdefault(key, {})[r.name] = r.time.median
         err = f"{r.error['max_elementwise']:.2f}" if r.error else "-"
-        lines.append(f"{r.name:<14} {shape:<24} {r.time.median * 1e3:9.1f} {r.tflops:8.1f} "
-                     f"{(r.bandwidth_tbs or 0) * 1e3:7.0f} {err:>9}  {p.get('which', '')}")  # fmt: skip
+        lines.append(
+            f"{r.name:<14} {shape:<24} {r.time.median * 1e3:9.1f} {r.tflops:8.1f} "
+            f"{(r.bandwidth_tbs or 0) * 1e3:7.0f} {err:>9}  {p.get('which', '')}"
+        )
     for key, t in by_shape.items():
         if "conv.fused" in t and "conv.unfused" in t:
             gain = t["conv.unfused"] / t["conv.fused"]
@@ -176,10 +204,19 @@ def interleaved(paths: dict[str, list[Callable[[], Any]]], repeats: int) -> dict
     return {n: bench.Timing.from_times(t) for n, t in times.items()}
 
 
-def _record(name: str, timing: bench.Timing, m: int, n: int, k: int, t: Any, params: dict[str, Any],
-            error: dict[str, Any] | None) -> bench.BenchRecord:  # fmt: skip
-    rec = bench.make_record(name, [timing.median], m=m, n=n, k=k, params=params, flops=t.flops,
-                            bytes_moved=t.bytes, error=error)  # fmt: skip
+def _record(
+    name: str,
+    timing: bench.Timing,
+    m: int,
+    n: int,
+    k: int,
+    t: Any,
+    params: dict[str, Any],
+    error: dict[str, Any] | None,
+) -> bench.BenchRecord:
+    rec = bench.make_record(
+        name, [timing.median], m=m, n=n, k=k, params=params, flops=t.flops, bytes_moved=t.bytes, error=error
+    )
     rec.time = timing
     return rec
 
@@ -187,8 +224,14 @@ def _record(name: str, timing: bench.Timing, m: int, n: int, k: int, t: Any, par
 RESOURCE_KEYS = ("registers", "spills", "smem", "blocks_per_sm")
 
 
-def pipelined_records(shape: ref.ConvShape = TARGET, configs: Sequence[Any] = (), *, repeats: int = 10,
-                      seed: int = 0, diagnostics: bool = False) -> list[bench.BenchRecord]:  # fmt: skip
+def pipelined_records(
+    shape: ref.ConvShape = TARGET,
+    configs: Sequence[Any] = (),
+    *,
+    repeats: int = 10,
+    seed: int = 0,
+    diagnostics: bool = False,
+) -> list[bench.BenchRecord]:
     """The pipelined kernel at every tile of ``configs`` (the plan's default if empty), its unfused path (the best
     tile's), notebook 2c's two-stage kernel, cuDNN and the Triton peer, interleaved at ``shape``.
 
@@ -216,8 +259,9 @@ def pipelined_records(shape: ref.ConvShape = TARGET, configs: Sequence[Any] = ()
                 plans[f"{part}_only@{cfgs[0].spec}"] = PipelinedConv(shape, cfg=cfgs[0], parts=part)
             except (ValueError, RuntimeError) as exc:  # a diagnostic never stops the report
                 print(f"conv: the {part}-only diagnostic left out: {exc}")
-    paths = {name: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)]
-             for name, p in plans.items()}  # fmt: skip
+    paths = {
+        name: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)] for name, p in plans.items()
+    }
     which: dict[str, str] = {name: name for name in plans}
     if CudnnConv.available() is None:
         cudnn = [CudnnConv(shape, s[1], s[2]) for s in sets]
@@ -250,14 +294,21 @@ def pipelined_records(shape: ref.ConvShape = TARGET, configs: Sequence[Any] = ()
     timings = interleaved(paths, repeats)
     fused = {n: t for n, t in timings.items() if n.startswith("fused@")}
     best = min(fused, key=lambda n: fused[n].median) if fused else None
-    dims = {"batch": shape.batch, "height": shape.height, "width": shape.width, "c_in": shape.c_in,
-            "c_out": shape.c_out}  # fmt: skip
+    dims = {
+        "batch": shape.batch,
+        "height": shape.height,
+        "width": shape.width,
+        "c_in": shape.c_in,
+        "c_out": shape.c_out,
+    }
     records = []
     unfused_timing = None
     if best is not None:  # the unfused path with the best tile, timed beside the best fused kernel
         unfused = UnfusedPipelined(shape, plans[best].cfg)
-        upaths = {"unfused": [lambda s=s, o=o: unfused(*s, out=o) for s, o in zip(sets, outs, strict=True)],
-                  best: paths[best]}  # fmt: skip
+        upaths = {
+            "unfused": [lambda s=s, o=o: unfused(*s, out=o) for s, o in zip(sets, outs, strict=True)],
+            best: paths[best],
+        }
         errors["unfused"] = _error(upaths["unfused"][0](), host, pixels, fused=False)
         unfused_timing = interleaved(upaths, repeats)["unfused"]
     for name, timing in timings.items():
@@ -274,8 +325,18 @@ def pipelined_records(shape: ref.ConvShape = TARGET, configs: Sequence[Any] = ()
         b = next(r for r in records if r.name == f"conv.{best}")
         records.append(dataclasses.replace(b, name="conv.fused", params=dict(b.params)))
         t = model.conv_traffic("unfused", shape)
-        records.append(_record("conv.unfused", unfused_timing, shape.m, shape.n, shape.k, t,
-                               {**dims, "bytes": t.bytes, "tile": b.params["tile"]}, errors["unfused"]))  # fmt: skip
+        records.append(
+            _record(
+                "conv.unfused",
+                unfused_timing,
+                shape.m,
+                shape.n,
+                shape.k,
+                t,
+                {**dims, "bytes": t.bytes, "tile": b.params["tile"]},
+                errors["unfused"],
+            )
+        )
     libs = [r for r in records if r.name == "conv.cudnn"]
     if libs:
         records.append(dataclasses.replace(libs[0], name="conv.library", params=dict(libs[0].params)))
@@ -310,8 +371,9 @@ def b2b_operands(shape: ref.B2BShape, seed: int) -> tuple[Any, Any, Any, Any]:
     return x, w0, w1, (rng.standard_normal(shape.c_out, dtype=cp.float32) / 2).astype(cp.float16)
 
 
-def b2b_records(shape: ref.B2BShape = B2B_TARGET, cfg: Any = None, *, repeats: int = 10,
-                seed: int = 0) -> list[bench.BenchRecord]:  # fmt: skip
+def b2b_records(
+    shape: ref.B2BShape = B2B_TARGET, cfg: Any = None, *, repeats: int = 10, seed: int = 0
+) -> list[bench.BenchRecord]:
     """``conv_b2b.fused``, ``conv_b2b.unfused`` and ``conv_b2b.library`` (cuDNN twice, where PyTorch has it),
     interleaved at ``shape``; errors against the FP64 chain on sampled pixels."""
     from .baselines import CudnnB2B
@@ -321,8 +383,9 @@ def b2b_records(shape: ref.B2BShape = B2B_TARGET, cfg: Any = None, *, repeats: i
     sets = [b2b_operands(shape, seed + i) for i in range(bench.copies_for(traffic.bytes))]
     outs = [cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16) for _ in sets]
     plans = {"fused": ConvB2B(shape, cfg=cfg), "unfused": UnfusedConvB2B(shape, cfg=cfg)}
-    paths = {name: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)]
-             for name, p in plans.items()}  # fmt: skip
+    paths = {
+        name: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)] for name, p in plans.items()
+    }
     which = {"fused": plans["fused"].cfg.spec, "unfused": "pipelined 3x3 + ReLU, then pipelined 1x1 + bias + ReLU"}
     if CudnnConv.available() is None:
         libs = [CudnnB2B(s[1], s[2], s[3]) for s in sets]
@@ -338,16 +401,23 @@ def b2b_records(shape: ref.B2BShape = B2B_TARGET, cfg: Any = None, *, repeats: i
         got = cp.asnumpy(cp.ascontiguousarray(fns[0]())).reshape(-1, shape.c_out)[pixels]
         errors[name] = bounded_error(got, r.d1, r.bound_d1, f"FP64 chain, {len(pixels)} pixels")
     timings = interleaved(paths, repeats)
-    dims = {"batch": shape.batch, "height": shape.height, "width": shape.width, "c_in": shape.c_in,
-            "c_mid": shape.c_mid, "c_out": shape.c_out}  # fmt: skip
+    dims = {
+        "batch": shape.batch,
+        "height": shape.height,
+        "width": shape.width,
+        "c_in": shape.c_in,
+        "c_mid": shape.c_mid,
+        "c_out": shape.c_out,
+    }
     records = []
     for name, timing in timings.items():
         t = model.b2b_traffic("fused" if name == "fused" else "unfused", shape)
         params = {**dims, "bytes": t.bytes, "which": which[name]}
         if name == "fused":
             params.update({k: plans["fused"].resources[k] for k in RESOURCE_KEYS if k in plans["fused"].resources})
-        records.append(_record(f"conv_b2b.{name}", timing, shape.m, shape.c_out, 9 * shape.c_in, t, params,
-                               errors[name]))  # fmt: skip
+        records.append(
+            _record(f"conv_b2b.{name}", timing, shape.m, shape.c_out, 9 * shape.c_in, t, params, errors[name])
+        )
     cp.get_default_memory_pool().free_all_blocks()
     return records
 
@@ -380,8 +450,9 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
         # two blocks a column tile: each walks several row tiles (the ring across tiles, the output in the ring)
         check.check_conv(numpy_run(PipelinedConv(shape, cfg=cfg_n, blocks=2)), shape=shape, seed=38)
         check.check_conv(numpy_run(UnfusedPipelined(shape, cfg_n)), shape=shape, fused=False, seed=32)
-        lines.append(f"conv.fused@{cfg.spec} (one block a row tile, and two walking them all) and its unfused path: "
-                     "passed")  # fmt: skip
+        lines.append(
+            f"conv.fused@{cfg.spec} (one block a row tile, and two walking them all) and its unfused path: passed"
+        )
     check.check_conv(numpy_run(Conv3x3(shape)), shape=shape, seed=33)
     lines.append("conv.twostage: passed")
     if triton_peer.available() is None:
@@ -399,8 +470,10 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
     walk = ConvB2B(check.B2B_SHAPE, keep_d0=True, blocks=2)  # each block walks several row tiles
     check.check_conv_b2b(numpy_run(walk), stages=walk.stages, shape=check.B2B_SHAPE, seed=39)
     check.check_conv_b2b(numpy_run(UnfusedConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=37)
-    lines.append("conv_b2b.fused (with and without D0 kept, one block a row tile and two walking them all) and "
-                 "conv_b2b.unfused: passed")  # fmt: skip
+    lines.append(
+        "conv_b2b.fused (with and without D0 kept, one block a row tile and two walking them all) and "
+        "conv_b2b.unfused: passed"
+    )
     return lines
 
 
@@ -415,10 +488,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .layout import PipeConfig, speed_configs
 
     parser = argparse.ArgumentParser(description="The convolution track's report: every kernel checked, then timed.")
-    parser.add_argument("--quick", action="store_true", help="check every kernel, then the target with the default "
-                        "tile only, 5 rounds, no diagnostics")  # fmt: skip
-    parser.add_argument("--tiles", default="", help="comma-separated tile specs (layout.PipeConfig.spec); default: "
-                        "layout.speed_configs() (the plan's default tile with --quick)")  # fmt: skip
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="check every kernel, then the target with the default tile only, 5 rounds, no diagnostics",
+    )
+    parser.add_argument(
+        "--tiles",
+        default="",
+        help="comma-separated tile specs (layout.PipeConfig.spec); default: "
+        "layout.speed_configs() (the plan's default tile with --quick)",
+    )
     parser.add_argument("--repeats", type=int, default=10, help="interleaved rounds")
     parser.add_argument("--out", default="results", help="folder of the report (<gpu>-conv2.json and .md)")
     parser.add_argument("--no-check", action="store_true", help="skip the correctness pass (not recommended)")
@@ -441,10 +521,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     cc = cp.cuda.Device().compute_capability
     json_path, md_path = report.write_report(
-        records, [], gpu=gpu, compute_capability=(int(cc[0]), int(cc[1:])),
+        records,
+        [],
+        gpu=gpu,
+        compute_capability=(int(cc[0]), int(cc[1:])),
         command="python -m utilities.conv.benchmarks " + " ".join(sys.argv[1:] if argv is None else argv),
-        versions=report.collect_versions(), out_dir=args.out, notes=notes,
-    )  # fmt: skip
+        versions=report.collect_versions(),
+        out_dir=args.out,
+        notes=notes,
+    )
     for path in (json_path, md_path):
         path.rename(Path(args.out) / f"{path.stem}-conv2{path.suffix}")
     print(f"report: {os.path.join(args.out, json_path.stem)}-conv2.json")
@@ -459,8 +544,10 @@ def run_summary(records: Sequence[bench.BenchRecord], *, targets: bool = False) 
     for r in records:
         band = f"{r.time.q20:.4f}-{r.time.q80:.4f}" if r.time.q20 is not None else "-"
         err = f"{r.error['max_elementwise']:.2f}" if r.error else "-"
-        lines.append(f"{r.name:<40} {r.time.median:8.4f} {band:>17} {r.tflops:8.1f} {err:>9}  "
-                     f"{r.params.get('which', r.params.get('tile', ''))}")  # fmt: skip
+        lines.append(
+            f"{r.name:<40} {r.time.median:8.4f} {band:>17} {r.tflops:8.1f} {err:>9}  "
+            f"{r.params.get('which', r.params.get('tile', ''))}"
+        )
 
     def ratio(a: str, b: str, target: float, what: str) -> None:
         if a in t and b in t:
@@ -471,11 +558,16 @@ def run_summary(records: Sequence[bench.BenchRecord], *, targets: bool = False) 
     for r in records:
         if "blocks_per_sm" in r.params and r.name != "conv.fused":  # (conv.fused repeats the best tile's record)
             p = r.params
-            lines.append(f"{r.name}: {p['registers']} registers, {p['spills']} bytes spilled, {p['smem']} bytes of "
-                         f"shared memory, {p['blocks_per_sm']} blocks an SM")  # fmt: skip
+            lines.append(
+                f"{r.name}: {p['registers']} registers, {p['spills']} bytes spilled, {p['smem']} bytes of "
+                f"shared memory, {p['blocks_per_sm']} blocks an SM"
+            )
     outside = [r.name for r in records if r.error and r.error["max_elementwise"] > 1]
-    lines.append(f"sampled errors outside their bounds: {', '.join(outside)}" if outside else
-                 "every sampled error within its bound (err/bound <= 1)")  # fmt: skip
+    lines.append(
+        f"sampled errors outside their bounds: {', '.join(outside)}"
+        if outside
+        else "every sampled error within its bound (err/bound <= 1)"
+    )
     split = model.time_split(t)
     if split is not None:
         lines.append(model.format_time_split(split))

@@ -42,8 +42,10 @@ def _python(fn: Any) -> Callable[..., int]:
 
 def _neighbor_hint(got: int, want: int, m: int, r: int, s: int, height: int, width: int) -> str:
     if want == -1:
-        return ("this tap falls outside the image: it must read the zero padding, -1 (check both the row, h + r - 1, "
-                "and the column, w + s - 1, against the image)")  # fmt: skip
+        return (
+            "this tap falls outside the image: it must read the zero padding, -1 (check both the row, h + r - 1, "
+            "and the column, w + s - 1, against the image)"
+        )
     if got == -1:
         return "this tap lies inside the image: only taps with h + r - 1 or w + s - 1 outside it read the padding"
     if got == ref.neighbor(m, s, r, height, width):
@@ -63,8 +65,9 @@ def check_neighbor(fn: Callable[..., int], *, seed: int | None = None) -> CheckR
     results = []
     for b, height, width in geometries:
         shape = ref.ConvShape(b, height, width, 1, 1)
-        got = np.array([[f(m, t // 3, t % 3, height, width) for t in range(ref.TAPS)] for m in range(shape.m)],
-                       dtype=np.int64)  # fmt: skip
+        got = np.array(
+            [[f(m, t // 3, t % 3, height, width) for t in range(ref.TAPS)] for m in range(shape.m)], dtype=np.int64
+        )
         results.append((shape, got, ref.neighbor_table(shape)))
     if all(np.array_equal(got, np.arange(s.m)[:, None].repeat(ref.TAPS, 1)) for s, got, _ in results):
         return not_yet(name, "every tap reads the pixel itself, as the skeleton does")
@@ -113,8 +116,10 @@ def _border_hint(bad: np.ndarray) -> str:
     border[:, [0, -1], :] = border[:, :, [0, -1]] = True
     wrong = bad.any(axis=3)
     if wrong.any() and not (wrong & ~border).any():
-        return ("only pixels on an image's border are wrong: the taps that fall outside the image must read zeros "
-                "(padding 1), not a neighbouring row or image")  # fmt: skip
+        return (
+            "only pixels on an image's border are wrong: the taps that fall outside the image must read zeros "
+            "(padding 1), not a neighbouring row or image"
+        )
     return ""
 
 
@@ -252,7 +257,8 @@ def check_conv_b2b(
         if got.shape == (*dims, shape.c_out) and got.dtype != np.float16:
             raise CheckFailure("d1", f"stage 'd1' on input '{label}': dtype {got.dtype}, expected float16")
         hint = _b2b_hint(got, want1, bound1, candidates) if got.shape == (*dims, shape.c_out) else ""
-        compare("d1", got, want1.reshape(*dims, -1), bound=bound1.reshape(*dims, -1), names=B2B_NAMES, hint=hint,
-                case=label)  # fmt: skip
+        compare(
+            "d1", got, want1.reshape(*dims, -1), bound=bound1.reshape(*dims, -1), names=B2B_NAMES, hint=hint, case=label
+        )
         count += 1
     return passed(name, count, seed)

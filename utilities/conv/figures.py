@@ -18,8 +18,9 @@ PATHS = ("fused", "unfused", "cudnn", "im2col", "yours")
 COLORS = {"fused": "tab:green", "unfused": "tab:orange", "cudnn": "tab:blue", "im2col": "tab:grey", "yours": "tab:red"}
 
 
-def implicit_gemm_picture(height: int = 5, width: int = 6, pixel: tuple[int, int] = (0, 2),
-                          path: str | os.PathLike[str] | None = None) -> Figure:  # fmt: skip
+def implicit_gemm_picture(
+    height: int = 5, width: int = 6, pixel: tuple[int, int] = (0, 2), path: str | os.PathLike[str] | None = None
+) -> Figure:
     """One output pixel's 3x3 neighbourhood in the (padded) input, and the row of A it becomes: 9 taps of C_in
     channels, the taps outside the image zeros. Drawn from ``reference.neighbor_table``."""
     from matplotlib.patches import Rectangle
@@ -49,15 +50,27 @@ def implicit_gemm_picture(height: int = 5, width: int = 6, pixel: tuple[int, int
     for t, src in enumerate(taps):
         color = "tab:blue" if src >= 0 else "tab:red"
         row.add_patch(Rectangle((t, 0), 1, 1, facecolor=color, alpha=0.25, edgecolor="k"))
-        row.text(t + 0.5, 0.5, f"({t // 3},{t % 3})\n{'pixel ' + str(src) if src >= 0 else 'zeros'}",
-                 ha="center", va="center", fontsize=7)  # fmt: skip
+        row.text(
+            t + 0.5,
+            0.5,
+            f"({t // 3},{t % 3})\n{'pixel ' + str(src) if src >= 0 else 'zeros'}",
+            ha="center",
+            va="center",
+            fontsize=7,
+        )
     row.set_xlim(-0.2, 9.2)
     row.set_ylim(-0.6, 1.6)
     row.axis("off")
-    row.set_title(f"row {h0 * width + w0} of A: tap (r, s) holds C_in channels of the pixel it reads (K = 9 C_in)",
-                  fontsize=9)  # fmt: skip
-    row.text(4.5, -0.4, "the kernel gathers these from the input through a table of the 9 pixels; A is never stored",
-             ha="center", fontsize=8)  # fmt: skip
+    row.set_title(
+        f"row {h0 * width + w0} of A: tap (r, s) holds C_in channels of the pixel it reads (K = 9 C_in)", fontsize=9
+    )
+    row.text(
+        4.5,
+        -0.4,
+        "the kernel gathers these from the input through a table of the 9 pixels; A is never stored",
+        ha="center",
+        fontsize=8,
+    )
     return plots.finish(fig, path)
 
 

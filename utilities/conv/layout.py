@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..plans import TileConfig
 from ..smem import fp16_segments
 
 SWIZZLED_TK = (32, 64)  # the A layout's swizzle was measured for these (utilities.machinery.swizzle)
@@ -31,25 +32,25 @@ REGISTER_FLOOR = 160  # registers a thread keeps at least when the launch bounds
 _SPEC = re.compile(r"^(\d+)x(\d+)x(\d+)-t(\d+)-d(\d+)-g(\d+)-([rs])$")
 
 
-@dataclass(frozen=True)
-class PipeConfig:
+@dataclass(frozen=True, kw_only=True)
+class PipeConfig(TileConfig):
     """The block of the pipelined implicit GEMM: tile, threads, ring depth (phases), stages a phase, resident B."""
 
-    tile_m: int = 128
     tile_n: int = 64
-    tile_k: int = 64
-    threads: int = 128
     depth: int = 3
     group: int = 1
     resident: bool = False  # the default streams the filters: three blocks share an SM (speed_configs says why)
 
     def __post_init__(self) -> None:
         if self.tile_k not in SWIZZLED_TK:
-            raise ValueError(f"tile_k must be one of {SWIZZLED_TK} (the A swizzle was measured for these), got "
-                             f"{self.tile_k}")  # fmt: skip
+            raise ValueError(
+                f"tile_k must be one of {SWIZZLED_TK} (the A swizzle was measured for these), got {self.tile_k}"
+            )
         if self.tile_m not in (64, 128, 256) or self.tile_n % 16 or not 16 <= self.tile_n <= 256:
-            raise ValueError(f"tile_m must be 64, 128 or 256 and tile_n a multiple of 16 up to 256, got "
-                             f"{self.tile_m} x {self.tile_n}")  # fmt: skip
+            raise ValueError(
+                f"tile_m must be 64, 128 or 256 and tile_n a multiple of 16 up to 256, got "
+                f"{self.tile_m} x {self.tile_n}"
+            )
         if self.threads not in (128, 256):
             raise ValueError(f"threads must be 128 or 256, got {self.threads}")
         if not 2 <= self.depth <= 8:
@@ -70,33 +71,42 @@ class PipeConfig:
     @property
     def spec(self) -> str:
         """A short name, e.g. ``128x64x64-t128-d3-g1-r`` (``r``: resident filters, ``s``: streamed)."""
-        return (f"{self.tile_m}x{self.tile_n}x{self.tile_k}-t{self.threads}-d{self.depth}-g{self.group}-"
-                f"{'r' if self.resident else 's'}")  # fmt: skip
+        return (
+            f"{self.tile_m}x{self.tile_n}x{self.tile_k}-t{self.threads}-d{self.depth}-g{self.group}-"
+            f"{'r' if self.resident else 's'}"
+        )
 
     @classmethod
     def parse(cls, spec: str) -> PipeConfig:
         """The inverse of :attr:`spec`."""
         match = _SPEC.match(spec.strip())
         if not match:
-            raise ValueError(f"a tile spec looks like 128x64x64-t128-d3-g1-r (TMxTNxTK, threads, depth, group, "
-                             f"r = resident filters or s = streamed), got {spec!r}")  # fmt: skip
+            raise ValueError(
+                f"a tile spec looks like 128x64x64-t128-d3-g1-r (TMxTNxTK, threads, depth, group, "
+                f"r = resident filters or s = streamed), got {spec!r}"
+            )
         tm, tn, tk, threads, depth, group = (int(v) for v in match.groups()[:6])
-        return cls(tm, tn, tk, threads, depth, group, match.group(7) == "r")
+        return cls(
+            tile_m=tm, tile_n=tn, tile_k=tk, threads=threads, depth=depth, group=group, resident=match.group(7) == "r"
+        )
 
 
 def stages(taps: int, c_in: int, tile_k: int) -> int:
     """K stages of one tile: ``taps`` times ``c_in / tile_k`` (a stage never spans two taps)."""
     if c_in % tile_k:
-        raise ValueError(f"C_in = {c_in} is not a multiple of the K stage {tile_k}: pad the channels with zeros, or "
-                         "use tile_k = 32")  # fmt: skip
+        raise ValueError(
+            f"C_in = {c_in} is not a multiple of the K stage {tile_k}: pad the channels with zeros, or use tile_k = 32"
+        )
     return taps * c_in // tile_k
 
 
 def check_group(cfg: PipeConfig, n_stages: int) -> None:
     """A phase holds ``group`` stages of one tile: the group must divide the tile's stages."""
     if n_stages % cfg.group:
-        raise ValueError(f"group = {cfg.group} does not divide the {n_stages} K stages of a tile: use a divisor "
-                         f"({', '.join(str(g) for g in range(1, n_stages + 1) if n_stages % g == 0)})")  # fmt: skip
+        raise ValueError(
+            f"group = {cfg.group} does not divide the {n_stages} K stages of a tile: use a divisor "
+            f"({', '.join(str(g) for g in range(1, n_stages + 1) if n_stages % g == 0)})"
+        )
 
 
 @dataclass(frozen=True)
@@ -167,8 +177,10 @@ def check_fits(layout: PipeLayout, cfg: PipeConfig, limit: int = SMEM_LIMIT) -> 
     """ValueError, naming the fix, when the plan needs more shared memory than a block may have."""
     if layout.nbytes > limit:
         fix = "stream the filters (s)" if cfg.resident else "a smaller depth or group"
-        raise ValueError(f"tile {cfg.spec} needs {layout.nbytes // 1024} KiB of shared memory, a block may have "
-                         f"{limit // 1024} KiB: use {fix}, or a smaller tile_m")  # fmt: skip
+        raise ValueError(
+            f"tile {cfg.spec} needs {layout.nbytes // 1024} KiB of shared memory, a block may have "
+            f"{limit // 1024} KiB: use {fix}, or a smaller tile_m"
+        )
 
 
 def speed_configs() -> list[PipeConfig]:

@@ -56,9 +56,16 @@ def conv_prediction(shape: ConvShape, *, bandwidth_tbs: float, tflops: float) ->
     for path in CONV_PATHS:
         t = conv_traffic(path, shape)
         floor = time_floor(t.flops, t.bytes, bandwidth_tbs, tflops)
-        rows.append({"path": path, "MB": t.bytes / 1e6, "GFLOP": t.flops / 1e9, "floor_us": floor * 1e6,
-                     "bound": bound_by(t.flops, t.bytes, bandwidth_tbs, tflops),
-                     "vs_fused": floor / fused_floor})  # fmt: skip
+        rows.append(
+            {
+                "path": path,
+                "MB": t.bytes / 1e6,
+                "GFLOP": t.flops / 1e9,
+                "floor_us": floor * 1e6,
+                "bound": bound_by(t.flops, t.bytes, bandwidth_tbs, tflops),
+                "vs_fused": floor / fused_floor,
+            }
+        )
     return rows
 
 
@@ -66,8 +73,10 @@ def format_prediction(rows: list[dict[str, float | str]]) -> str:
     """The rows of ``conv_prediction`` as a small text table."""
     lines = [f"{'path':>8} {'MB':>9} {'GFLOP':>8} {'floor us':>9} {'bound':>8} {'floor/fused':>12}"]
     for r in rows:
-        lines.append(f"{r['path']:>8} {r['MB']:9.1f} {r['GFLOP']:8.2f} {r['floor_us']:9.1f} {r['bound']:>8} "
-                     f"{r['vs_fused']:12.2f}")  # fmt: skip
+        lines.append(
+            f"{r['path']:>8} {r['MB']:9.1f} {r['GFLOP']:8.2f} {r['floor_us']:9.1f} {r['bound']:>8} "
+            f"{r['vs_fused']:12.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -109,9 +118,16 @@ def b2b_prediction(shape: B2BShape, *, bandwidth_tbs: float, tflops: float) -> l
     for path in B2B_PATHS:
         t = b2b_traffic(path, shape)
         floor = time_floor(t.flops, t.bytes, bandwidth_tbs, tflops)
-        rows.append({"path": path, "MB": t.bytes / 1e6, "GFLOP": t.flops / 1e9, "floor_us": floor * 1e6,
-                     "bound": bound_by(t.flops, t.bytes, bandwidth_tbs, tflops),
-                     "vs_fused": floor / fused_floor})  # fmt: skip
+        rows.append(
+            {
+                "path": path,
+                "MB": t.bytes / 1e6,
+                "GFLOP": t.flops / 1e9,
+                "floor_us": floor * 1e6,
+                "bound": bound_by(t.flops, t.bytes, bandwidth_tbs, tflops),
+                "vs_fused": floor / fused_floor,
+            }
+        )
     return rows
 
 
@@ -130,12 +146,20 @@ def time_split(times_ms: dict[str, float]) -> dict[str, float | str] | None:
         return None
     whole, gather, mma = (times_ms[n] for n in names)
     overlap = gather + mma - whole
-    return {"tile": tile, "whole": whole, "gather": gather, "mma": mma, "overlap": overlap,
-            "hidden": overlap / min(gather, mma)}  # fmt: skip
+    return {
+        "tile": tile,
+        "whole": whole,
+        "gather": gather,
+        "mma": mma,
+        "overlap": overlap,
+        "hidden": overlap / min(gather, mma),
+    }
 
 
 def format_time_split(split: dict[str, float | str]) -> str:
     """One line: the whole kernel, its parts alone, and how much of the shorter part the longer one hides."""
-    return (f"where the time goes ({split['tile']}): the whole kernel {split['whole']:.4f} ms, its gathers alone "
-            f"{split['gather']:.4f} ms, its MMAs alone {split['mma']:.4f} ms: the parts overlap by "
-            f"{split['overlap']:.4f} ms, {split['hidden']:.0%} of the shorter part")  # fmt: skip
+    return (
+        f"where the time goes ({split['tile']}): the whole kernel {split['whole']:.4f} ms, its gathers alone "
+        f"{split['gather']:.4f} ms, its MMAs alone {split['mma']:.4f} ms: the parts overlap by "
+        f"{split['overlap']:.4f} ms, {split['hidden']:.0%} of the shorter part"
+    )

@@ -166,8 +166,14 @@ class ConvInputs:
         return self.x, self.w, self.bias
 
 
-CONV_CASES = ("random", "ones: counts the taps inside the image", "relu zeroes everything", "large magnitudes",
-              "bias dominates", "bias cancels the sum")  # fmt: skip
+CONV_CASES = (
+    "random",
+    "ones: counts the taps inside the image",
+    "relu zeroes everything",
+    "large magnitudes",
+    "bias dominates",
+    "bias cancels the sum",
+)
 
 
 def conv_inputs(shape: ConvShape, case: str = "random", seed: int = 0) -> ConvInputs:
@@ -277,8 +283,9 @@ def b2b_shape_of(x: np.ndarray, w0: np.ndarray, w1: np.ndarray) -> B2BShape:
     return B2BShape(first.batch, first.height, first.width, first.c_in, first.c_out, int(np.shape(w1)[1]))
 
 
-def conv_b2b_ref(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, bias1: np.ndarray,
-                 rows: np.ndarray | None = None) -> B2BConvReference:  # fmt: skip
+def conv_b2b_ref(
+    x: np.ndarray, w0: np.ndarray, w1: np.ndarray, bias1: np.ndarray, rows: np.ndarray | None = None
+) -> B2BConvReference:
     """FP64 stages of ``relu(conv1x1(relu(conv3x3(x, w0)), w1) + bias1)`` on output pixels ``rows`` (all if None).
 
     Stage 0 is the 3x3 convolution's fused semantics with a zero bias (``fp16(relu(fp32 sum))``), so its bound is

@@ -24,6 +24,7 @@ of 32; FP16, C-contiguous operands, 16-byte aligned.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ from numba import cuda, float32, int32, int64, uint64
 from nvmath.device import Matmul
 from nvmath.device.common import copy, copy_fragment, copy_wait, make_tensor
 
+from .. import plans
 from ..machinery import launch, swizzle
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
@@ -44,25 +46,39 @@ from .simt import neighbor as course_neighbor
 UNIT = 4  # FP16 channels per gathered load (8 bytes, one uint64)
 
 
-@dataclass(frozen=True)
-class ConvTile:
-    """The block's tile: TM output pixels by TN output channels, TK input channels a stage, and its threads."""
+@dataclass(frozen=True, kw_only=True)
+class ConvConfig(plans.TileConfig):
+    """The two-stage kernel's block: TM output pixels by TN output channels, TK input channels a stage, and its
+    threads (two K stages, always)."""
 
-    tile_m: int = 128
     tile_n: int = 64
-    tile_k: int = 64
-    threads: int = 128
 
     @classmethod
-    def for_shape(cls, shape: ConvShape) -> ConvTile:
+    def for_shape(cls, shape: ConvShape) -> ConvConfig:
         """64-wide tiles where the channels allow, else 32 (C_in and C_out must be multiples of 32)."""
         return cls(tile_n=64 if shape.c_out % 64 == 0 else 32, tile_k=64 if shape.c_in % 64 == 0 else 32)
 
 
+@dataclass(frozen=True)
+class Kernels(plans.Kernels):
+    """Kernel factories (and the index map) the convolution plans use instead of the course's: ``neighbor`` and
+    ``conv`` (``Conv3x3``'s: ``utilities.conv.simt.neighbor``, :func:`make_conv_kernel`), ``conv_b2b``
+    (``ConvB2B``'s: ``tensorcore_persistent.make_conv_b2b_kernel``)."""
+
+    neighbor: Callable[..., Any] | None = None
+    conv: Callable[..., Any] | None = None
+    conv_b2b: Callable[..., Any] | None = None
+
+    def course(self) -> dict[str, Callable[..., Any]]:
+        from .tensorcore_persistent import make_conv_b2b_kernel
+
+        return {"neighbor": course_neighbor, "conv": make_conv_kernel, "conv_b2b": make_conv_b2b_kernel}
+
+
 @functools.cache
-def conv_matmul(tile: ConvTile) -> Matmul:
+def conv_matmul(cfg: ConvConfig) -> Matmul:
     """The block GEMM: FP16 row-major operands, FP32 accumulator."""
-    return block_matmul("float16", (tile.tile_m, tile.tile_n, tile.tile_k), tile.threads, b="row_major")
+    return block_matmul("float16", (cfg.tile_m, cfg.tile_n, cfg.tile_k), cfg.threads, b="row_major")
 
 
 def smem_plan(MM: Matmul) -> tuple[list[int], int]:
@@ -177,53 +193,72 @@ def make_conv_kernel(MM: Matmul, fused: bool = True, neighbor: Any = None):
     return conv_kernel
 
 
-def conv_constraints(shape: ConvShape, tile: ConvTile) -> None:
+def conv_constraints(shape: ConvShape, tile: ConvConfig) -> None:
     """Raise ValueError, naming the fix, for a convolution this kernel cannot compute."""
     for name, c in (("C_in", shape.c_in), ("C_out", shape.c_out)):
         if c % 32:
-            raise ValueError(f"{name} = {c} must be a multiple of 32 (a K stage or an N tile): pad the channels with "
-                             "zeros (zero filters for the extra outputs)")  # fmt: skip
+            raise ValueError(
+                f"{name} = {c} must be a multiple of 32 (a K stage or an N tile): pad the channels with "
+                "zeros (zero filters for the extra outputs)"
+            )
     if shape.c_in % tile.tile_k or shape.c_out % tile.tile_n:
-        raise ValueError(f"the tile {tile} does not divide C_in = {shape.c_in} and C_out = {shape.c_out}: use "
-                         "ConvTile.for_shape(shape)")  # fmt: skip
+        raise ValueError(
+            f"the tile {tile} does not divide C_in = {shape.c_in} and C_out = {shape.c_out}: use "
+            "ConvConfig.for_shape(shape)"
+        )
     if shape.m % tile.tile_m:
-        raise ValueError(f"B*H*W = {shape.m} is not a multiple of the row tile {tile.tile_m}: pad the batch with a "
-                         "zero image, or pick a height and width whose product with the batch is")  # fmt: skip
+        raise ValueError(
+            f"B*H*W = {shape.m} is not a multiple of the row tile {tile.tile_m}: pad the batch with a "
+            "zero image, or pick a height and width whose product with the batch is"
+        )
 
 
 class Conv3x3:
     """relu(conv3x3(x, w) + bias), stride 1, padding 1, NHWC: FP16 in and out, FP32 accumulation and epilogue.
 
     ``fused=False``: the convolution alone (no bias, no ReLU), as the unfused path's first kernel. The plan takes
-    x (B, H, W, C_in), w (3, 3, C_in, C_out), bias (C_out,) and returns (B, H, W, C_out).
+    x (B, H, W, C_in), w (3, 3, C_in, C_out), bias (C_out,) and returns (B, H, W, C_out). ``cfg``: the block
+    (default ``ConvConfig.for_shape(shape)``); ``kernels``: the attendee's ``Kernels(neighbor=..., conv=...)``.
     """
 
-    def __init__(self, shape: ConvShape, fused: bool = True, tile: ConvTile | None = None,
-                 kernel_factory: Any = None, neighbor: Any = None):  # fmt: skip
+    def __init__(
+        self, shape: ConvShape, fused: bool = True, cfg: ConvConfig | None = None, kernels: Kernels | None = None
+    ):
         self.shape, self.fused = shape, fused
-        self.tile = tile or ConvTile.for_shape(shape)
-        conv_constraints(shape, self.tile)
-        self.MM = conv_matmul(self.tile)
+        self.cfg = cfg or ConvConfig.for_shape(shape)
+        conv_constraints(shape, self.cfg)
+        self.MM = conv_matmul(self.cfg)
         self.shared_bytes = 2 * smem_plan(self.MM)[1]
-        factory = kernel_factory or make_conv_kernel
-        self.kernel = factory(self.MM, fused, neighbor) if neighbor is not None else factory(self.MM, fused)
-        self.grid = (shape.m // self.tile.tile_m, shape.c_out // self.tile.tile_n)
+        k = kernels or Kernels()
+        self.kernel = k.factory("conv")(self.MM, fused, k.factory("neighbor"))
+        self.grid = (shape.m // self.cfg.tile_m, shape.c_out // self.cfg.tile_n)
 
     def _args(self, x: Any, w: Any, bias: Any, out: Any) -> tuple[Any, ...]:
         s = self.shape
-        shapes = {"x": (s.batch, s.height, s.width, s.c_in), "w": (3, 3, s.c_in, s.c_out), "bias": (s.c_out,),
-                  "out": (s.batch, s.height, s.width, s.c_out)}  # fmt: skip
+        shapes = {
+            "x": (s.batch, s.height, s.width, s.c_in),
+            "w": (3, 3, s.c_in, s.c_out),
+            "bias": (s.c_out,),
+            "out": (s.batch, s.height, s.width, s.c_out),
+        }
         for name, v in (("x", x), ("w", w), ("bias", bias), ("out", out)):
             require(name, v, np.float16, shapes[name])
-        return (x.reshape(-1).view(cp.uint64), w.reshape(s.k, s.c_out), bias, out.reshape(s.m, s.c_out),
-                np.int32(s.height), np.int32(s.width), np.int32(s.c_in // UNIT))  # fmt: skip
+        return (
+            x.reshape(-1).view(cp.uint64),
+            w.reshape(s.k, s.c_out),
+            bias,
+            out.reshape(s.m, s.c_out),
+            np.int32(s.height),
+            np.int32(s.width),
+            np.int32(s.c_in // UNIT),
+        )
 
     def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
         s = self.shape
         out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
-        launch.launch(self.kernel, self.grid, self.tile.threads, self.shared_bytes, *self._args(x, w, bias, out))
+        launch.launch(self.kernel, self.grid, self.cfg.threads, self.shared_bytes, *self._args(x, w, bias, out))
         return out
 
     def resources(self, x: Any, w: Any, bias: Any, out: Any) -> dict[str, Any]:
         """Registers, spills, shared memory and blocks an SM of the compiled kernel (``launch.resources``)."""
-        return launch.resources(self.kernel, self.tile.threads, self.shared_bytes, *self._args(x, w, bias, out))
+        return launch.resources(self.kernel, self.cfg.threads, self.shared_bytes, *self._args(x, w, bias, out))

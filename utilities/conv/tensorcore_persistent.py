@@ -52,6 +52,7 @@ from ..tiles import block_matmul
 from .layout import PipeConfig, PipeLayout, check_fits, check_group, min_blocks, pipe_layout, stages
 from .reference import B2BShape, ConvShape
 from .simt import chunk_row, pixel_coords, stage_tap, tap_mask, tap_offset
+from .tensorcore import Kernels
 
 # ------------------------------------------------------------------------------------------------------------
 # The stream: gathers issued ahead, and the K loop of one tile
@@ -69,8 +70,11 @@ def conv_layout(MM: Matmul, cfg: PipeConfig, n_stages: int, MM1: Matmul | None =
     sa, sb = MM.suggest_layout_smem_a().cosize, MM.suggest_layout_smem_b().cosize
     if MM1 is None:
         return pipe_layout(cfg, n_stages, sa, sb, MM.suggest_layout_smem_c().cosize)
-    sc, sd, sw = (MM1.suggest_layout_smem_c().cosize, MM1.suggest_layout_smem_a().cosize,
-                  MM1.suggest_layout_smem_b().cosize)  # fmt: skip
+    sc, sd, sw = (
+        MM1.suggest_layout_smem_c().cosize,
+        MM1.suggest_layout_smem_a().cosize,
+        MM1.suggest_layout_smem_b().cosize,
+    )
     return pipe_layout(cfg, n_stages, sa, sb, sc, sd, sw)
 
 
@@ -78,8 +82,9 @@ PARTS = ("all", "gather", "mma")  # a kernel's work; "gather" and "mma" alone ar
 
 
 @functools.cache
-def make_stream(MM: Matmul, cfg: PipeConfig, taps: int, n_stages: int, L: PipeLayout,
-                parts: str = "all") -> tuple[Any, Any]:  # fmt: skip
+def make_stream(
+    MM: Matmul, cfg: PipeConfig, taps: int, n_stages: int, L: PipeLayout, parts: str = "all"
+) -> tuple[Any, Any]:
     """Device functions ``(issue, kloop)`` of the stream of ``MM``'s stages (see the module's docstring).
 
     ``issue(smem, x, w, p, t0, step, tiles, col0, c_in, height, width, pix, inside)`` starts phase p;
@@ -186,8 +191,9 @@ def resident_filters(MM: Matmul, cfg: PipeConfig, n_stages: int, L: PipeLayout) 
 
 
 @functools.cache
-def make_pipelined_conv_kernel(MM: Matmul, cfg: PipeConfig, taps: int, n_stages: int, fused: bool = True,
-                               parts: str = "all"):  # fmt: skip
+def make_pipelined_conv_kernel(
+    MM: Matmul, cfg: PipeConfig, taps: int, n_stages: int, fused: bool = True, parts: str = "all"
+):
     """out = relu(conv(x, w) + bias) (``fused``) or conv(x, w), a ``taps``-tap convolution (9: 3x3, 1: 1x1).
 
     Arguments: ``x`` the NHWC input, flat FP16; ``w`` the filters as the (taps C_in) x C_out matrix B; ``bias``
@@ -248,16 +254,19 @@ def make_pipelined_conv_kernel(MM: Matmul, cfg: PipeConfig, taps: int, n_stages:
     return pipelined_conv_kernel
 
 
-def one_wave(kernel: Any, threads: int, shared_bytes: int, args: tuple[Any, ...], tiles: int,
-             columns: int) -> tuple[int, dict[str, Any]]:  # fmt: skip
+def one_wave(
+    kernel: Any, threads: int, shared_bytes: int, args: tuple[Any, ...], tiles: int, columns: int
+) -> tuple[int, dict[str, Any]]:
     """Blocks along x for a persistent kernel: as many as fit on the GPU at once, shared by ``columns`` column
     tiles, at most one per row tile; and what the compiled kernel takes (``launch.resources``: registers, spills,
     blocks an SM)."""
     res = launch.resources(kernel, threads, shared_bytes, *args)
     per_sm = res["blocks_per_sm"]
     if per_sm < 1:
-        raise RuntimeError(f"the kernel does not fit an SM ({shared_bytes} bytes of shared memory, {threads} "
-                           "threads): use a PipeConfig with a smaller depth or tile, or streamed filters")  # fmt: skip
+        raise RuntimeError(
+            f"the kernel does not fit an SM ({shared_bytes} bytes of shared memory, {threads} "
+            "threads): use a PipeConfig with a smaller depth or tile, or streamed filters"
+        )
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     return max(1, min(tiles, sms * per_sm // columns)), res
 
@@ -275,8 +284,15 @@ class PipelinedConv:
     that a check at a small shape has each block walk several row tiles, as at full size. ``resources`` (after the
     first call): registers, spills, shared memory and blocks an SM of the compiled kernel (``launch.resources``)."""
 
-    def __init__(self, shape: ConvShape, fused: bool = True, cfg: PipeConfig | None = None, taps: int = 9,
-                 parts: str = "all", blocks: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        shape: ConvShape,
+        fused: bool = True,
+        cfg: PipeConfig | None = None,
+        taps: int = 9,
+        parts: str = "all",
+        blocks: int | None = None,
+    ):
         if taps not in (1, 9):
             raise ValueError(f"taps must be 9 (3x3) or 1 (1x1), got {taps}")
         if parts not in PARTS:
@@ -286,8 +302,10 @@ class PipelinedConv:
         self.n_stages = stages(taps, shape.c_in, c.tile_k)
         check_group(c, self.n_stages)
         if shape.c_out % c.tile_n or shape.m % c.tile_m:
-            raise ValueError(f"C_out = {shape.c_out} and B*H*W = {shape.m} must be multiples of the tile's "
-                             f"{c.tile_n} and {c.tile_m}: pick another PipeConfig, or pad")  # fmt: skip
+            raise ValueError(
+                f"C_out = {shape.c_out} and B*H*W = {shape.m} must be multiples of the tile's "
+                f"{c.tile_n} and {c.tile_m}: pick another PipeConfig, or pad"
+            )
         self.MM = pipe_matmul(c.tile_m, c.tile_n, c.tile_k, c.threads)
         self.layout = conv_layout(self.MM, c, self.n_stages)
         _fits(self.layout, c)
@@ -300,16 +318,27 @@ class PipelinedConv:
         s = self.shape
         out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
         wshape = (3, 3, s.c_in, s.c_out) if self.taps == 9 else (s.c_in, s.c_out)
-        shapes = {"x": (s.batch, s.height, s.width, s.c_in), "w": wshape, "bias": (s.c_out,),
-                  "out": (s.batch, s.height, s.width, s.c_out)}  # fmt: skip
+        shapes = {
+            "x": (s.batch, s.height, s.width, s.c_in),
+            "w": wshape,
+            "bias": (s.c_out,),
+            "out": (s.batch, s.height, s.width, s.c_out),
+        }
         for name, v in (("x", x), ("w", w), ("bias", bias), ("out", out)):
             require(name, v, np.float16, shapes[name])
-        args = (x.reshape(-1), w.reshape(self.taps * s.c_in, s.c_out), bias, out.reshape(s.m, s.c_out),
-                np.int32(s.height), np.int32(s.width))  # fmt: skip
+        args = (
+            x.reshape(-1),
+            w.reshape(self.taps * s.c_in, s.c_out),
+            bias,
+            out.reshape(s.m, s.c_out),
+            np.int32(s.height),
+            np.int32(s.width),
+        )
         if self.grid is None:
             columns = s.c_out // self.cfg.tile_n
-            blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args,
-                                              s.m // self.cfg.tile_m, columns)  # fmt: skip
+            blocks, self.resources = one_wave(
+                self.kernel, self.cfg.threads, self.layout.nbytes, args, s.m // self.cfg.tile_m, columns
+            )
             self.grid = (min(blocks, self.max_blocks or blocks), columns)
         launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
         return out
@@ -417,28 +446,40 @@ def b2b_constraints(shape: B2BShape, cfg: PipeConfig) -> None:
     """ValueError, naming the fix, for back-to-back convolutions the fused kernel cannot hold in one block."""
     for name, c in (("C_mid", shape.c_mid), ("C_out", shape.c_out)):
         if c % 32 or c > 128:
-            raise ValueError(f"{name} = {c} must be a multiple of 32 up to 128: a block holds a whole row tile of D0 "
-                             "(TM x C_mid) and of D1 (TM x C_out) in its accumulators; use the unfused path "
-                             "(UnfusedConvB2B) for wider layers")  # fmt: skip
+            raise ValueError(
+                f"{name} = {c} must be a multiple of 32 up to 128: a block holds a whole row tile of D0 "
+                "(TM x C_mid) and of D1 (TM x C_out) in its accumulators; use the unfused path "
+                "(UnfusedConvB2B) for wider layers"
+            )
     if shape.m % cfg.tile_m:
-        raise ValueError(f"B*H*W = {shape.m} is not a multiple of the row tile {cfg.tile_m}: pad the batch with a "
-                         "zero image, or pick another tile_m")  # fmt: skip
+        raise ValueError(
+            f"B*H*W = {shape.m} is not a multiple of the row tile {cfg.tile_m}: pad the batch with a "
+            "zero image, or pick another tile_m"
+        )
 
 
 class ConvB2B:
     """relu(conv1x1(relu(conv3x3(x, w0)), w1) + bias1) in one kernel, D0 kept in the block.
 
     ``w1`` is the 1x1 filters as a (C_mid, C_out) matrix. ``keep_d0=True`` also writes D0 to ``self.d0`` (NHWC), so
-    that a checker can test the first stage on its own. ``kernel_factory``: the exercise's kernel factory.
+    that a checker can test the first stage on its own. ``kernels``: the attendee's ``Kernels(conv_b2b=...)``.
     ``blocks`` caps the blocks (default: one wave): a check with few blocks has each walk several row tiles.
     """
 
-    def __init__(self, shape: B2BShape, cfg: PipeConfig | None = None, keep_d0: bool = False,
-                 kernel_factory: Any = None, blocks: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        shape: B2BShape,
+        cfg: PipeConfig | None = None,
+        keep_d0: bool = False,
+        kernels: Kernels | None = None,
+        blocks: int | None = None,
+    ):
         c = cfg or PipeConfig(tile_n=shape.c_mid)
         if c.tile_n != shape.c_mid:
-            raise ValueError(f"the tile's N ({c.tile_n}) must be C_mid = {shape.c_mid}: a block computes every "
-                             "middle channel of its pixels")  # fmt: skip
+            raise ValueError(
+                f"the tile's N ({c.tile_n}) must be C_mid = {shape.c_mid}: a block computes every "
+                "middle channel of its pixels"
+            )
         b2b_constraints(shape, c)
         self.shape, self.cfg, self.keep_d0 = shape, c, keep_d0
         self.n_stages = stages(9, shape.c_in, c.tile_k)
@@ -447,7 +488,7 @@ class ConvB2B:
         self.MM1 = pipe_matmul(c.tile_m, shape.c_out, shape.c_mid, c.threads)
         self.layout = conv_layout(self.MM0, c, self.n_stages, self.MM1)
         _fits(self.layout, c)
-        self.kernel = (kernel_factory or make_conv_b2b_kernel)(self.MM0, self.MM1, c, self.n_stages, keep_d0)
+        self.kernel = (kernels or Kernels()).factory("conv_b2b")(self.MM0, self.MM1, c, self.n_stages, keep_d0)
         d0_rows = shape.m if keep_d0 else c.tile_m
         self.d0 = cp.zeros((d0_rows, shape.c_mid), cp.float16)
         self.grid: tuple[int, int] | None = None
@@ -457,12 +498,25 @@ class ConvB2B:
     def __call__(self, x: Any, w0: Any, w1: Any, bias1: Any, out: Any = None) -> Any:
         s = self.shape
         out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
-        shapes = {"x": (s.batch, s.height, s.width, s.c_in), "w0": (3, 3, s.c_in, s.c_mid), "w1": (s.c_mid, s.c_out),
-                  "bias1": (s.c_out,), "out": (s.batch, s.height, s.width, s.c_out)}  # fmt: skip
+        shapes = {
+            "x": (s.batch, s.height, s.width, s.c_in),
+            "w0": (3, 3, s.c_in, s.c_mid),
+            "w1": (s.c_mid, s.c_out),
+            "bias1": (s.c_out,),
+            "out": (s.batch, s.height, s.width, s.c_out),
+        }
         for name, v in (("x", x), ("w0", w0), ("w1", w1), ("bias1", bias1), ("out", out)):
             require(name, v, np.float16, shapes[name])
-        args = (x.reshape(-1), w0.reshape(9 * s.c_in, s.c_mid), w1, bias1, out.reshape(s.m, s.c_out),
-                np.int32(s.height), np.int32(s.width), self.d0)  # fmt: skip
+        args = (
+            x.reshape(-1),
+            w0.reshape(9 * s.c_in, s.c_mid),
+            w1,
+            bias1,
+            out.reshape(s.m, s.c_out),
+            np.int32(s.height),
+            np.int32(s.width),
+            self.d0,
+        )
         if self.grid is None:
             tiles = s.m // self.cfg.tile_m
             blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args, tiles, 1)
@@ -485,8 +539,12 @@ class UnfusedConvB2B:
         first = ConvShape(s.batch, s.height, s.width, s.c_in, s.c_mid)
         second = ConvShape(s.batch, s.height, s.width, s.c_mid, s.c_out)
         self.conv3 = PipelinedConv(first, cfg=cfg)
-        one = PipeConfig(tile_m=self.conv3.cfg.tile_m, tile_n=64 if s.c_out % 64 == 0 else 32,
-                         tile_k=64 if s.c_mid % 64 == 0 else 32, threads=self.conv3.cfg.threads)  # fmt: skip
+        one = PipeConfig(
+            tile_m=self.conv3.cfg.tile_m,
+            tile_n=64 if s.c_out % 64 == 0 else 32,
+            tile_k=64 if s.c_mid % 64 == 0 else 32,
+            threads=self.conv3.cfg.threads,
+        )
         self.conv1 = PipelinedConv(second, cfg=one, taps=1)
         self.zero = cp.zeros(s.c_mid, cp.float16)
         self.d0 = cp.empty((s.batch, s.height, s.width, s.c_mid), cp.float16)

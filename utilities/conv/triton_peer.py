@@ -71,9 +71,15 @@ if triton is not None:
 
     CONFIGS = [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=warps, num_stages=st)
-        for bm, bn, bk, warps, st in ((128, 64, 64, 4, 3), (128, 64, 64, 8, 4), (64, 64, 64, 4, 4),
-                                      (128, 64, 32, 4, 4), (256, 64, 64, 8, 3), (128, 32, 64, 4, 4))
-    ]  # fmt: skip
+        for bm, bn, bk, warps, st in (
+            (128, 64, 64, 4, 3),
+            (128, 64, 64, 8, 4),
+            (64, 64, 64, 4, 4),
+            (128, 64, 32, 4, 4),
+            (256, 64, 64, 8, 3),
+            (128, 32, 64, 4, 4),
+        )
+    ]
     tuned_kernel = triton.autotune(configs=CONFIGS, key=["M", "C_IN", "C_OUT"])(conv3x3_bias_relu_kernel)
 
 
@@ -88,8 +94,9 @@ def conv3x3_bias_relu(x: Any, w: Any, bias: Any, out: Any = None, *, block: tupl
     b, height, width, c_in = x.shape
     c_out = w.shape[3]
     if w.shape[:3] != (3, 3, c_in) or bias.shape != (c_out,):
-        raise ValueError(f"w must be (3, 3, {c_in}, C_out) and bias (C_out,), got {tuple(w.shape)} and "
-                         f"{tuple(bias.shape)}")  # fmt: skip
+        raise ValueError(
+            f"w must be (3, 3, {c_in}, C_out) and bias (C_out,), got {tuple(w.shape)} and {tuple(bias.shape)}"
+        )
     if c_in % 16 or c_out % 16:
         raise ValueError(f"C_in = {c_in} and C_out = {c_out} must be multiples of 16 (tl.dot's smallest K and N)")
     m = b * height * width
@@ -100,8 +107,9 @@ def conv3x3_bias_relu(x: Any, w: Any, bias: Any, out: Any = None, *, block: tupl
         tuned_kernel[grid](*args)
     else:
         bm, bn, bk = block
-        conv3x3_bias_relu_kernel[(triton.cdiv(m, bm), triton.cdiv(c_out, bn))](*args, BLOCK_M=bm, BLOCK_N=bn,
-                                                                                BLOCK_K=bk)  # fmt: skip
+        conv3x3_bias_relu_kernel[(triton.cdiv(m, bm), triton.cdiv(c_out, bn))](
+            *args, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk
+        )
     return out
 
 

@@ -13,6 +13,7 @@ epilogues, which apply alpha, beta C and ReLU to the FP32 accumulator.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import cupy as cp
@@ -22,15 +23,24 @@ from nvmath.linalg.advanced import Matmul, MatmulEpilog, MatmulOptions
 
 from .. import cublas
 
-_RELU_SCALE = cp.ElementwiseKernel(
-    "T x, float32 alpha", "T y", "float v = alpha * (float)x; y = (T)(v > 0.0f ? v : 0.0f)", "fusion_relu_scale"
-)
-_RELU_AXPBY = cp.ElementwiseKernel(
-    "T x, T c, float32 alpha, float32 beta",
-    "T y",
-    "float v = alpha * (float)x + beta * (float)c; y = (T)(v > 0.0f ? v : 0.0f)",
-    "fusion_relu_axpby",
-)
+
+@functools.cache
+def _relu_scale_kernel() -> Any:
+    """``y = relu(alpha x)`` in FP32, stored as ``y``'s type."""
+    return cp.ElementwiseKernel(
+        "T x, float32 alpha", "T y", "float v = alpha * (float)x; y = (T)(v > 0.0f ? v : 0.0f)", "fusion_relu_scale"
+    )
+
+
+@functools.cache
+def _relu_axpby_kernel() -> Any:
+    """``y = relu(alpha x + beta c)`` in FP32, stored as ``y``'s type."""
+    return cp.ElementwiseKernel(
+        "T x, T c, float32 alpha, float32 beta",
+        "T y",
+        "float v = alpha * (float)x + beta * (float)c; y = (T)(v > 0.0f ? v : 0.0f)",
+        "fusion_relu_axpby",
+    )
 
 
 def _options(**extra: Any) -> MatmulOptions:
@@ -57,9 +67,9 @@ class LibraryB2B:
         _need_fp16(a0=a0, b0=b0, b1=b1, c1=c1)
         out = cp.empty_like(self.p1) if out is None else out
         cp.matmul(a0, b0, out=self.p0)
-        _RELU_SCALE(self.p0, np.float32(alpha0), self.d0)
+        _relu_scale_kernel()(self.p0, np.float32(alpha0), self.d0)
         cp.matmul(self.d0, b1, out=self.p1)
-        _RELU_AXPBY(self.p1, c1, np.float32(alpha1), np.float32(beta1), out)
+        _relu_axpby_kernel()(self.p1, c1, np.float32(alpha1), np.float32(beta1), out)
         return out
 
 

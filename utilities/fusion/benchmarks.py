@@ -31,7 +31,7 @@ from ..errors import bounded_error
 from ..inputs import sample_rows
 from . import baselines as lib
 from . import model, reference
-from .tensorcore import BackToBack, BlockConfig, GemmBiasRelu
+from .tensorcore import BackToBack, BlockConfig, GemmBiasRelu, Kernels
 from .tensorcore_persistent import PersistentBackToBack, PipelineConfig, PipelinedBackToBack
 
 TARGET_SHAPES = ((576, 64, 128), (64, 256, 64))  # (K0, N0, N1): CUTLASS example 13's, and a wide intermediate
@@ -42,8 +42,8 @@ PERSISTENT = {
     (64, 256, 64): BlockConfig(tile_m=32, threads=128, depth=3),  # 104 KiB: two blocks an SM
     (576, 64, 128): BlockConfig(tile_m=128, threads=256, depth=3),  # 216 KiB: one block an SM
 }
-# (K0, N0, N1) -> the pipelined kernel's block: at (576, 64, 128) it lost to the streaming kernel (206 against
-# 203 us at M = 2^18, the best of five blocks; the fusion report), so it runs where it wins
+# (K0, N0, N1) -> the pipelined kernel's block: at (576, 64, 128) it lost to the streaming kernel with the best of
+# five blocks (instructor-notes/fusion.md), so it runs where it wins
 PIPELINED = {(64, 256, 64): PipelineConfig(tile_m=64, threads=128, tile_k=32, depth=2)}  # 113 KiB: two blocks an SM
 
 
@@ -114,10 +114,11 @@ def b2b_records(
     return records
 
 
-def b2b_yours_beside_ours(kernel_factory: Any, m: int = 2**17, k0: int = 576, n0: int = 64, n1: int = 128, *,
-                          repeats: int = 10, seed: int = 0) -> list[bench.BenchRecord]:  # fmt: skip
-    """Your back-to-back kernel (``kernel_factory``, as the exercise takes it) beside the course's and the library's
-    epilogue-fused path, on the same operands, errors included.
+def b2b_yours_beside_ours(
+    kernel_factory: Any, m: int = 2**17, k0: int = 576, n0: int = 64, n1: int = 128, *, repeats: int = 10, seed: int = 0
+) -> list[bench.BenchRecord]:
+    """Your back-to-back kernel (``kernel_factory``, the factory the exercise wrote) beside the course's and the
+    library's epilogue-fused path, on the same operands, errors included.
 
     Both fused kernels run with ``keep_d0=True``, the variant the check built: they also write D0 (M x N0 FP16),
     counted in their bytes, so yours builds nothing new. Names: ``b2b.yours``, ``b2b.fused_keep_d0``,
@@ -128,23 +129,29 @@ def b2b_yours_beside_ours(kernel_factory: Any, m: int = 2**17, k0: int = 576, n0
     set_bytes = model.b2b_traffic("fused", m, k0, n0, n1).bytes + extra
     sets = [_b2b_operands(m, k0, n0, n1, seed + i, None) for i in range(bench.copies_for(set_bytes))]
     outs = [cp.empty_like(s["c1"]) for s in sets]
-    plans = {"yours": BackToBack(m, k0, n0, n1, keep_d0=True, kernel_factory=kernel_factory),
-             "fused_keep_d0": BackToBack(m, k0, n0, n1, keep_d0=True)}  # fmt: skip
+    plans = {
+        "yours": BackToBack(m, k0, n0, n1, keep_d0=True, kernels=Kernels(b2b=kernel_factory)),
+        "fused_keep_d0": BackToBack(m, k0, n0, n1, keep_d0=True),
+    }
     epilogues = [lib.EpilogueB2B(*s.values(), *alphas) for s in sets]
-    paths = {name: [lambda p=p, s=s, o=o: p(*s.values(), *alphas, out=o) for s, o in zip(sets, outs, strict=True)]
-             for name, p in plans.items()}  # fmt: skip
+    paths = {
+        name: [lambda p=p, s=s, o=o: p(*s.values(), *alphas, out=o) for s, o in zip(sets, outs, strict=True)]
+        for name, p in plans.items()
+    }
     paths["epilogue"] = [e.__call__ for e in epilogues]
     results = {name: p(*sets[0].values(), *alphas) for name, p in plans.items()}
     results["epilogue"] = epilogues[0]()
-    records = _b2b_path_records(paths, results, sets, alphas, (m, k0, n0, n1), None, repeats, seed,
-                                extra_bytes=dict.fromkeys(plans, extra))  # fmt: skip
+    records = _b2b_path_records(
+        paths, results, sets, alphas, (m, k0, n0, n1), None, repeats, seed, extra_bytes=dict.fromkeys(plans, extra)
+    )
     for e in epilogues:
         e.free()
     return records
 
 
-def b2b_lever_records(cfg: BlockConfig, m: int = 2**18, k0: int = 576, n0: int = 64, n1: int = 128, *,
-                      repeats: int = 10, seed: int = 0) -> list[bench.BenchRecord]:  # fmt: skip
+def b2b_lever_records(
+    cfg: BlockConfig, m: int = 2**18, k0: int = 576, n0: int = 64, n1: int = 128, *, repeats: int = 10, seed: int = 0
+) -> list[bench.BenchRecord]:
     """The streaming kernel with the course's block (``b2b.fused``) and with the block ``cfg`` (``b2b.lever``, its
     ``params`` hold the block) beside the epilogue-fused library path, on the same operands, errors included."""
     alphas = (0.75, 1.25, -0.5)
@@ -153,8 +160,10 @@ def b2b_lever_records(cfg: BlockConfig, m: int = 2**18, k0: int = 576, n0: int =
     outs = [cp.empty_like(s["c1"]) for s in sets]
     plans = {"fused": BackToBack(m, k0, n0, n1), "lever": BackToBack(m, k0, n0, n1, cfg=cfg)}
     epilogues = [lib.EpilogueB2B(*s.values(), *alphas) for s in sets]
-    paths = {name: [lambda p=p, s=s, o=o: p(*s.values(), *alphas, out=o) for s, o in zip(sets, outs, strict=True)]
-             for name, p in plans.items()}  # fmt: skip
+    paths = {
+        name: [lambda p=p, s=s, o=o: p(*s.values(), *alphas, out=o) for s, o in zip(sets, outs, strict=True)]
+        for name, p in plans.items()
+    }
     paths["epilogue"] = [e.__call__ for e in epilogues]
     results = {name: p(*sets[0].values(), *alphas) for name, p in plans.items()}
     results["epilogue"] = epilogues[0]()
@@ -167,10 +176,16 @@ def b2b_lever_records(cfg: BlockConfig, m: int = 2**18, k0: int = 576, n0: int =
 
 
 def _b2b_path_records(
-    paths: dict[str, list[Callable[[], object]]], results: dict[str, Any], sets: list[dict[str, Any]],
-    alphas: tuple[float, float, float], shape: tuple[int, int, int, int], batch: int | None, repeats: int, seed: int,
+    paths: dict[str, list[Callable[[], object]]],
+    results: dict[str, Any],
+    sets: list[dict[str, Any]],
+    alphas: tuple[float, float, float],
+    shape: tuple[int, int, int, int],
+    batch: int | None,
+    repeats: int,
+    seed: int,
     extra_bytes: dict[str, int] | None = None,
-) -> list[bench.BenchRecord]:  # fmt: skip
+) -> list[bench.BenchRecord]:
     """Time each path's calls (held) and check its first result against the FP64 reference on sampled rows; bytes
     and FLOPs from ``model.b2b_traffic`` (the fused kernels' variants count as ``fused``), plus ``extra_bytes``."""
     m, k0, n0, n1 = shape
@@ -185,9 +200,18 @@ def _b2b_path_records(
         params = {"k0": k0, "n0": n0, "n1": n1, "batch": batch, "bytes": moved, "kernels": t.kernels}
         d1 = results[path] if batch is None else results[path][0]
         rec = bench.bench(
-            fns, hold=True, repeats=repeats, name=f"b2b.{RECORD_NAMES.get(path, path)}", m=m, n=n1, k=k0,
-            params=params, flops=t.flops, bytes_moved=moved, error=_b2b_error(d1, first, alphas, rows),
-        )  # fmt: skip
+            fns,
+            hold=True,
+            repeats=repeats,
+            name=f"b2b.{RECORD_NAMES.get(path, path)}",
+            m=m,
+            n=n1,
+            k=k0,
+            params=params,
+            flops=t.flops,
+            bytes_moved=moved,
+            error=_b2b_error(d1, first, alphas, rows),
+        )
         records.append(_with_hbm_fraction(rec, peak))
     return records
 
@@ -199,11 +223,17 @@ def _with_hbm_fraction(rec: bench.BenchRecord, peak: float | None) -> bench.Benc
     return rec
 
 
-def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0, yours: Any = None,
-                 lever: dict[str, Any] | None = None) -> list[bench.BenchRecord]:  # fmt: skip
+def _block(cfg: BlockConfig) -> dict[str, Any]:
+    """A block as a record's params: the tile and the threads."""
+    return {"tile": [cfg.tile_m, cfg.tile_n, cfg.tile_k], "threads": cfg.threads}
+
+
+def gemm_records(
+    m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0, yours: Any = None, lever: BlockConfig | None = None
+) -> list[bench.BenchRecord]:
     """Fused GEMM + bias + ReLU beside cuBLASLt's RELU_BIAS epilogue and cuBLAS + an elementwise kernel; with
     ``yours`` (a kernel factory, as the exercise takes), that kernel too, as ``gemm_bias_relu.yours``; with ``lever``
-    (``GemmBiasRelu``'s ``tile`` and ``threads``), the course's kernel built with that block too, as
+    (a ``BlockConfig`` for ``GemmBiasRelu``), the course's kernel built with that block too, as
     ``gemm_bias_relu.lever`` (its ``params`` hold the block)."""
     rng = cp.random.default_rng(seed)
     set_bytes = model.gemm_bias_relu_traffic("fused", m, n, k).bytes
@@ -220,11 +250,13 @@ def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0, yo
     epilogues = [lib.EpilogueGemmBiasRelu(*s) for s in sets]
     plans = {"fused": fused, "separate": separate}
     if yours is not None:
-        plans = {"yours": GemmBiasRelu(m, n, k, kernel_factory=yours), **plans}
+        plans = {"yours": GemmBiasRelu(m, n, k, kernels=Kernels(gemm_bias_relu=yours)), **plans}
     if lever is not None:
-        plans = {**plans, "lever": GemmBiasRelu(m, n, k, **lever)}
-    paths = {name: [lambda plan=plan, s=s, o=o: plan(*s, out=o) for s, o in zip(sets, outs, strict=True)]
-             for name, plan in plans.items()}  # fmt: skip
+        plans = {**plans, "lever": GemmBiasRelu(m, n, k, cfg=lever)}
+    paths = {
+        name: [lambda plan=plan, s=s, o=o: plan(*s, out=o) for s, o in zip(sets, outs, strict=True)]
+        for name, plan in plans.items()
+    }
     paths["epilogue"] = [e.__call__ for e in epilogues]
     results = {name: plan(*sets[0]) for name, plan in plans.items()}
     results["epilogue"] = epilogues[0]()
@@ -237,10 +269,18 @@ def gemm_records(m: int, n: int, k: int, *, repeats: int = 10, seed: int = 0, yo
         t = model.gemm_bias_relu_traffic("fused" if path in ("yours", "lever") else path, m, n, k)
         error = bounded_error(cp.asnumpy(results[path])[rows], want, bound, f"FP64 reference, {len(rows)} rows")
         rec = bench.bench(
-            fns, hold=True, repeats=repeats, name=f"gemm_bias_relu.{path}", m=m, n=n, k=k,
-            params={"bytes": t.bytes, "kernels": t.kernels, **(lever if path == "lever" and lever else {})},
-            flops=t.flops, bytes_moved=t.bytes, error=error,
-        )  # fmt: skip
+            fns,
+            hold=True,
+            repeats=repeats,
+            name=f"gemm_bias_relu.{path}",
+            m=m,
+            n=n,
+            k=k,
+            params={"bytes": t.bytes, "kernels": t.kernels, **(_block(lever) if path == "lever" and lever else {})},
+            flops=t.flops,
+            bytes_moved=t.bytes,
+            error=error,
+        )
         records.append(_with_hbm_fraction(rec, peak))
     for e in epilogues:
         e.free()
@@ -293,10 +333,11 @@ def summary(records: Sequence[bench.BenchRecord]) -> str:
     for r in records:
         key = (r.name.split(".")[0], r.m, r.n, r.k, r.params.get("n0"), r.params.get("batch"))
         shape = (
-            f"M={r.m} K0={r.k} N0={r.params['n0']} N1={r.n}" + (f" b={r.params['batch']}" if r.params.get("batch")
-                                                                 else "")
-            if "n0" in r.params else f"M={r.m} N={r.n} K={r.k}"
-        )  # fmt: skip
+            f"M={r.m} K0={r.k} N0={r.params['n0']} N1={r.n}"
+            + (f" b={r.params['batch']}" if r.params.get("batch") else "")
+            if "n0" in r.params
+            else f"M={r.m} N={r.n} K={r.k}"
+        )
         gbs = (r.bandwidth_tbs or 0.0) * 1e3
         hbm = f"{r.params['hbm_fraction']:.0%}" if "hbm_fraction" in r.params else "-"
         err = f"{r.error['max_elementwise']:.2f}" if r.error else "-"

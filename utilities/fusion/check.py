@@ -161,8 +161,15 @@ def _check_b2b_case(x: ref.B2BInputs, got: np.ndarray, kept: dict[str, np.ndarra
                 if other is not None:
                     hint = f"batch {b} holds the result of batch {other}: offset every operand by the batch index"
             where = stage if b is None else f"{stage} (batch {b})"
-            compare(where, value, want, bound=bound if b is None else _only(bound, b), names=names, hint=hint,
-                    case=f"{label}, alpha0={x.alpha0}, alpha1={x.alpha1}, beta1={x.beta1}")  # fmt: skip
+            compare(
+                where,
+                value,
+                want,
+                bound=bound if b is None else _only(bound, b),
+                names=names,
+                hint=hint,
+                case=f"{label}, alpha0={x.alpha0}, alpha1={x.alpha1}, beta1={x.beta1}",
+            )
 
 
 def _only(bound: np.ndarray, b: int) -> np.ndarray:
@@ -257,8 +264,10 @@ def _gemm_candidates(x: ref.GemmInputs) -> dict[str, np.ndarray]:
     if p.shape[0] == p.shape[1]:
         out["bias indexed by row instead of by column"] = ref.relu(p + bias[:, None])
     with np.errstate(over="ignore", invalid="ignore"):
-        out["the accumulator was rounded to FP16 before the bias: add the bias to the FP32 value and round once, at "
-            "the end"] = ref.relu(p.astype(np.float16).astype(np.float64) + bias)  # fmt: skip
+        out[
+            "the accumulator was rounded to FP16 before the bias: add the bias to the FP32 value and round once, at "
+            "the end"
+        ] = ref.relu(p.astype(np.float16).astype(np.float64) + bias)
     return out
 
 

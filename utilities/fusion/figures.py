@@ -90,8 +90,9 @@ def b2b_dataflow_picture(path: str | os.PathLike[str] | None = None) -> Figure:
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     fig = plots.new_figure(figsize=(10.0, 4.6))
-    for k, (title, fused) in enumerate((("library: two GEMMs, D0 through HBM", False),
-                                        ("fused: one kernel, D0 stays in the block", True))):  # fmt: skip
+    for k, (title, fused) in enumerate(
+        (("library: two GEMMs, D0 through HBM", False), ("fused: one kernel, D0 stays in the block", True))
+    ):
         ax = fig.add_subplot(1, 2, k + 1)
         ax.set_xlim(0, 10)
         ax.set_ylim(0, 10)
@@ -106,11 +107,21 @@ def b2b_dataflow_picture(path: str | os.PathLike[str] | None = None) -> Figure:
         block = FancyBboxPatch((0.5, 0.4), 9.0, 5.6, boxstyle="round,pad=0.1", color="#e6eef7")
         ax.add_patch(block)
         ax.text(0.7, 5.6, "one block (a TM-row tile)" if fused else "two kernels", fontsize=9, weight="bold")
-        steps = [(1.6, 3.2, "GEMM 0\nacc0 = A0 B0"), (4.3, 3.2, "relu(alpha0 acc0)\n-> D0 (FP16)"),
-                 (7.0, 3.2, "GEMM 1 on D0, B1\nrelu(alpha1 acc1\n+ beta1 C1)")]  # fmt: skip
+        steps = [
+            (1.6, 3.2, "GEMM 0\nacc0 = A0 B0"),
+            (4.3, 3.2, "relu(alpha0 acc0)\n-> D0 (FP16)"),
+            (7.0, 3.2, "GEMM 1 on D0, B1\nrelu(alpha1 acc1\n+ beta1 C1)"),
+        ]
         for x, y, text in steps:
-            ax.text(x, y, text, fontsize=8, ha="center", va="center",
-                    bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"})  # fmt: skip
+            ax.text(
+                x,
+                y,
+                text,
+                fontsize=8,
+                ha="center",
+                va="center",
+                bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"},
+            )
 
         def arrow(a: tuple[float, float], b: tuple[float, float], color: str = "k", ax: Any = ax) -> None:
             ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=10, color=color, linewidth=1.2))

@@ -19,16 +19,16 @@ accumulation is FP32.
 
 Loads: the global-memory layouts come from ``utilities.machinery.aligned_copy.gmem_layout`` (16-byte
 alignment), so cuBLASDx's ``copy`` issues 16-byte ``cp.async``; with nvmath's own layouts it moved one element
-per instruction and these kernels ran 1.6-4x slower on an H100. Operands must therefore start on a 16-byte
-boundary (checked). The output tiles (and C1) go through shared memory, so that global stores are 16-byte
-copies. Known limits, measured there (see the fusion report in ``results/``): the streaming kernel keeps two K
-stages in flight and its registers allow two blocks an SM, so at (576, 64, 128) cuBLASLt's fused epilogues
-still win.
+per instruction, several times slower (``instructor-notes/fusion.md``, "Load width"). Operands must therefore
+start on a 16-byte boundary (checked). The output tiles (and C1) go through shared memory, so that global stores
+are 16-byte copies. Known limits (the fusion report in ``results/``): the streaming kernel keeps two K stages in
+flight and its registers allow two blocks an SM, so at (576, 64, 128) cuBLASLt's fused epilogues still win.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from numba import cuda, float32
 from nvmath.device import Matmul
 from nvmath.device.common import copy, copy_fragment, copy_wait, make_tensor
 
+from .. import plans
 from ..machinery import launch
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
@@ -47,14 +48,19 @@ from .layout import SMEM_ALIGN, ceil_to, segments
 MAX_N = 256  # widest N0 / N1 a block holds: a 128 x 256 FP32 accumulator is 256 registers per thread at 128 threads
 
 
-@dataclass(frozen=True)
-class BlockConfig:
-    """Row tile, K tile and threads of the block GEMMs."""
+@dataclass(frozen=True, kw_only=True)
+class BlockConfig(plans.TileConfig):
+    """The block of the fusion kernels: row tile, column tile, K tile, threads, and ``depth``, the A0 stages in
+    flight in the persistent back-to-back kernel (the streaming kernels always have two).
 
-    tile_m: int = 128
-    tile_k: int = 64
-    threads: int = 128
-    depth: int = 3  # A0 stages in flight in the persistent kernel (the streaming kernel always has two)
+    ``tile_n`` None: the back-to-back kernels hold whole rows (all N0 and N1 columns); ``GemmBiasRelu`` needs one.
+    """
+
+    tile_n: int | None = None
+    depth: int = 3
+
+
+EPILOGUE_BLOCK = BlockConfig(tile_m=128, tile_n=128, tile_k=64, threads=128)  # GemmBiasRelu's block
 
 
 @functools.cache
@@ -130,21 +136,38 @@ def make_gemm_bias_relu_kernel(MM: Matmul):
     return gemm_bias_relu_kernel
 
 
-class GemmBiasRelu:
-    """out = relu(a @ b + bias): FP16 operands, FP32 accumulation and epilogue, FP16 output."""
+@dataclass(frozen=True)
+class Kernels(plans.Kernels):
+    """Kernel factories the fusion plans use instead of the course's: ``gemm_bias_relu`` (``GemmBiasRelu``'s,
+    :func:`make_gemm_bias_relu_kernel`) and ``b2b`` (``BackToBack``'s, :func:`make_b2b_kernel`)."""
 
-    def __init__(self, m: int, n: int, k: int, tile: tuple[int, int, int] = (128, 128, 64), threads: int = 128,
-                 kernel_factory: Any = None):  # fmt: skip
-        tm, tn, tk = tile
-        for name, size, t in (("m", m, tm), ("n", n, tn), ("k", k, tk)):
+    gemm_bias_relu: Callable[..., Any] | None = None
+    b2b: Callable[..., Any] | None = None
+
+    def course(self) -> dict[str, Callable[..., Any]]:
+        return {"gemm_bias_relu": make_gemm_bias_relu_kernel, "b2b": make_b2b_kernel}
+
+
+class GemmBiasRelu:
+    """out = relu(a @ b + bias): FP16 operands, FP32 accumulation and epilogue, FP16 output.
+
+    ``cfg``: the block (default ``EPILOGUE_BLOCK``, a 128 x 128 x 64 tile on 128 threads); ``kernels``: the
+    attendee's ``Kernels(gemm_bias_relu=...)``.
+    """
+
+    def __init__(self, m: int, n: int, k: int, cfg: BlockConfig | None = None, kernels: Kernels | None = None):
+        self.cfg = c = cfg or EPILOGUE_BLOCK
+        if c.tile_n is None:
+            raise ValueError("GemmBiasRelu's block needs a column tile: give the BlockConfig a tile_n")
+        for name, size, t in (("m", m, c.tile_m), ("n", n, c.tile_n), ("k", k, c.tile_k)):
             if size % t:
                 raise ValueError(f"{name} = {size} is not a multiple of the block tile's {t}: pad it, or pick a tile")
         self.m, self.n, self.k = m, n, k
-        self.MM = fp16_matmul(tm, tn, tk, threads)
+        self.MM = fp16_matmul(c.tile_m, c.tile_n, c.tile_k, c.threads)
         sa, sb = kloop_smem(self.MM)
         self.shared_bytes = 2 * segments(sa, sb, sa, sb)[1]
-        self.kernel = (kernel_factory or make_gemm_bias_relu_kernel)(self.MM)
-        self.grid = (m // tm, n // tn)
+        self.kernel = (kernels or Kernels()).factory("gemm_bias_relu")(self.MM)
+        self.grid = (m // c.tile_m, n // c.tile_n)
 
     def __call__(self, a: Any, b: Any, bias: Any, out: Any = None) -> Any:
         out = cp.empty((self.m, self.n), dtype=cp.float16) if out is None else out
@@ -287,8 +310,13 @@ def b2b_shared_bytes(MM0: Matmul, MM1: Matmul) -> int:
     return 2 * b2b_smem_layout(MM0, MM1)[2]
 
 
-def b2b_constraints(m: int, k0: int, n0: int, n1: int, cfg: BlockConfig) -> None:
+def b2b_constraints(m: int, k0: int, n0: int, n1: int, cfg: plans.TileConfig) -> None:
     """Raise ValueError, naming the fix, for a problem the fused kernel cannot hold in one block."""
+    if cfg.tile_n is not None:
+        raise ValueError(
+            f"tile_n = {cfg.tile_n}: a back-to-back block holds whole rows of D0 and D1 (all N0 and N1 columns); "
+            "leave tile_n None"
+        )
     for name, n in (("N0", n0), ("N1", n1)):
         if n > MAX_N:
             raise ValueError(
@@ -309,12 +337,22 @@ class BackToBack:
 
     One row tile per block (the exercise's kernel, ``make_b2b_kernel``). ``batch=None`` takes 2-D operands;
     ``batch=b`` takes a leading batch dimension of b on every operand. ``keep_d0=True`` also writes D0 to
-    ``self.d0`` so that a checker can test the first GEMM on its own. The persistent kernels of
-    ``utilities.fusion.tensorcore_persistent`` take the same operands.
+    ``self.d0`` so that a checker can test the first GEMM on its own. ``kernels``: the attendee's
+    ``Kernels(b2b=...)``. The persistent kernels of ``utilities.fusion.tensorcore_persistent`` take the same
+    operands.
     """
 
-    def __init__(self, m: int, k0: int, n0: int, n1: int, batch: int | None = None, keep_d0: bool = False,
-                 cfg: BlockConfig | None = None, kernel_factory: Any = None):  # fmt: skip
+    def __init__(
+        self,
+        m: int,
+        k0: int,
+        n0: int,
+        n1: int,
+        batch: int | None = None,
+        keep_d0: bool = False,
+        cfg: BlockConfig | None = None,
+        kernels: Kernels | None = None,
+    ):
         self.cfg = c = cfg or BlockConfig(tile_m=128 if max(n0, n1) <= 128 else 64)
         b2b_constraints(m, k0, n0, n1, c)
         self.m, self.k0, self.n0, self.n1, self.batch, self.keep_d0 = m, k0, n0, n1, batch, keep_d0
@@ -323,15 +361,16 @@ class BackToBack:
         nb = batch or 1
         self.d0 = cp.zeros((nb, m, n0), dtype=cp.float16) if keep_d0 else cp.zeros((1, 1, n0), dtype=cp.float16)
         self.grid: tuple[int, int] | None = (m // c.tile_m, nb)
-        self._build(kernel_factory)
+        self._build(kernels or Kernels())
 
-    def _build(self, kernel_factory: Any) -> None:
+    def _build(self, kernels: Kernels) -> None:
         """The kernel and its dynamic shared memory (the persistent plan builds its own)."""
         self.shared_bytes = b2b_shared_bytes(self.MM0, self.MM1)
-        self.kernel = (kernel_factory or make_b2b_kernel)(self.MM0, self.MM1, self.keep_d0)
+        self.kernel = kernels.factory("b2b")(self.MM0, self.MM1, self.keep_d0)
 
-    def kernel_args(self, a0: Any, b0: Any, b1: Any, c1: Any, alpha0: float, alpha1: float, beta1: float,
-                    out: Any) -> tuple[tuple[Any, ...], Any]:  # fmt: skip
+    def kernel_args(
+        self, a0: Any, b0: Any, b1: Any, c1: Any, alpha0: float, alpha1: float, beta1: float, out: Any
+    ) -> tuple[tuple[Any, ...], Any]:
         """The operands checked (FP16, shapes of this plan, C-contiguous, 16-byte aligned) as the kernel takes them
         (3-D arrays, FP32 scalars, D1's buffer), and D1 as the caller gets it (allocated when ``out`` is None)."""
         lead = () if self.batch is None else (self.batch,)
@@ -344,8 +383,17 @@ class BackToBack:
         scalars = (np.float32(alpha0), np.float32(alpha1), np.float32(beta1))
         return (*(as3(x) for x in (a0, b0, b1, c1)), *scalars, as3(out)), out
 
-    def __call__(self, a0: Any, b0: Any, b1: Any, c1: Any, alpha0: float = 1.0, alpha1: float = 1.0,
-                 beta1: float = 0.0, out: Any = None) -> Any:  # fmt: skip
+    def __call__(
+        self,
+        a0: Any,
+        b0: Any,
+        b1: Any,
+        c1: Any,
+        alpha0: float = 1.0,
+        alpha1: float = 1.0,
+        beta1: float = 0.0,
+        out: Any = None,
+    ) -> Any:
         args, out = self.kernel_args(a0, b0, b1, c1, alpha0, alpha1, beta1, out)
         launch.launch(self.kernel, self.grid, self.MM0.block_size, self.shared_bytes, *args, self.d0)
         return out

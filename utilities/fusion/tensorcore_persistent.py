@@ -14,8 +14,8 @@ streaming kernel (``tensorcore.make_b2b_kernel``) in the same order, so the resu
   block turns it into FP16 D0 in shared memory, points the pipeline at its next tile (``reset_tile``), and runs
   GEMM 1 (``mma``-based, both operands in shared memory) on D0 and the resident B1. GEMM 1 cannot follow onto
   the pipeline: a pipeline multiplies arrays in global memory, and GEMM 1's A operand is D0 in shared memory.
-  On an H100 it took (64, 256, 64) at M = 2^18 from 111.9 to 98.5 us; at (576, 64, 128), where the traffic is
-  mostly A0, it did not help (206 us in a trial, against 203 for the streaming kernel). See the fusion report.
+  It pays at (64, 256, 64); at (576, 64, 128), where the traffic is mostly A0, it did not help (the fusion report
+  in ``results/`` and ``instructor-notes/fusion.md`` have the times).
 
 The pipelined plan is built for the A0 and B0 arrays given to it (its TMA descriptors hold their addresses, and
 its type their shapes), like ``utilities.multipass.tensorcore.PipelineGemm``: a call computes with their current
@@ -39,7 +39,7 @@ from ..machinery import cp_async, launch, pipelines
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
 from . import layout
-from .tensorcore import BackToBack, BlockConfig, b2b_constraints, fp16_matmul, kloop_smem
+from .tensorcore import BackToBack, BlockConfig, Kernels, b2b_constraints, fp16_matmul, kloop_smem
 
 
 @functools.cache
@@ -194,21 +194,30 @@ def make_b2b_persistent_kernel(MM0: Matmul, MM1: Matmul, k0: int, depth: int = 3
 class PersistentBackToBack(BackToBack):
     """``BackToBack``'s product with the persistent kernel: one wave of blocks, B0 and B1 loaded once per block.
 
-    Same operands and results (bit for bit) as the streaming plan; it takes no kernel factory and cannot keep D0.
+    Same operands and results (bit for bit) as the streaming plan; it takes no ``kernels`` and cannot keep D0.
     """
 
     def __init__(self, m: int, k0: int, n0: int, n1: int, batch: int | None = None, cfg: BlockConfig | None = None):
         super().__init__(m, k0, n0, n1, batch=batch, cfg=cfg)
         self.grid = None  # one wave of blocks: known once the kernel is compiled
 
-    def _build(self, kernel_factory: Any) -> None:
+    def _build(self, kernels: Kernels) -> None:
         c, k0, n0, n1 = self.cfg, self.k0, self.n0, self.n1
         self.shared_bytes = b2b_persistent_layout(self.MM0, self.MM1, k0, c.depth).nbytes
         _fits_shared_memory(self.shared_bytes, f"(K0, N0, N1) = ({k0}, {n0}, {n1}) with {c}")
         self.kernel = make_b2b_persistent_kernel(self.MM0, self.MM1, k0, c.depth)
 
-    def __call__(self, a0: Any, b0: Any, b1: Any, c1: Any, alpha0: float = 1.0, alpha1: float = 1.0,
-                 beta1: float = 0.0, out: Any = None) -> Any:  # fmt: skip
+    def __call__(
+        self,
+        a0: Any,
+        b0: Any,
+        b1: Any,
+        c1: Any,
+        alpha0: float = 1.0,
+        alpha1: float = 1.0,
+        beta1: float = 0.0,
+        out: Any = None,
+    ) -> Any:
         args, out = self.kernel_args(a0, b0, b1, c1, alpha0, alpha1, beta1, out)
         if self.grid is None:
             tiles, nb = self.m // self.cfg.tile_m, self.batch or 1
@@ -217,14 +226,23 @@ class PersistentBackToBack(BackToBack):
         return out
 
 
-def one_wave_grid(kernel: Any, threads: int, shared_bytes: int, args: tuple[Any, ...], tiles: int, batch: int,
-                  fix: str = "use BackToBack (the streaming kernel)") -> tuple[int, int]:  # fmt: skip
+def one_wave_grid(
+    kernel: Any,
+    threads: int,
+    shared_bytes: int,
+    args: tuple[Any, ...],
+    tiles: int,
+    batch: int,
+    fix: str = "use BackToBack (the streaming kernel)",
+) -> tuple[int, int]:
     """A persistent kernel's grid: as many blocks as fit on the GPU at once (at most one per row tile), shared
     among the batch; RuntimeError, naming ``fix``, when not one block fits an SM."""
     per_sm = launch.resources(kernel, threads, shared_bytes, *args)["blocks_per_sm"]
     if per_sm < 1:
-        raise RuntimeError(f"the persistent kernel does not fit an SM ({shared_bytes} bytes of shared memory, "
-                           f"{threads} threads): {fix}")  # fmt: skip
+        raise RuntimeError(
+            f"the persistent kernel does not fit an SM ({shared_bytes} bytes of shared memory, "
+            f"{threads} threads): {fix}"
+        )
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     return (max(1, min(tiles, sms * per_sm // batch)), batch)
 
@@ -236,9 +254,12 @@ def _fits_shared_memory(nbytes: int, what: str, fix: str = "") -> None:
         raise ValueError(
             f"the persistent kernel for {what} needs {nbytes // 1024} KiB of shared memory a block, this GPU gives "
             f"{limit // 1024} KiB: "
-            + (fix or "B0 (K0 x N0) and B1 stay in shared memory, so use BackToBack (the streaming kernel) "
-               "for a K0 x N0 this large, or a smaller depth or row tile")
-        )  # fmt: skip
+            + (
+                fix
+                or "B0 (K0 x N0) and B1 stay in shared memory, so use BackToBack (the streaming kernel) "
+                "for a K0 x N0 this large, or a smaller depth or row tile"
+            )
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -246,12 +267,12 @@ def _fits_shared_memory(nbytes: int, what: str, fix: str = "") -> None:
 # ------------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PipelineConfig:
-    """Row tile and threads of the block, K depth and stages of GEMM 0's pipeline."""
+@dataclass(frozen=True, kw_only=True)
+class PipelineConfig(BlockConfig):
+    """The block of the pipelined back-to-back kernel: row tile, threads, and the K depth (``tile_k``) and stages
+    (``depth``) of GEMM 0's pipeline. Whole rows, as every back-to-back block (``tile_n`` None)."""
 
     tile_m: int = 64
-    threads: int = 128
     tile_k: int = 32
     depth: int = 2
 
@@ -326,10 +347,12 @@ class PipelinedBackToBack:
         n0 = b0.shape[2]
         require("a0", a0, np.float16, (nb, m, k0))
         require("b0", b0, np.float16, (nb, k0, n0))
-        b2b_constraints(m, k0, n0, n1, BlockConfig(tile_m=c.tile_m, tile_k=c.tile_k))
+        b2b_constraints(m, k0, n0, n1, c)
         if k0 // c.tile_k < c.depth:
-            raise ValueError(f"K0 = {k0} is too small for a {c.depth}-stage pipeline of {c.tile_k}-deep tiles: use "
-                             "a PipelineConfig with a smaller depth or tile_k")  # fmt: skip
+            raise ValueError(
+                f"K0 = {k0} is too small for a {c.depth}-stage pipeline of {c.tile_k}-deep tiles: use "
+                "a PipelineConfig with a smaller depth or tile_k"
+            )
         self.m, self.k0, self.n0, self.n1, self.nb = m, k0, n0, n1, nb
         self.a0, self.b0 = a0, b0
         self.MMP = fp16_matmul(c.tile_m, n0, c.tile_k, c.threads, pipeline=True)
@@ -337,16 +360,19 @@ class PipelinedBackToBack:
         self.pipeline = pipelines.device_pipeline(self.MMP, c.depth, a0.transpose(1, 2, 0), b0.transpose(1, 2, 0))
         p = self.pipeline
         if p.buffer_alignment > 1024:
-            raise RuntimeError(f"the pipeline asks for {p.buffer_alignment}-byte aligned shared memory, the kernel "
-                               "gives 1024: this libmathdx is not the verified one")  # fmt: skip
+            raise RuntimeError(
+                f"the pipeline asks for {p.buffer_alignment}-byte aligned shared memory, the kernel "
+                "gives 1024: this libmathdx is not the verified one"
+            )
         self.kernel = make_b2b_pipelined_kernel(self.MMP, self.MM1, p.buffer_size)
         self.shared_bytes = 2 * smem_layout(self.MM1, p.buffer_size)[1]
         fix = "B1 (N0 x N1), D0 and the pipeline's stages stay in shared memory: use BackToBack, or fewer stages"
         _fits_shared_memory(self.shared_bytes, f"(K0, N0, N1) = ({k0}, {n0}, {n1}) with {c}", fix)
         self.grid: tuple[int, int] | None = None  # one wave of blocks: known once the kernel is compiled
 
-    def __call__(self, b1: Any, c1: Any, alpha0: float = 1.0, alpha1: float = 1.0, beta1: float = 0.0,
-                 out: Any = None) -> Any:  # fmt: skip
+    def __call__(
+        self, b1: Any, c1: Any, alpha0: float = 1.0, alpha1: float = 1.0, beta1: float = 0.0, out: Any = None
+    ) -> Any:
         nb, m, n0, n1 = self.nb, self.m, self.n0, self.n1
         out = cp.empty((nb, m, n1), dtype=cp.float16) if out is None else out
         require("b1", b1, np.float16, (nb, n0, n1))
@@ -357,5 +383,6 @@ class PipelinedBackToBack:
             tiles, threads = m // self.cfg.tile_m, self.MM1.block_size
             fix = "use PersistentBackToBack or BackToBack"
             self.grid = one_wave_grid(self.kernel, threads, self.shared_bytes, args, tiles, nb, fix)
+        # the DevicePipeline argument takes numba's dispatcher inside launch.launch: nvmath packs it, not the fast path
         launch.launch(self.kernel, self.grid, self.pipeline.block_dim, self.shared_bytes, *args)
         return out

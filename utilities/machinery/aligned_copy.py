@@ -117,9 +117,10 @@ def gmem_layout(MM: Any, tensor: str) -> Any:
     if supported():
         return _machinery()(MM, tensor)
     versions.fall_back(
-        "16-byte global-memory layouts (utilities.machinery.aligned_copy)", versions.ALIGNED_COPY,
+        "16-byte global-memory layouts (utilities.machinery.aligned_copy)",
+        versions.ALIGNED_COPY,
         "using nvmath's own layouts (correct, but copies move one element at a time)",
-    )  # fmt: skip
+    )
     return _fallback(MM, tensor)
 
 

@@ -1,7 +1,7 @@
 """Generate libmathdx LTO-IR in worker processes, so that a kernel's dozen device functions compile at once.
 
 A cuBLASDx kernel asks libmathdx for its device functions one at a time, as numba lowers each call, and each
-takes NVRTC about 9 s; nothing needs their LTO-IR until the final link. So the build cache
+takes NVRTC seconds; nothing needs their LTO-IR until the final link. So the build cache
 (:mod:`utilities.machinery.buildcache`) hands numba a placeholder at once and sends the work to a pool of
 processes; the link waits for the real code. Each worker rebuilds the descriptors from their recorded recipes (a
 :class:`Job`: every creating call and option in order, dependencies first) with its own libmathdx, generates
@@ -83,8 +83,8 @@ def replay(job: Job, fn: Callable[[str], Callable[..., Any]]) -> Result:
 
     The descriptors are not finalized first: libmathdx 0.3.2 generates the same LTO-IR
     without (byte for byte, on a CPU machine, for an execute function on three tensors and for destroy functions
-    on a device and a tile pipeline), and their finalizations cost more than the generation (13.7 s for three
-    tensors, 13.2 + 7.6 s for the two pipelines, against 8-22 s of generation there).
+    on a device and a tile pipeline), and their finalizations cost more than the generation
+    (``instructor-notes/machinery.md``).
     """
     made: dict[int, int] = {}
     created: list[tuple[str, int]] = []
@@ -205,6 +205,6 @@ class Pool:
 
 if __name__ == "__main__":  # a worker: one pickled Job on stdin, its pickled Result on stdout
     # the importable module, not __main__: the pickle must name classes a worker can import
-    from utilities.machinery import codegen_workers as worker
+    from . import codegen_workers as worker
 
     sys.stdout.buffer.write(pickle.dumps(worker._in_worker(pickle.load(sys.stdin.buffer))))

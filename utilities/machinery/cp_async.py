@@ -78,8 +78,7 @@ def copy16(typingctx, dst, dst_at, src, src_at, src_bytes):  # type: ignore[no-u
             return builder.ptrtoint(builder.gep(data, [at]), ir.IntType(64))
 
         i64, i32 = ir.IntType(64), ir.IntType(32)
-        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i32]), COPY16, "l,l,r,~{memory}",
-                           side_effect=True)  # fmt: skip
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i64, i32]), COPY16, "l,l,r,~{memory}", side_effect=True)
         size = context.cast(builder, nbytes, nbytes_t, types.int32)
         builder.call(asm, [address(dst_t, dst_v, dst_i, dst_it), address(src_t, src_v, src_i, src_it), size])
         return context.get_dummy_value()

@@ -1,13 +1,13 @@
 """Launch helpers for numba kernels that use nvmath.device: large dynamic shared memory, and a fast path.
 
 The fast path: numba's dispatcher types every argument on every call and wraps each CuPy array as a numba
-device array, some tens of microseconds per array. That is host time, but a benchmark sees it too: CUDA
-events are recorded around the launch. On an H100 host (2026-11-22, ``tools/launch_overhead.py``) a small
-kernel with six array arguments measured 245 us through the dispatcher and 35 us through this path.
+device array, on every call. That is host time, but a benchmark sees it too: CUDA events are recorded around
+the launch (``tools/launch_overhead.py`` measures both paths; ``instructor-notes/machinery.md`` has the figures).
 ``launch`` therefore compiles through numba once per argument signature, keeps the compiled function, and
 then packs the arguments itself (numba's kernel ABI: an array is meminfo, parent, size, itemsize, data, shape,
 strides) and calls ``cuLaunchKernel`` on CuPy's current stream. Arguments it does not know how to pack (a
-``DevicePipeline``, say) go through numba's dispatcher as before.
+``DevicePipeline``, which nvmath packs) go through numba's dispatcher as before: every plan calls ``launch``, and
+this is the one place that decides the path.
 
 The argument layout and the compiled kernel's code library are numba-cuda internals: the fast path runs only
 with the numba-cuda pinned in ``utilities.machinery.versions``; with another version every launch goes through
@@ -102,8 +102,15 @@ def _packers(argument_types: tuple[Any, ...]) -> list[Any] | None:
     ssize = ctypes.c_ssize_t
 
     def array(x: Any) -> list[Any]:
-        return [ctypes.c_void_p(0), ctypes.c_void_p(0), ssize(x.size), ssize(x.itemsize), ctypes.c_void_p(x.data.ptr),
-                *(ssize(n) for n in x.shape), *(ssize(n) for n in x.strides)]  # fmt: skip
+        return [
+            ctypes.c_void_p(0),
+            ctypes.c_void_p(0),
+            ssize(x.size),
+            ssize(x.itemsize),
+            ctypes.c_void_p(x.data.ptr),
+            *(ssize(n) for n in x.shape),
+            *(ssize(n) for n in x.strides),
+        ]
 
     packers: list[Any] = []
     for ty in argument_types:
@@ -131,8 +138,11 @@ _raised_for: weakref.WeakKeyDictionary[Any, set[tuple[int, Any]]] = weakref.Weak
 def _fast_launcher(kernel: Any, shared: int, args: tuple[Any, ...]) -> Any:
     """(CUfunction, packers) for this kernel and argument signature, or None to use numba's dispatcher."""
     if not versions.verified(versions.FAST_LAUNCH):
-        versions.fall_back("the fast launch path (utilities.machinery.launch)", versions.FAST_LAUNCH,
-                           "kernels launch through numba's dispatcher")  # fmt: skip
+        versions.fall_back(
+            "the fast launch path (utilities.machinery.launch)",
+            versions.FAST_LAUNCH,
+            "kernels launch through numba's dispatcher",
+        )
         return None
     signature = _signature(args)
     if signature is None:

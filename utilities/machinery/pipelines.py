@@ -2,7 +2,7 @@
 
 Why: nvmath-python 1.0.0 describes a ``DevicePipeline``'s global A and B to libmathdx with their concrete shapes
 and strides, and the pipeline's numba type carries them. Every problem shape is then a new type, new libmathdx
-code and a new nvJitLink link: 74 s for a kernel already built at another shape (H100, with the build cache).
+code and a new nvJitLink link: a minute or more for a kernel already built at another shape.
 libmathdx itself takes run-time extents (``LIBMATHDX_RUNTIME`` in a tensor's shape or strides): the generated
 code then reads them from the pipeline's device storage, which the pipeline's init kernel writes from the
 tensors it is given. So :func:`device_pipeline` describes A and B with every extent and every non-unit stride
@@ -14,14 +14,14 @@ it), made by hand: its views report the marked extents to nvmath, and its init k
 It reaches into nvmath internals, so :func:`device_pipeline` uses it only for the versions pinned in
 ``utilities.machinery.versions``; with others it makes nvmath's own pipeline (one build per shape) and warns once.
 
-Measured on an H100 (2026-11-23, ``results/nvidia-h100-80gb-hbm3-builds.md``): the fused Ozaki-I kernel at a new
-shape in 1.4-1.8 s instead of 74 s; at 8192^3 34.19 ms against 34.56 ms with nvmath's pipeline, bit for bit the
-same output (``tools/pipeline_speed.py``).
+A new shape then costs seconds, and the kernel runs as fast as with nvmath's pipeline, bit for bit the same
+output (``tools/pipeline_speed.py``; the figures: ``results/nvidia-h100-80gb-hbm3-builds.md`` and
+``instructor-notes/machinery.md``).
 
 Two things to know. numba interns the pipeline's type by name, so every pipeline of one kernel shares the type
 made for the first one. And nvmath builds a pipeline's destroy kernel when a pipeline is first freed, which may be
-in the middle of a later build (it was, in a measured edit: 13 s of its 29 s): the destroy code is requested when
-the pipeline is made, so that the build cache's workers generate it beside the first build.
+in the middle of a later build (it was, in a measured edit: ``instructor-notes/machinery.md``): the destroy code
+is requested when the pipeline is made, so that the build cache's workers generate it beside the first build.
 
 Only :func:`device_pipeline` needs a GPU; the helpers above it are plain Python.
 """
@@ -160,9 +160,10 @@ def device_pipeline(MM: Any, depth: int, a: Any, b: Any) -> Any:
         return MM.suggest_device_pipeline(depth, a, b)
     if not supported():
         versions.fall_back(
-            "shape-generic device pipelines (utilities.machinery.pipelines)", versions.SHAPE_GENERIC_PIPELINE,
+            "shape-generic device pipelines (utilities.machinery.pipelines)",
+            versions.SHAPE_GENERIC_PIPELINE,
             "each problem shape builds its kernel again",
-        )  # fmt: skip
+        )
         return MM.suggest_device_pipeline(depth, a, b)
     return _pipeline_class()(MM, depth, a, b)
 
@@ -199,8 +200,10 @@ def _pipeline_class() -> type:
                     raise ValueError(f"operand {name!r} is not on the current CUDA device {device.device_id}")
             device.set_current()
             shapes = [tuple(v.shape) for v in views]
-            strides = [tuple(v.strides) if v.strides is not None else contiguous_strides(s) for v, s in
-                       zip(views, shapes, strict=True)]  # fmt: skip
+            strides = [
+                tuple(v.strides) if v.strides is not None else contiguous_strides(s)
+                for v, s in zip(views, shapes, strict=True)
+            ]
             self._extents = (extents(shapes[0], strides[0]), extents(shapes[1], strides[1]))
             self._a_view, self._b_view = (
                 _View(v.dtype, e.marked_shape, int(v.ptr), v.device_id)
@@ -237,7 +240,7 @@ def _pipeline_class() -> type:
     @functools.cache
     def _request_destroy_code(mm_handle: int, pipeline_handle: int) -> None:
         """Ask for the destroy kernel's libmathdx code now: with the build cache it is generated in a worker beside
-        this build, not in the middle of whatever build runs when the pipeline is freed (13 s on an H100)."""
+        this build, not in the middle of whatever build runs when the pipeline is freed."""
         cublasdx_backend._compile_blas_device_pipeline_destroy(mm_handle, pipeline_handle, get_default_code_type())
 
     @functools.cache
@@ -249,8 +252,11 @@ def _pipeline_class() -> type:
         arch = f"sm_{cc.major}{cc.minor}{cc.arch}"
         # the backend's ObjectCode and Linker: the build cache resolves and caches them (buildcache.install)
         create = cublasdx_backend.ObjectCode.from_ltoir(lto.data)
-        program = Program(init_kernel_source(symbol, a, b), code_type="c++",
-                          options=ProgramOptions(link_time_optimization=True, arch=arch))  # fmt: skip
+        program = Program(
+            init_kernel_source(symbol, a, b),
+            code_type="c++",
+            options=ProgramOptions(link_time_optimization=True, arch=arch),
+        )
         options = LinkerOptions(link_time_optimization=True, arch=arch)
         linked = cublasdx_backend.Linker(program.compile(target_type="ltoir"), create, options=options).link("cubin")
         return linked.get_kernel("create_shape_generic_pipeline")

@@ -31,9 +31,10 @@ def a_tile(tile_k: int) -> Any:
         )
     if not versions.verified(versions.SWIZZLE):
         versions.fall_back(
-            "the A tile's swizzle (utilities.machinery.swizzle)", versions.SWIZZLE,
+            "the A tile's swizzle (utilities.machinery.swizzle)",
+            versions.SWIZZLE,
             "assuming the measured one: check the convolution with its tests (./course gpu-suite)",
-        )  # fmt: skip
+        )
     mask = tile_k // 8 - 1
 
     @cuda.jit(device=True)

@@ -18,11 +18,11 @@ import cupy as cp
 
 from .. import bench, cublas
 from ..tiles import OUT_DTYPE
-from .config import DTYPES, PassConfig
-from .tensorcore import PassGemm, PipelineGemm
+from .config import DTYPES, PassConfig, PipelineConfig
+from .tensorcore import Kernels, PassGemm, PipelineGemm
 
 COURSE_FS = (1, 2, 4, 8)
-TEST_SHAPE = (256, 256, 1024)  # tests/test_gpu_multipass.py and the notebook's checks
+TEST_SHAPE = (256, 256, 1024)  # tests/test_multipass_gpu.py and the notebook's checks
 
 
 def random_operands(m: int, n: int, k: int, dtype: str, seed: int = 0) -> tuple[Any, Any]:
@@ -58,10 +58,15 @@ def baseline(a: Any, bt: Any, dtype: str) -> tuple[Any, Any, str]:
 
 
 def yours_beside_ours(
-    kernel_factory: Any, dtype: str = "int8", fused: int = 2, size: int = 8192, *, repeats: int = 10,
+    kernel_factory: Any,
+    dtype: str = "int8",
+    fused: int = 2,
+    size: int = 8192,
+    *,
+    repeats: int = 10,
     show: bool = True,
-) -> list[bench.BenchRecord]:  # fmt: skip
-    """Your kernel (``kernel_factory``, as the exercise takes it) beside the course's and cuBLAS, on the same
+) -> list[bench.BenchRecord]:
+    """Your kernel (``kernel_factory``, the factory the exercise wrote) beside the course's and cuBLAS, on the same
     operands at ``size``^3, each result compared with cuBLAS's first (int8: exactly; a mismatch is printed, and the
     record has no error entry).
 
@@ -74,7 +79,7 @@ def yours_beside_ours(
     records = [bench.bench(run_ref, m=m, n=n, k=k, name=ref_name, repeats=repeats)]
     cfg = PassConfig(dtype, fused=fused)
     for name, factory in (("multipass.yours", kernel_factory), (f"multipass.F={fused}", None)):
-        plan = PassGemm(m, n, k, cfg, kernel_factory=factory)
+        plan = PassGemm(m, n, k, cfg, kernels=Kernels(multipass=factory))
         out = plan(a, bt)
         try:
             error = _agreement(out, ref, dtype, ref_name)
@@ -84,9 +89,17 @@ def yours_beside_ours(
             print(f"{name}: {wrong} (the check above says where); timed all the same")  # unfinished or wrong
             error = None
         records.append(
-            bench.bench(lambda plan=plan, out=out: plan(a, bt, out=out), m=m, n=n, k=k, name=name,
-                        params={"dtype": dtype, "F": fused}, repeats=repeats, error=error)
-        )  # fmt: skip
+            bench.bench(
+                lambda plan=plan, out=out: plan(a, bt, out=out),
+                m=m,
+                n=n,
+                k=k,
+                name=name,
+                params={"dtype": dtype, "F": fused},
+                repeats=repeats,
+                error=error,
+            )
+        )
     if show:
         bench.print_table(records)
     return records
@@ -117,30 +130,47 @@ def multipass_records(
             run_ref, ref, ref_name = baseline(a, bt, dtype)
             records.append(bench.bench(run_ref, m=m, n=n, k=k, name=ref_name, repeats=repeats))
             for f in fs:
-                cfg = PassConfig(dtype, tile[0], tile[1], passes=passes, fused=f)
+                cfg = PassConfig(dtype, passes, f, tile_m=tile[0], tile_n=tile[1])
                 plan = PassGemm(m, n, k, cfg)
                 out = plan(a, bt)
                 error = _agreement(out, ref, dtype, ref_name)
                 params = {"dtype": dtype, "F": f, "N": passes, "tile": f"{tile[0]}x{tile[1]}", **plan.resources()}
                 records.append(
-                    bench.bench(lambda plan=plan, a=a, bt=bt, out=out: plan(a, bt, out=out), m=m, n=n, k=k,
-                                name=f"multipass.F={f}", params=params, repeats=repeats, error=error)
-                )  # fmt: skip
-            swept = [r for r in records if r.name.startswith("multipass.F=") and r.params["dtype"] == dtype
-                     and r.m == size]  # fmt: skip
+                    bench.bench(
+                        lambda plan=plan, a=a, bt=bt, out=out: plan(a, bt, out=out),
+                        m=m,
+                        n=n,
+                        k=k,
+                        name=f"multipass.F={f}",
+                        params=params,
+                        repeats=repeats,
+                        error=error,
+                    )
+                )
+            swept = [
+                r for r in records if r.name.startswith("multipass.F=") and r.params["dtype"] == dtype and r.m == size
+            ]
             if swept:
                 best = max(swept, key=lambda r: r.tflops)
                 records.append(dataclasses.replace(best, name="multipass.best", params=dict(best.params)))
             if pipeline:
-                lib = PipelineGemm(a, bt, dtype, tile)
+                lib = PipelineGemm(a, bt, dtype, PipelineConfig(tile_m=tile[0], tile_n=tile[1]))
                 out = cp.empty((m, n), dtype=OUT_DTYPE[dtype])
                 lib(out)
-                params = {"dtype": dtype, "tile": f"{tile[0]}x{tile[1]}", "depth": 3, **lib.resources()}
+                params = {"dtype": dtype, "tile": f"{tile[0]}x{tile[1]}", "depth": lib.cfg.depth, **lib.resources()}
                 error = _agreement(out, ref, dtype, ref_name)
                 records.append(
-                    bench.bench(lambda lib=lib, out=out: lib(out), m=m, n=n, k=k, name=f"pipeline.{dtype}",
-                                params=params, repeats=repeats, error=error)
-                )  # fmt: skip
+                    bench.bench(
+                        lambda lib=lib, out=out: lib(out),
+                        m=m,
+                        n=n,
+                        k=k,
+                        name=f"pipeline.{dtype}",
+                        params=params,
+                        repeats=repeats,
+                        error=error,
+                    )
+                )
                 del lib
             a = bt = ref = out = None  # free the operands before the next size
             cp.get_default_memory_pool().free_all_blocks()

@@ -110,10 +110,13 @@ def check_pass_gemm(
                     bad = not ((np.abs(got.astype(np.float64) - want) <= bound) | (got == want)).all()
                 hint = _diagnose(got.astype(np.float64), parts, bound) if parts is not None and bad else ""
                 if bad and not hint and case == NONFINITE:
-                    hint = ("a NaN or an Inf of one phase is missing from C, or shows where it should not: every "
-                            "phase must reach the accumulator exactly once")  # fmt: skip
-                compare("C", got, want.astype(np.float32), bound=bound, names=("row", "col"), case=label,
-                        hint=hint or _HINT)  # fmt: skip
+                    hint = (
+                        "a NaN or an Inf of one phase is missing from C, or shows where it should not: every "
+                        "phase must reach the accumulator exactly once"
+                    )
+                compare(
+                    "C", got, want.astype(np.float32), bound=bound, names=("row", "col"), case=label, hint=hint or _HINT
+                )
             count += 1
     domain = f"shapes {plain(list(shapes))}; cases {', '.join(cases)}"
     return passed(name, count, seed, domain)

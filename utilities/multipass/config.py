@@ -7,9 +7,11 @@ tile's K extent of ``N * PK`` is processed as N passes; fusing F passes loads th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+from ..plans import TileConfig
 
 DTYPES = ("int8", "float16")
 PASS_K = {"int8": 32, "float16": 16}  # the K depth of one MMA step over the block tile
@@ -20,15 +22,18 @@ INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
-class PassConfig:
-    """One multi-pass tile GEMM: ``passes`` (N) passes per block tile, ``fused`` (F) of them per phase."""
+class PassConfig(TileConfig):
+    """One multi-pass tile GEMM: ``passes`` (N) passes per block tile, ``fused`` (F) of them per phase.
+
+    ``PassConfig("int8", fused=2, tile_m=64)``: the dtype, N and F may be given in that order, the tile by keyword;
+    ``tile_k`` follows from N (N passes of the dtype's MMA depth).
+    """
 
     dtype: str = "int8"
-    tile_m: int = 128
-    tile_n: int = 128
     passes: int = 8
     fused: int = 1
-    threads: int = 256
+    threads: int = field(default=256, kw_only=True)
+    tile_k: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -45,6 +50,7 @@ class PassConfig:
                 f"buffers of A and B), more than the {SMEM_PER_BLOCK // 1024} KiB a block may have: use a smaller "
                 "F or tile"
             )
+        object.__setattr__(self, "tile_k", self.passes * self.pass_k)  # K extent of a block tile: N passes
 
     @property
     def pass_k(self) -> int:
@@ -54,11 +60,6 @@ class PassConfig:
     def phase_k(self) -> int:
         """K depth of one phase: the F fused passes, one ``Matmul`` of this depth."""
         return self.fused * self.pass_k
-
-    @property
-    def tile_k(self) -> int:
-        """K extent of a block tile: N passes."""
-        return self.passes * self.pass_k
 
     @property
     def full_fusion(self) -> bool:
@@ -107,3 +108,13 @@ def validate_problem(m: int, n: int, k: int, cfg: PassConfig) -> int:
 def phase_offsets(k: int, phase_k: int) -> list[int]:
     """K offset of every phase: what phase g of the kernel's loop covers is ``[g * phase_k, (g + 1) * phase_k)``."""
     return [g * phase_k for g in range(k // phase_k)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineConfig(TileConfig):
+    """Track 1's reference point, cuBLASDx's own device pipeline: the tile, its threads and ``depth`` K stages in
+    flight. ``tile_k`` None: the pipeline's stage depth for the dtype (``utilities.tiles.PIPELINE_TILE_K``)."""
+
+    tile_k: int | None = None
+    threads: int = 256
+    depth: int = 3

@@ -35,9 +35,7 @@ class Machine:
 H100 = Machine()
 
 
-def occupancy(
-    smem_bytes: int, registers: int, threads: int, *, smem_per_sm: int = SMEM_PER_SM
-) -> tuple[int, str]:  # fmt: skip
+def occupancy(smem_bytes: int, registers: int, threads: int, *, smem_per_sm: int = SMEM_PER_SM) -> tuple[int, str]:
     """Resident blocks per SM and the resource that limits them: shared memory, registers or threads."""
     by_smem = smem_per_sm // (smem_bytes + SMEM_RESERVED_PER_BLOCK)
     regs_per_warp = -(-registers * 32 // 256) * 256  # allocated per warp in units of 256
@@ -73,9 +71,7 @@ class Prediction:
     bound: str
 
 
-def predict(
-    cfg: PassConfig, k: int = 8192, *, registers: int = 128, machine: Machine = H100
-) -> Prediction:  # fmt: skip
+def predict(cfg: PassConfig, k: int = 8192, *, registers: int = 128, machine: Machine = H100) -> Prediction:
     """Predicted rate of the multi-pass kernel: a latency-hiding model with an L2-bandwidth ceiling.
 
     A phase of one block does ``F`` passes of MMA work, ``F * t_pass`` at the SM's full tensor-core rate, and
@@ -105,6 +101,6 @@ def predict(
 
 def predictions(
     dtype: str = "int8", fs: Sequence[int] = (1, 2, 4, 8), *, k: int = 8192, registers: int = 128, **cfg: Any
-) -> list[Prediction]:  # fmt: skip
+) -> list[Prediction]:
     """:func:`predict` for each F of ``fs`` (the other fields of :class:`PassConfig` from ``cfg``)."""
     return [predict(PassConfig(dtype=dtype, fused=f, **cfg), k, registers=registers) for f in fs]

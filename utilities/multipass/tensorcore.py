@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import cupy as cp
@@ -24,12 +25,12 @@ from nvmath.device import Matmul
 from nvmath.device.common import clear, copy, copy_fragment, copy_wait, make_tensor
 from nvmath.device.cublasdx_numba import pipeline_extensions
 
-from .. import smem
+from .. import plans, smem
 from ..machinery import launch, pipelines
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
 from ..tiles import OUT_DTYPE, PIPELINE_TILE_K, block_matmul, pipeline_matmul
-from .config import PassConfig, validate_problem
+from .config import PassConfig, PipelineConfig, validate_problem
 
 SMEM_ALIGN = smem.ALIGN_BYTES  # every shared buffer starts on 1 KiB: enough for any swizzled layout cuBLASDx suggests
 
@@ -120,23 +121,31 @@ def check_operands(a: Any, bt: Any, m: int, n: int, k: int, dtype: str) -> None:
     require("B^T", bt, dtype, (n, k), hint=" (pass B column-major: the (n, k) array B^T, or B.T of one)")
 
 
+@dataclass(frozen=True)
+class Kernels(plans.Kernels):
+    """The kernel factory ``PassGemm`` uses instead of the course's :func:`make_multipass_kernel`."""
+
+    multipass: Callable[..., Any] | None = None
+
+    def course(self) -> dict[str, Callable[..., Any]]:
+        return {"multipass": make_multipass_kernel}
+
+
 class PassGemm:
     """C = A @ B with the multi-pass kernel of ``cfg``: int8 -> int32 or FP16 -> FP32, B column-major.
 
     Call it as ``plan(a, bt)`` with A (m, k) row-major and B given column-major: the (n, k) array B^T (or
-    ``b`` itself when it is a column-major (k, n) array). ``kernel_factory`` replaces
+    ``b`` itself when it is a column-major (k, n) array). ``kernels=Kernels(multipass=...)`` replaces
     :func:`make_multipass_kernel` (the exercise passes the attendee's).
     """
 
-    def __init__(
-        self, m: int, n: int, k: int, cfg: PassConfig | None = None, kernel_factory: Callable[..., Any] | None = None
-    ):
+    def __init__(self, m: int, n: int, k: int, cfg: PassConfig | None = None, kernels: Kernels | None = None):
         self.cfg = cfg or PassConfig()
         self.phases = validate_problem(m, n, k, self.cfg)
         self.m, self.n, self.k = m, n, k
         self.MM = matmul_for(self.cfg)
         _, self.shared = smem_offsets(self.MM)
-        self.kernel = (kernel_factory or make_multipass_kernel)(self.MM)
+        self.kernel = (kernels or Kernels()).factory("multipass")(self.MM)
         self.grid = (m // self.cfg.tile_m, n // self.cfg.tile_n)
         self.block = self.MM.block_dim
 
@@ -182,31 +191,35 @@ def make_pipeline_kernel(MM: Matmul):
 
 
 class PipelineGemm:
-    """C = A @ B through cuBLASDx's device pipeline (depth 3), same operands and tiles as :class:`PassGemm`.
+    """C = A @ B through cuBLASDx's device pipeline, same operands as :class:`PassGemm`; ``cfg`` (a
+    ``PipelineConfig``) gives the tile, threads and depth (default: 128 x 128, 256 threads, three stages).
 
     The pipeline is built for the operand buffers given here (its TMA descriptors point at them), so this plan
     computes the product of ``a`` and ``bt`` each time it is called; copy new values into them to reuse it.
     """
 
-    def __init__(self, a: Any, bt: Any, dtype: str = "int8", tile: tuple[int, int] = (128, 128), depth: int = 3):
+    def __init__(self, a: Any, bt: Any, dtype: str = "int8", cfg: PipelineConfig | None = None):
         m, k = a.shape
         n = bt.shape[0]
         check_operands(a, bt, m, n, k, dtype)
-        tk = PIPELINE_TILE_K[dtype]
-        if m % tile[0] or n % tile[1] or k % tk or k // tk < depth:
+        self.cfg = c = cfg or PipelineConfig()
+        tk, depth = c.tile_k or PIPELINE_TILE_K[dtype], c.depth
+        if m % c.tile_m or n % c.tile_n or k % tk or k // tk < depth:
             raise ValueError(
-                f"{m}x{n}x{k}: m, n must be multiples of {tile} and k a multiple of {tk} with k >= {depth * tk}"
+                f"{m}x{n}x{k}: m, n must be multiples of {(c.tile_m, c.tile_n)} and k a multiple of {tk} with "
+                f"k >= {depth * tk}"
             )
         self.m, self.n, self.k, self.dtype = m, n, k, dtype
-        self.MM = pipeline_matmul(dtype, *tile)
+        self.MM = pipeline_matmul(dtype, c.tile_m, c.tile_n, c.threads, tile_k=c.tile_k)
         self.a, self.bt = a, bt
         self.pipeline = pipelines.device_pipeline(self.MM, depth, a, bt.T)
         self.kernel = make_pipeline_kernel(self.MM)
-        self.grid = (m // tile[0], n // tile[1])
+        self.grid = (m // c.tile_m, n // c.tile_n)
 
     def __call__(self, out: Any = None) -> Any:
         out = cp.empty((self.m, self.n), dtype=OUT_DTYPE[self.dtype]) if out is None else out
         p = self.pipeline
+        # the DevicePipeline argument takes numba's dispatcher inside launch.launch: nvmath packs it, not the fast path
         launch.launch(self.kernel, self.grid, p.block_dim, p.buffer_size, out, p)
         return out
 

@@ -31,7 +31,7 @@ def baseline_records(a: Any, b: Any, *, repeats: int = 10, error: dict | None = 
     return [
         bench.bench(
             lambda: cublas.dgemm(a, b, out=out), m=m, n=n, k=k, name="cublas.dgemm", repeats=repeats, error=error
-        ),  # fmt: skip
+        ),
         bench.bench(lambda: cublas.igemm(a8, b8, out=out8), m=m, n=n, k=k, name="cublas.igemm", repeats=repeats),
     ]
 
@@ -120,15 +120,31 @@ def accuracy_records(n: int = 2048, *, seed: int = 4, record: bool = True) -> li
         plan = OzakiGemm(n, n, n, slices, "fused")
         c = plan(a, b)
         records.append(
-            bench.bench(lambda: plan(a, b, out=c), m=n, n=n, k=n, name="ozaki.fused", params=params, repeats=5,
-                        error=sampled_error(c, a_h, b_h, rows))
-        )  # fmt: skip
+            bench.bench(
+                lambda: plan(a, b, out=c),
+                m=n,
+                n=n,
+                k=n,
+                name="ozaki.fused",
+                params=params,
+                repeats=5,
+                error=sampled_error(c, a_h, b_h, rows),
+            )
+        )
         if native:
             out = cublas.dgemm(a, b)
             records.append(
-                bench.bench(lambda: cublas.dgemm(a, b, out=out), m=n, n=n, k=n, name="cublas.dgemm",
-                            params={"phi": phi}, repeats=5, error=sampled_error(out, a_h, b_h, rows))
-            )  # fmt: skip
+                bench.bench(
+                    lambda: cublas.dgemm(a, b, out=out),
+                    m=n,
+                    n=n,
+                    k=n,
+                    name="cublas.dgemm",
+                    params={"phi": phi},
+                    repeats=5,
+                    error=sampled_error(out, a_h, b_h, rows),
+                )
+            )
 
     a_h, b_h = inputs.normal(n, n, seed), inputs.normal(n, n, seed + 1)
     for slices in range(3, 11):

@@ -155,22 +155,32 @@ def corner_rows(slices: int) -> list[tuple[str, list[float]]]:
             [2.0**-1022, -3 * 2.0**-1060, 2.0**-1073, -(2.0**-1030)],
         ),
     ]
-    return ordinary + ends  # fmt: skip
+    return ordinary + ends
 
 
 def corner_matrix(slices: int, width: int = 16) -> tuple[np.ndarray, list[str]]:
     """The corner rows of ``slices`` as one matrix (zero-padded to ``width``), plus rows holding NaN and Inf; and
     the name of every row."""
-    rows = [*corner_rows(slices), ("a row holding a NaN", [1.0, np.nan, -2.0]), ("a row holding -Inf", [-np.inf, 3.0]),
-            ("a row holding +Inf and a NaN", [np.nan, 0.5, np.inf])]  # fmt: skip
+    rows = [
+        *corner_rows(slices),
+        ("a row holding a NaN", [1.0, np.nan, -2.0]),
+        ("a row holding -Inf", [-np.inf, 3.0]),
+        ("a row holding +Inf and a NaN", [np.nan, 0.5, np.inf]),
+    ]
     out = np.zeros((len(rows), max(width, *(len(values) for _, values in rows))))
     for i, (_, values) in enumerate(rows):
         out[i, : len(values)] = values
     return out, [name for name, _ in rows]
 
 
-def _fp_digits(x: float, e: int, slices: int, extract: Callable[[float], int] = math.trunc,
-               last: Callable[[float], int] = round, carry: str = "cascade") -> list[int]:  # fmt: skip
+def _fp_digits(
+    x: float,
+    e: int,
+    slices: int,
+    extract: Callable[[float], int] = math.trunc,
+    last: Callable[[float], int] = round,
+    carry: str = "cascade",
+) -> list[int]:
     """3a's digits, digit by digit in FP64, with one step swappable for a usual mistake (for a hint that names it):
     ``carry`` is "cascade" (the lowest digit first), "upward" (the top first: a carry does not cascade) or "wrap"."""
     t = math.ldexp(x, 7 - e)
@@ -193,16 +203,18 @@ def _fp_digits(x: float, e: int, slices: int, extract: Callable[[float], int] = 
 
 DIGIT_MISTAKES: dict[str, dict[str, Any]] = {
     "the last digit rounds half to even (Python's round, np.rint, the GPU's rint), not half up": {
-        "last": lambda t: math.floor(t + 0.5)},
+        "last": lambda t: math.floor(t + 0.5)
+    },
     "the last digit rounds half to even, not half away from zero": {
-        "last": lambda t: int(math.copysign(math.floor(abs(t) + 0.5), t))},
+        "last": lambda t: int(math.copysign(math.floor(abs(t) + 0.5), t))
+    },
     "the last digit is rounded (to nearest, half to even), not truncated": {"last": math.trunc},
     "peel the digits off toward zero (math.trunc): floor is not exact for negative x": {"extract": math.floor},
     "carries must cascade: go from the last digit to the first, so that a digit pushed to 128 or -129 by the carry "
     "from below carries on": {"carry": "upward"},
     "carry, do not wrap: a digit above 127 gives 1 to the next more significant digit (256 of its own units), one "
     "below -128 takes 1": {"carry": "wrap"},
-}  # fmt: skip
+}
 
 
 def _digits_diagnosis(wrong: Sequence[tuple[Sequence[int], float, int]], slices: int) -> str:
@@ -286,8 +298,10 @@ def _nonfinite_pairs(m: int, k: int, n: int, seed: int) -> list[tuple[str, np.nd
     a2, b2 = inputs.normal(m, k, seed + 2), inputs.normal(k, n, seed + 3)
     a2[rng.integers(m), rng.integers(k)] = np.nan
     b2[rng.integers(k), rng.integers(n)] = np.inf
-    return [("an Inf in a row of A, a NaN in a column of B", a, b), ("a NaN in a row of A, an Inf in a column of B",
-                                                                     a2, b2)]  # fmt: skip
+    return [
+        ("an Inf in a row of A, a NaN in a column of B", a, b),
+        ("a NaN in a row of A, an Inf in a column of B", a2, b2),
+    ]
 
 
 def _cases(m: int, k: int, n: int, seed: int, nonfinite: bool = False) -> Iterable[tuple[str, np.ndarray, np.ndarray]]:
@@ -344,10 +358,11 @@ def check_slice_number(fn: Callable[[float, int, int], Sequence[int]], *, seed: 
         label = f"x = {x!r} in {row} (e = {e}), {slices} slices"
         if got.shape != want.shape:
             raise CheckFailure(
-                "digits of one number", f"stage 'digits of one number' on input '{label}': {got.size} digits, "
+                "digits of one number",
+                f"stage 'digits of one number' on input '{label}': {got.size} digits, "
                 f"expected {slices}\nhint: return exactly `slices` digits: the count is the argument, not a fixed "
                 "count",
-            )  # fmt: skip
+            )
         if not np.array_equal(got, want):
             hint = _digits_diagnosis([(got, x, e)], slices) or _digits_hint(row, slices)
             compare("digits of one number", got, want, names=("digit",), case=label, hint=hint)
@@ -383,12 +398,15 @@ def check_diagonal_terms(
                 elif d < slices:
                     hint = "s runs from 0 to d and t = d - s"
                 else:
-                    hint = (f"diagonal {d} lies past the last one Ozaki-I keeps ({slices - 1}): there both s and t "
-                            "must stay below the number of slices, so s starts at d - (slices - 1)")  # fmt: skip
+                    hint = (
+                        f"diagonal {d} lies past the last one Ozaki-I keeps ({slices - 1}): there both s and t "
+                        "must stay below the number of slices, so s starts at d - (slices - 1)"
+                    )
                 raise CheckFailure(
-                    name, f"stage '{name}': diagonal {d} with {slices} slices gave {plain(got)}, expected "
+                    name,
+                    f"stage '{name}': diagonal {d} with {slices} slices gave {plain(got)}, expected "
                     f"{plain(want)}\nhint: {hint}",
-                )  # fmt: skip
+                )
     return passed(name, count, 0, "1 to 12 slices, every diagonal d = 0 .. 2S - 1 (those past S - 1 too)")
 
 
@@ -423,10 +441,14 @@ def check_slicing(
                 return not_yet(name, "every digit is zero")
             label = f"{case}, {s} slices"
             compare(
-                "exponent shifts", got_e, want_e, names=("row",), case=label,
+                "exponent shifts",
+                got_e,
+                want_e,
+                names=("row",),
+                case=label,
                 hint="e is the smallest integer with max|row| <= (127/128) 2^e; use frexp, bump e when the mantissa "
                 "exceeds 127/128, and 0 for an all-zero row",
-            )  # fmt: skip
+            )
             got_slices = np.asarray(got_slices)
             if got_slices.shape == want_slices.shape and not np.array_equal(got_slices, want_slices):
                 wrong = np.argwhere((got_slices != want_slices).any(axis=0))[:20]
@@ -434,9 +456,11 @@ def check_slicing(
                 row_name = labels[i] if labels is not None else ""
                 hint = _digits_diagnosis([(got_slices[:, r, c], a[r, c], want_e[r]) for r, c in wrong], s)
                 if not hint and s > 8 and s != counts[0]:
-                    hint = (f"every count below {s} passed: beyond 8 slices N does not fit an int64; the given "
-                            "high_part writes the 4 lowest digits and returns the part above them, whose HIGH digits "
-                            "remain")  # fmt: skip
+                    hint = (
+                        f"every count below {s} passed: beyond 8 slices N does not fit an int64; the given "
+                        "high_part writes the 4 lowest digits and returns the part above them, whose HIGH digits "
+                        "remain"
+                    )
                 hint = hint or _digits_hint(row_name, s)
                 label += f" (x = {float(a[i, j])!r} at row {i}" + (f": {row_name})" if row_name else ")")
                 compare("slices", got_slices, want_slices, names=SLICE_NAMES, case=label, hint=hint)
@@ -458,9 +482,13 @@ def check_diagonals(
         if count == 0 and st.diagonals.any() and untouched(got):
             return not_yet(name, "every diagonal is zero")
         compare(
-            "anti-diagonal sums", got, st.diagonals, names=("diagonal", "row", "col"), case=case,
+            "anti-diagonal sums",
+            got,
+            st.diagonals,
+            names=("diagonal", "row", "col"),
+            case=case,
             hint="diagonal d sums A_s @ B_t over s + t == d (b_slices[t] is B_t transposed); accumulate in int32",
-        )  # fmt: skip
+        )
         count += 1
     return passed(name, count, seed)
 
@@ -491,8 +519,16 @@ def epilogue_reference(
     return reconstruct(sums, e, f, alpha, beta, c)
 
 
-def _epilogue_variant(terms: np.ndarray, offsets: np.ndarray, e: np.ndarray, f: np.ndarray, alpha: float,
-                      beta: float, c: np.ndarray, mistake: str) -> np.ndarray:  # fmt: skip
+def _epilogue_variant(
+    terms: np.ndarray,
+    offsets: np.ndarray,
+    e: np.ndarray,
+    f: np.ndarray,
+    alpha: float,
+    beta: float,
+    c: np.ndarray,
+    mistake: str,
+) -> np.ndarray:
     """The epilogue with one of the usual mistakes (for a hint that names it)."""
     S = len(offsets) - 1
     order = range(S) if mistake == "largest weight first" else range(S - 1, -1, -1)
@@ -529,8 +565,17 @@ EPILOGUE_MISTAKES = {
 }
 
 
-def _epilogue_hint(got: np.ndarray, terms: np.ndarray, offsets: np.ndarray, e: np.ndarray, f: np.ndarray,
-                   alpha: float, beta: float, c: np.ndarray, bound: np.ndarray) -> str:  # fmt: skip
+def _epilogue_hint(
+    got: np.ndarray,
+    terms: np.ndarray,
+    offsets: np.ndarray,
+    e: np.ndarray,
+    f: np.ndarray,
+    alpha: float,
+    beta: float,
+    c: np.ndarray,
+    bound: np.ndarray,
+) -> str:
     for mistake, hint in EPILOGUE_MISTAKES.items():
         candidate = _epilogue_variant(terms, offsets, e, f, alpha, beta, c, mistake)
         with np.errstate(invalid="ignore"):
@@ -568,9 +613,16 @@ def _epilogue_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray, np.nda
         cases.append((f"{case}, 7 slices, partially fused layout", st.diagonals, diagonal_offsets(s), st.e, st.f))
     normal = _reference.ozaki_stages(inputs.normal(m, k, seed), inputs.normal(k, n, seed + 1), s)
     for s in (7, 12):
-        cases.append((f"odd diagonal sums near 2^30, {s} slices", _large_odd_diagonals(s, m, n, rng),
-                      diagonal_offsets(s), normal.e, normal.f))  # fmt: skip
-    return cases  # fmt: skip
+        cases.append(
+            (
+                f"odd diagonal sums near 2^30, {s} slices",
+                _large_odd_diagonals(s, m, n, rng),
+                diagonal_offsets(s),
+                normal.e,
+                normal.f,
+            )
+        )
+    return cases
 
 
 @checker("FP64 epilogue")
@@ -660,24 +712,33 @@ def check_ozaki_gemm(
             if kept:
                 _compare_stages(kept, ref, label)
             compare(
-                "C", got, want, bound=epilogue_bound(want - beta * c, c, alpha, beta), names=("row", "col"),
-                case=label, hint=_gemm_hint(got, want),
-            )  # fmt: skip
+                "C",
+                got,
+                want,
+                bound=epilogue_bound(want - beta * c, c, alpha, beta),
+                names=("row", "col"),
+                case=label,
+                hint=_gemm_hint(got, want),
+            )
             count += 1
     return passed(name, count, seed, DOMAIN_GEMM + f"; {slices} slices; shapes {plain(list(shapes))}")
 
 
 def _gemm_hint(got: np.ndarray, want: np.ndarray) -> str:
     """The epilogue's hint, and where the wrong entries lie when they fill whole tiles (a wrong tile index)."""
-    hint = ("the stages before C agree with the reference: look at the epilogue (weights, shifts, alpha/beta; C "
-            "unread when beta = 0; NaN where a shift is the non-finite sentinel)")  # fmt: skip
+    hint = (
+        "the stages before C agree with the reference: look at the epilogue (weights, shifts, alpha/beta; C "
+        "unread when beta = 0; NaN where a shift is the non-finite sentinel)"
+    )
     if got.shape != want.shape or got.shape[0] <= 128 or got.shape[1] <= 128:
         return hint
     nan = np.isnan(got) & ~np.isnan(want)
     if nan.any() and not nan.all():
         rows, cols = np.flatnonzero(nan.any(axis=1)), np.flatnonzero(nan.any(axis=0))
-        hint += (f"; entries of rows {rows[0]}..{rows[-1]} and columns {cols[0]}..{cols[-1]} were never written: "
-                 "does each block write the tile (bx, by) it computed, with bx along the rows?")  # fmt: skip
+        hint += (
+            f"; entries of rows {rows[0]}..{rows[-1]} and columns {cols[0]}..{cols[-1]} were never written: "
+            "does each block write the tile (bx, by) it computed, with bx along the rows?"
+        )
     return hint
 
 
@@ -695,12 +756,20 @@ def _compare_stages(kept: dict[str, Any], ref: _reference.OzakiStages, case: str
         compare("slices of B", view["b_slices"][:S, :n, :k], ref.b_slices, names=("slice", "col", "row"), case=case)
     if "diagonals" in view:
         compare(
-            "anti-diagonal sums", view["diagonals"][:, :m, :n], ref.diagonals, names=("diagonal", "row", "col"),
-            case=case, hint="each diagonal d accumulates A_s @ B_t for s + t == d: check the loop bounds and indices",
-        )  # fmt: skip
+            "anti-diagonal sums",
+            view["diagonals"][:, :m, :n],
+            ref.diagonals,
+            names=("diagonal", "row", "col"),
+            case=case,
+            hint="each diagonal d accumulates A_s @ B_t for s + t == d: check the loop bounds and indices",
+        )
     if "products" in view:
         want = _products.slice_products(ref.a_slices, ref.b_slices)
         compare(
-            "slice products", view["products"][:, :m, :n], want, names=("product", "row", "col"), case=case,
+            "slice products",
+            view["products"][:, :m, :n],
+            want,
+            names=("product", "row", "col"),
+            case=case,
             hint="product p is A_s @ B_t with (s, t) = (term_s[p], term_t[p]): s picks the slice of A, t that of B",
-        )  # fmt: skip
+        )

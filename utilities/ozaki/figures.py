@@ -47,11 +47,13 @@ def save_plots(records: Sequence[BenchRecord], folder: str) -> list[str]:
     sweep = [r for r in alone if r.name in ("ozaki.fused", "cublas.dgemm")]
     plots.throughput_vs_size(sweep, title="Fully fused Ozaki-I (7 slices) and cuBLAS DGEMM", path=paths[1])
     acc = [r for r in records if "phi" in r.params and r.error]
-    by_slices = sorted((r.params["slices"], r.error["normwise"]) for r in acc if r.name == "ozaki.fused"
-                       and r.params["phi"] == 0.0)  # fmt: skip
+    by_slices = sorted(
+        (r.params["slices"], r.error["normwise"]) for r in acc if r.name == "ozaki.fused" and r.params["phi"] == 0.0
+    )
     native = next((r.error["normwise"] for r in acc if r.name == "cublas.dgemm" and r.params["phi"] == 0.0), None)
-    plots.accuracy_vs_slices([s for s, _ in by_slices], {"fused, GPU": [e for _, e in by_slices]}, native=native,
-                             path=paths[2])  # fmt: skip
+    plots.accuracy_vs_slices(
+        [s for s, _ in by_slices], {"fused, GPU": [e for _, e in by_slices]}, native=native, path=paths[2]
+    )
     return [str(p) for p in paths]
 
 
@@ -60,8 +62,9 @@ def save_plots(records: Sequence[BenchRecord], folder: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def digits_picture(x: float = 3.14159265358979, row_max: float = 3.5, slices: int = 7,
-                   path: str | Path | None = None) -> Figure:  # fmt: skip
+def digits_picture(
+    x: float = 3.14159265358979, row_max: float = 3.5, slices: int = 7, path: str | Path | None = None
+) -> Figure:
     """The balanced base-256 digits of one number: one bar per slice, its digit and the weight 2^(e - 7 - 8s)."""
     import numpy as np
 
@@ -101,14 +104,24 @@ def anti_diagonals_picture(slices: int = 7, path: str | Path | None = None) -> F
             kept = d < slices
             color = cmap(d / max(1, slices - 1)) if kept else (0.88, 0.88, 0.88)
             ax.add_patch(Rectangle((t, s), 0.95, 0.95, color=color))
-            ax.text(t + 0.47, s + 0.5, f"d={d}" if kept else "", ha="center", va="center", fontsize=7,
-                    color="white" if kept and d < slices / 2 else "black")  # fmt: skip
+            ax.text(
+                t + 0.47,
+                s + 0.5,
+                f"d={d}" if kept else "",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if kept and d < slices / 2 else "black",
+            )
     ax.set_xlim(0, slices)
     ax.set_ylim(slices, 0)
     ax.set_xticks(np.arange(slices) + 0.47, [f"B_{t}" for t in range(slices)])
     ax.set_yticks(np.arange(slices) + 0.47, [f"A_{s}" for s in range(slices)])
-    ax.set_title(f"{slices * (slices + 1) // 2} products kept, {slices * (slices - 1) // 2} dropped (grey): "
-                 "one anti-diagonal d sums in int32", fontsize=9)  # fmt: skip
+    ax.set_title(
+        f"{slices * (slices + 1) // 2} products kept, {slices * (slices - 1) // 2} dropped (grey): "
+        "one anti-diagonal d sums in int32",
+        fontsize=9,
+    )
     ax.set_aspect("equal")
     return plots.finish(fig, path)
 
@@ -127,15 +140,18 @@ def launch_order(tiles_m: int, tiles_n: int, group: int | None) -> list[tuple[in
     return order
 
 
-def grouped_order_picture(tiles_m: int = 16, tiles_n: int = 12, group: int = 8, running: int = 24,
-                          path: str | Path | None = None) -> Figure:  # fmt: skip
+def grouped_order_picture(
+    tiles_m: int = 16, tiles_n: int = 12, group: int = 8, running: int = 24, path: str | Path | None = None
+) -> Figure:
     """The order in which blocks take the tiles of C, the grid's against grouped (``simt.grouped_tile``), with the
     first ``running`` blocks (those on the GPU at once) outlined: grouped, they read fewer tiles of A and B."""
     import numpy as np
     from matplotlib.patches import Rectangle
 
-    orders = {"the grid's order": launch_order(tiles_m, tiles_n, None),
-              f"grouped, {group} row tiles a group": launch_order(tiles_m, tiles_n, group)}  # fmt: skip
+    orders = {
+        "the grid's order": launch_order(tiles_m, tiles_n, None),
+        f"grouped, {group} row tiles a group": launch_order(tiles_m, tiles_n, group),
+    }
     fig = plots.new_figure(figsize=(9.5, 4.6))
     for k, (title, order) in enumerate(orders.items()):
         ax = fig.add_subplot(1, 2, k + 1)
@@ -147,8 +163,10 @@ def grouped_order_picture(tiles_m: int = 16, tiles_n: int = 12, group: int = 8, 
         for i, j in first:
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="tab:red", linewidth=1.5))
         rows_a, cols_b = len({i for i, _ in first}), len({j for _, j in first})
-        ax.set_title(f"{title}: the first {running} blocks\nread {rows_a} row tiles of A and {cols_b} column tiles "
-                     f"of B", fontsize=9)  # fmt: skip
+        ax.set_title(
+            f"{title}: the first {running} blocks\nread {rows_a} row tiles of A and {cols_b} column tiles of B",
+            fontsize=9,
+        )
         ax.set_xlabel("column tile of C")
         ax.set_ylabel("row tile of C")
     return plots.finish(fig, path)

@@ -27,10 +27,8 @@ _MAX_FINITE = np.finfo(np.float64).max
 ROWS_THREADS = 512  # threads per row of A in slice_rows_kernel
 COLS_BLOCK = (32, 16)  # slice_cols_kernel's block: 32 columns of B, 16 threads along k
 
-# Measured on an H100, 8192^2 operands, 7 slices (2026-11-22, tools/slicing_breakdown.py): slicing both took
-# 1.68 ms with FP64 digit-by-digit extraction and 1.12 ms with integer digits. Then, kernel by kernel in one run:
-# slice_rows 0.51 ms with a tree reduction over 256 threads, 0.40 ms with warp shuffles over 512; slice_cols
-# 0.45 ms with a 32 x 8 block, 0.40 ms with 32 x 16 and all loads issued first.
+# Integer digits, warp shuffles over 512 threads a row and a 32 x 16 block with all loads issued first: each was
+# measured against what it replaced (tools/slicing_breakdown.py; instructor-notes/ozaki.md, "Slicing").
 
 
 @cuda.jit(device=True)
@@ -299,13 +297,18 @@ def slicing_launches(
     """
     tile, rows = COLS_BLOCK
     return [
-        Launch("slice_rows", make_slice_rows_kernel(k, kp, slices, ROWS_THREADS, split_digits_factory), m,
-               ROWS_THREADS),
+        Launch(
+            "slice_rows", make_slice_rows_kernel(k, kp, slices, ROWS_THREADS, split_digits_factory), m, ROWS_THREADS
+        ),
         Launch("col_max", make_col_max_kernel(), (-(-n // 256), -(-k // 256)), 256),
         Launch("shifts_from_max", shifts_from_max_kernel, -(-n // 256), 256),
-        Launch("slice_cols", make_slice_cols_kernel(slices, tile, rows, split_digits_factory),
-               (-(-n // tile), -(-kp // (4 * tile))), (tile, rows)),
-    ]  # fmt: skip
+        Launch(
+            "slice_cols",
+            make_slice_cols_kernel(slices, tile, rows, split_digits_factory),
+            (-(-n // tile), -(-kp // (4 * tile))),
+            (tile, rows),
+        ),
+    ]
 
 
 GROUP_M = 8  # row tiles per group in the blocks' launch order (grouped_tile)
@@ -317,8 +320,7 @@ def grouped_tile():
 
     Blocks start in launch order. Row-major order would run all row tiles of one or two column tiles at once,
     needing every tile of A from L2 or HBM; in groups of GROUP_M row tiles the blocks running together share a
-    few tiles of A and of B. Measured on an H100 (2026-11-22, 8192^3, 7 slices, interleaved): the fused kernel
-    went from 31.2 to 33.6 TFLOP/s.
+    few tiles of A and of B (``instructor-notes/ozaki.md``, "Grouped tile order", has the measurement).
     """
     tiles_m, tiles_n = cuda.gridDim.x, cuda.gridDim.y
     block = cuda.blockIdx.x + cuda.blockIdx.y * tiles_m

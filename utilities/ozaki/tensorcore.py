@@ -27,6 +27,7 @@ from nvmath.device import Matmul
 from nvmath.device.common import make_tensor
 from nvmath.device.cublasdx_numba import pipeline_extensions
 
+from .. import plans
 from ..machinery import launch, pipelines
 from ..operands import require_fp64_gemm
 from ..smem import ceil_to
@@ -42,7 +43,7 @@ NONFINITE_SHIFT = plain.NONFINITE_SHIFT
 
 
 @dataclass(frozen=True)
-class Kernels:
+class Kernels(plans.Kernels):
     """Kernel factories that a plan uses instead of the course's own (the exercises pass the attendee's).
 
     None means the course's: ``make_split_digits``, ``make_epilogue_kernel`` (``utilities.ozaki.simt``),
@@ -56,36 +57,36 @@ class Kernels:
     fused: Callable[..., Any] | None = None
     epilogue: Callable[..., Any] | None = None
 
-    def given(self) -> list[Callable[..., Any]]:
-        """The factories given, in stage order (for a checker's ``exercise=``)."""
-        return [f for f in vars(self).values() if f is not None]
+    def course(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "split_digits": plain.make_split_digits,
+            "products": make_products_kernel,
+            "diagonals": make_diagonals_kernel,
+            "fused": make_fused_kernel,
+            "epilogue": plain.make_epilogue_kernel,
+        }
 
 
-@dataclass(frozen=True)
-class TileConfig:
-    """Block tile of the int8 GEMM and its pipeline. Chosen per GPU by :func:`tile_config`."""
+@dataclass(frozen=True, kw_only=True)
+class OzakiConfig(plans.TileConfig):
+    """Block tile of the int8 GEMM and the ``depth`` of its pipeline (K stages in flight). Chosen per GPU by
+    :func:`tile_config`."""
 
-    tile_m: int = 128
-    tile_n: int = 128
     tile_k: int = 128
-    threads: int = 128
     depth: int = 3
-
-    def describe(self) -> str:
-        return f"{self.tile_m}x{self.tile_n}x{self.tile_k} tile, {self.threads} threads, pipeline depth {self.depth}"
 
 
 def compute_capability() -> tuple[int, int]:
     return tuple(cuda.get_current_device().compute_capability)
 
 
-def tile_config(variant: str, cc: tuple[int, int] | None = None) -> TileConfig:
+def tile_config(variant: str, cc: tuple[int, int] | None = None) -> OzakiConfig:
     """A tile that suits the GPU: 128x128x128 where shared memory allows (sm_80, sm_90), 64-deep K on sm_86/89.
 
     256 threads (two warpgroups on Hopper): the fused kernel holds an FP64 accumulator beside the int32 one,
     and 64 + 2 x 64 registers of accumulators per thread still fit; on an H100 this configuration also ran the
-    int8 products faster than 128 threads (832 against 655 TOPS). All variants use it, so that they differ
-    only in what they fuse.
+    int8 products faster than 128 threads (``instructor-notes/ozaki.md``, "256 threads"). All variants use it, so
+    that they differ only in what they fuse.
     """
     cc = cc or compute_capability()
     if cc[0] < 8:
@@ -94,11 +95,11 @@ def tile_config(variant: str, cc: tuple[int, int] | None = None) -> TileConfig:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     threads = 256
     if cc in {(8, 6), (8, 7), (8, 9), (12, 0), (12, 1)}:  # about 100 KiB of shared memory per block
-        return TileConfig(128, 128, 64, threads, 3)
-    return TileConfig(128, 128, 128, threads, 3)
+        return OzakiConfig(tile_m=128, tile_n=128, tile_k=64, threads=threads, depth=3)
+    return OzakiConfig(tile_m=128, tile_n=128, tile_k=128, threads=threads, depth=3)
 
 
-def int8_matmul(cfg: TileConfig, sm: int | None = None) -> Matmul:
+def int8_matmul(cfg: OzakiConfig, sm: int | None = None) -> Matmul:
     """The block-level int8 x int8 -> int32 GEMM: A row-major, B column-major (both K-contiguous), C row-major.
 
     The pipelined block GEMM (``utilities.tiles.pipeline_matmul``, as track 1's library reference): each slice
@@ -247,7 +248,7 @@ class OzakiGemm:
         k: int,
         slices: int | str = 7,
         variant: str = "fused",
-        cfg: TileConfig | None = None,
+        cfg: OzakiConfig | None = None,
         kernels: Kernels | None = None,
     ):
         if variant not in VARIANTS:
@@ -275,7 +276,7 @@ class OzakiGemm:
         if self.kp // c.tile_k < c.depth:
             raise ValueError(
                 f"K = {k} is too small for a {c.depth}-stage pipeline of {c.tile_k}-deep tiles: "
-                f"use K >= {c.depth * c.tile_k}, or a TileConfig with a smaller depth or tile_k"
+                f"use K >= {c.depth * c.tile_k}, or an OzakiConfig with a smaller depth or tile_k"
             )
         self.MM = int8_matmul(self.cfg)
         S = slices
@@ -336,9 +337,7 @@ class OzakiGemm:
     def slice(self, a: Any, b: Any) -> None:
         """Stage 1: shifts and slices of A (rows) and B (columns)."""
         m, n, k, S = self.m, self.n, self.k, self.slices
-        split = self.kernels.split_digits or plain.make_split_digits
-        # launch.launch: numba's dispatcher would type the arguments again on every call (about 0.1 ms of host
-        # time before the first kernel starts, which the timings would count)
+        split = self.kernels.factory("split_digits")
         args = (
             (a, self._a_words, self.e),
             (b, self._mu, self._bad),  # the maxima start at zero, and shifts_from_max zeroes them again
@@ -351,24 +350,28 @@ class OzakiGemm:
     def products(self) -> None:
         """Stage 2 of the unfused and partially fused variants: int32 products or anti-diagonals."""
         shared, block = self.pipeline.buffer_size, self.pipeline.block_dim
+        # the DevicePipeline argument takes numba's dispatcher inside launch.launch: nvmath packs it, not the fast path
         if self.variant == "unfused":
-            kernel = (self.kernels.products or make_products_kernel)(self.MM)
+            kernel = self.kernels.factory("products")(self.MM)
             grid = (*self.grid, self.terms.shape[0])
             launch.launch(kernel, grid, block, shared, self.terms, self.term_s, self.term_t, self.pipeline)
         elif self.variant == "partial":
-            kernel = (self.kernels.diagonals or make_diagonals_kernel)(self.MM)
+            kernel = self.kernels.factory("diagonals")(self.MM)
             launch.launch(kernel, self.grid, block, shared, self.terms, self.pipeline)
         else:
             raise RuntimeError("the fused variant has no separate products stage")
 
     def epilogue(self, out: Any, c: Any, alpha: float, beta: float) -> None:
-        step = plain.epilogue_launch(self.m, self.n, self.kernels.epilogue)
-        step.kernel[step.grid, step.block](self.terms, self.offsets, self.e, self.f, alpha, beta, c, out)
+        """Stage 3 of the unfused and partially fused variants: C from the int32 terms."""
+        step = plain.epilogue_launch(self.m, self.n, self.kernels.factory("epilogue"))
+        args = (self.terms, self.offsets, self.e, self.f, np.float64(alpha), np.float64(beta), c, out)
+        launch.launch(step.kernel, step.grid, step.block, 0, *args)
 
     def fused(self, out: Any, c: Any, alpha: float, beta: float) -> None:
         """Stages 2 and 3 of the fused variant: one kernel from the slices to C."""
-        kernel = (self.kernels.fused or make_fused_kernel)(self.MM)
+        kernel = self.kernels.factory("fused")(self.MM)
         args = (float(alpha), float(beta), c, out, self.e, self.f, self.slices, self.pipeline)
+        # the DevicePipeline argument takes numba's dispatcher inside launch.launch: nvmath packs it, not the fast path
         launch.launch(kernel, self.grid, self.pipeline.block_dim, self.pipeline.buffer_size, *args)
 
     def __call__(self, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, out: Any = None) -> Any:
@@ -396,19 +399,25 @@ def slice_rows_on_gpu(
     e = cp.zeros(m, dtype=cp.int32)
     threads = plain.ROWS_THREADS
     kernel = plain.make_slice_rows_kernel(k, kp, slices, threads, split_digits_factory or plain.make_split_digits)
-    kernel[m, threads](cp.asarray(a, dtype=cp.float64), words, e)
+    launch.launch(kernel, m, threads, 0, cp.asarray(a, dtype=cp.float64), words, e)
     return cp.asnumpy(words.view(cp.int8)[:, :, :k]), cp.asnumpy(e)
 
 
 def epilogue_on_gpu(
-    terms: np.ndarray, offsets: np.ndarray, e: np.ndarray, f: np.ndarray, alpha: float, beta: float, c: np.ndarray,
+    terms: np.ndarray,
+    offsets: np.ndarray,
+    e: np.ndarray,
+    f: np.ndarray,
+    alpha: float,
+    beta: float,
+    c: np.ndarray,
     epilogue_factory: Callable[[], Any] | None = None,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """Stage 3 alone, for the checkers: C from the int32 terms (T, m, n), diagonal d's being
     ``terms[offsets[d]:offsets[d + 1]]`` (the unfused products or the partial variant's diagonals), on the GPU."""
     _, m, n = terms.shape
     out = cp.full((m, n), np.nan)
     step = plain.epilogue_launch(m, n, epilogue_factory)
     args = (cp.asarray(terms), cp.asarray(offsets, dtype=cp.int32), cp.asarray(e), cp.asarray(f))
-    step.kernel[step.grid, step.block](*args, float(alpha), float(beta), cp.asarray(c), out)
+    launch.launch(step.kernel, step.grid, step.block, 0, *args, np.float64(alpha), np.float64(beta), cp.asarray(c), out)
     return cp.asnumpy(out)

@@ -108,8 +108,9 @@ def ozaki2_records(
     return records
 
 
-def stage_records(size: int, count: int, a: Any, b: Any, auto: Ozaki2Gemm, *, repeats: int = 10
-                  ) -> list[bench.BenchRecord]:  # fmt: skip
+def stage_records(
+    size: int, count: int, a: Any, b: Any, auto: Ozaki2Gemm, *, repeats: int = 10
+) -> list[bench.BenchRecord]:
     """Each stage of the default design alone at ``count`` moduli, and of the batched and late designs' products
     and reconstruction, each with its floor at this run's int8 rate and copy bandwidth."""
     m = n = k = size
@@ -125,40 +126,61 @@ def stage_records(size: int, count: int, a: Any, b: Any, auto: Ozaki2Gemm, *, re
     def floor(design: str, stage: str, auto_count: bool = False) -> dict[str, Any]:
         works = {w.name: w for w in model.design(design, m, n, k, count, auto=auto_count)}
         w = works[stage]
-        return {"floor_ms": w.floor_ms(int8_tops, copy_tbs), "floor_bytes": w.bytes, "copy_tbs": copy_tbs,
-                "int8_tops": int8_tops}  # fmt: skip
+        return {
+            "floor_ms": w.floor_ms(int8_tops, copy_tbs),
+            "floor_bytes": w.bytes,
+            "copy_tbs": copy_tbs,
+            "int8_tops": int8_tops,
+        }
 
     def timed(name: str, fn: Callable[[], object], params: dict[str, Any], **rates: Any) -> None:
         records.append(bench.bench(fn, m=m, n=n, k=k, name=name, params=params, repeats=repeats, **rates))
 
     c = cp.empty((m, n))
-    timed("ozaki2.choice", lambda: auto.choose(a, b), {"moduli": count} | floor("early", "choice", True),
-          bytes_moved=model.design("early", m, n, k, count, auto=True)[0].bytes)  # fmt: skip
+    timed(
+        "ozaki2.choice",
+        lambda: auto.choose(a, b),
+        {"moduli": count} | floor("early", "choice", True),
+        bytes_moved=model.design("early", m, n, k, count, auto=True)[0].bytes,
+    )
     for options in ({}, {"products": "batched"}, {"digits": "late"}):
         plan = Ozaki2Gemm(m, n, k, count, **options)
         plan(a, b, out=c)
         design = "late" if plan.digits is None else "early"
         modes = {"moduli": count, **_modes(plan)}
         if not options:
-            timed("ozaki2.scaling", lambda plan=plan: plan.scale(a, b), modes | floor(design, "scaling"),
-                  bytes_moved=model.design(design, m, n, k, count)[0].bytes)  # fmt: skip
+            timed(
+                "ozaki2.scaling",
+                lambda plan=plan: plan.scale(a, b),
+                modes | floor(design, "scaling"),
+                bytes_moved=model.design(design, m, n, k, count)[0].bytes,
+            )
         products = model.design(design, m, n, k, count)
         gemm_floor = floor(design, "products")
         if plan.digits is not None:  # the digits are part of this stage: their floor adds
             gemm_floor["floor_ms"] += floor(design, "digits")["floor_ms"]
         timed("ozaki2.products", plan.products, modes | gemm_floor, flops=2.0 * count * m * n * k)
         if options.get("products") != "batched":
-            timed("ozaki2.reconstruct", lambda plan=plan: plan.reconstruct(a, b, c, c, 1.0, 0.0),
-                  modes | floor(design, "reconstruct"), bytes_moved=products[-1].bytes)  # fmt: skip
+            timed(
+                "ozaki2.reconstruct",
+                lambda plan=plan: plan.reconstruct(a, b, c, c, 1.0, 0.0),
+                modes | floor(design, "reconstruct"),
+                bytes_moved=products[-1].bytes,
+            )
         del plan
         cp.get_default_memory_pool().free_all_blocks()
     return records
 
 
 def accuracy_records(
-    n: int = 2048, phis: Sequence[float] = (0.0, 0.5, 1.0, 2.0, 4.0), counts: Sequence[int] = range(12, 19), *,
-    ozaki1_auto: Callable[[int, int, int], Any] | None = None, seed: int = 4, record: bool = True,
-) -> list[bench.BenchRecord]:  # fmt: skip
+    n: int = 2048,
+    phis: Sequence[float] = (0.0, 0.5, 1.0, 2.0, 4.0),
+    counts: Sequence[int] = range(12, 19),
+    *,
+    ozaki1_auto: Callable[[int, int, int], Any] | None = None,
+    seed: int = 4,
+    record: bool = True,
+) -> list[bench.BenchRecord]:
     """Errors against the exact product on 16 sampled rows of n^3 products: Ozaki-II against the moduli count
     (normal inputs, ``ozaki2.fixed``), and at each phi the automatic counts of Ozaki-II (``ozaki2.auto``) and
     Ozaki-I (``ozaki.auto``, a factory ``(m, n, k) -> plan`` given by the caller) beside cuBLAS DGEMM on the same
@@ -168,8 +190,11 @@ def accuracy_records(
 
     def measure(name: str, fn: Any, a_h: np.ndarray, b_h: np.ndarray, params: dict[str, Any]) -> None:
         out = fn()
-        records.append(bench.bench(fn, m=n, n=n, k=n, name=name, params=params, repeats=5,
-                                   error=sampled_error(out, a_h, b_h, rows)))  # fmt: skip
+        records.append(
+            bench.bench(
+                fn, m=n, n=n, k=n, name=name, params=params, repeats=5, error=sampled_error(out, a_h, b_h, rows)
+            )
+        )
 
     a_h, b_h = inputs.normal(n, n, seed), inputs.normal(n, n, seed + 1)
     a, b = cp.asarray(a_h), cp.asarray(b_h)
@@ -184,13 +209,23 @@ def accuracy_records(
         a, b = cp.asarray(a_h), cp.asarray(b_h)
         measure("cublas.dgemm", lambda a=a, b=b: cublas.dgemm(a, b), a_h, b_h, {"phi": phi})
         auto(a, b)
-        params = {"moduli": auto.count, "phi": phi, "auto": True, "estimate_u": auto.choice.estimate,
-                  "target_u": auto.choice.target}  # fmt: skip
+        params = {
+            "moduli": auto.count,
+            "phi": phi,
+            "auto": True,
+            "estimate_u": auto.choice.estimate,
+            "target_u": auto.choice.target,
+        }
         measure("ozaki2.auto", lambda a=a, b=b: auto(a, b), a_h, b_h, params)
         if plan1 is not None:
             plan1(a, b)
-            params = {"slices": plan1.slices, "phi": phi, "auto": True, "estimate_u": plan1.choice.estimate,
-                      "target_u": plan1.choice.target}  # fmt: skip
+            params = {
+                "slices": plan1.slices,
+                "phi": phi,
+                "auto": True,
+                "estimate_u": plan1.choice.estimate,
+                "target_u": plan1.choice.target,
+            }
             measure("ozaki.auto", lambda a=a, b=b: plan1(a, b), a_h, b_h, params)
     if record:
         bench.record(records)

@@ -74,28 +74,38 @@ def check_residue(fn: Callable[[np.ndarray, int], Any], *, seed: int | None = No
     for p, x, got, want in runs:
         lo, hi = ref.residue_range(p)
         got = got.astype(np.float64) if got.dtype.kind in "iu" else got
-        hint = (f"x mod p, then into [{lo}, {hi}]: np.mod of an int64 array (x.astype(np.int64): exact below 2^63) "
-                f"is in [0, {p - 1}]; subtract p where it passes {hi}")  # fmt: skip
+        hint = (
+            f"x mod p, then into [{lo}, {hi}]: np.mod of an int64 array (x.astype(np.int64): exact below 2^63) "
+            f"is in [0, {p - 1}]; subtract p where it passes {hi}"
+        )
         if got.shape == want.shape and _rounded_by_fp64(x, got, want):
-            hint = (f"every wrong residue is of an x beyond 2^53, where a double holds only every other integer: an "
-                    f"FP64 operation on x (x - {lo}, x % p on the float array) rounds before the remainder is taken. "
-                    f"Convert to int64 first, x.astype(np.int64), and take the remainder there")  # fmt: skip
+            hint = (
+                f"every wrong residue is of an x beyond 2^53, where a double holds only every other integer: an "
+                f"FP64 operation on x (x - {lo}, x % p on the float array) rounds before the remainder is taken. "
+                f"Convert to int64 first, x.astype(np.int64), and take the remainder there"
+            )
         elif got.shape == want.shape and np.all(np.mod(got - want, p) == 0):
             hint = f"the right class modulo {p}, the wrong representative: bring each residue into [{lo}, {hi}]"
         compare("residues", got, want, names=("entry",), case=f"p = {p}", hint=hint)
     return passed(name, len(runs), seed)
 
 
-def _bounded_products(count: int, rng: np.random.Generator, shape: tuple[int, int] = (6, 9)) -> Iterator[
-        tuple[str, np.ndarray]]:  # fmt: skip
+def _bounded_products(
+    count: int, rng: np.random.Generator, shape: tuple[int, int] = (6, 9)
+) -> Iterator[tuple[str, np.ndarray]]:
     """(name, X) with integers |X| <= 2^t, the scaling's limit, as Python ints (object arrays)."""
     t = ref.crt(count).t
     top = 1 << t
     yield "the limits: 0, +-1, +-2^t", np.array([0, 1, -1, top, -top, top - 1, -top + 1, 2, -2], object).reshape(3, 3)
     small = rng.integers(-(2 ** min(40, t)), 2 ** min(40, t), shape)
     yield "small integers", np.array([[int(v) for v in row] for row in small], object)
-    near = [[int(rng.choice([-1, 1])) * (top - (int(rng.integers(0, 2**62)) >> max(0, 62 - t + 8)))
-             for _ in range(shape[1])] for _ in range(shape[0])]  # fmt: skip
+    near = [
+        [
+            int(rng.choice([-1, 1])) * (top - (int(rng.integers(0, 2**62)) >> max(0, 62 - t + 8)))
+            for _ in range(shape[1])
+        ]
+        for _ in range(shape[0])
+    ]
     yield "near the limit", np.array(near, object)
 
 
@@ -113,8 +123,9 @@ def reconstruction_bound(want: np.ndarray, count: int) -> np.ndarray:
     return 4 * U * np.abs(want) + ref.crt(count).product_float * 2.0**-100
 
 
-def c_bound(want: np.ndarray, mu: np.ndarray, nu: np.ndarray, count: int, alpha: float, beta: float,
-            c: np.ndarray) -> np.ndarray:  # fmt: skip
+def c_bound(
+    want: np.ndarray, mu: np.ndarray, nu: np.ndarray, count: int, alpha: float, beta: float, c: np.ndarray
+) -> np.ndarray:
     """What C may differ by: the reconstruction's bound scaled back by 2^(-mu - nu), alpha's and beta C's roundings
     (a fused multiply-add), and an underflow's half unit."""
     mu, nu = np.asarray(mu, np.int64), np.asarray(nu, np.int64)
@@ -126,8 +137,12 @@ def c_bound(want: np.ndarray, mu: np.ndarray, nu: np.ndarray, count: int, alpha:
 
 
 @checker("CRT reconstruction")
-def check_crt(fn: Callable[[np.ndarray, int], Any], counts: Sequence[int] = range(ref.MIN_MODULI, ref.MAX_MODULI + 1),
-              *, seed: int | None = None) -> CheckResult:  # fmt: skip
+def check_crt(
+    fn: Callable[[np.ndarray, int], Any],
+    counts: Sequence[int] = range(ref.MIN_MODULI, ref.MAX_MODULI + 1),
+    *,
+    seed: int | None = None,
+) -> CheckResult:
     """``fn(digits, count)`` returns the integers X (float64) whose CRT digits (count, ...) are given, |X| <= 2^t;
     every count the plans accept."""
     name, seed = "CRT reconstruction", fresh_seed(seed)
@@ -139,10 +154,16 @@ def check_crt(fn: Callable[[np.ndarray, int], Any], counts: Sequence[int] = rang
             got = np.asarray(fn(digits_of(x, count), count))
             if cases == 0 and untouched(got):
                 return not_yet(name, "every integer is zero")
-            compare("integers", got, want, bound=reconstruction_bound(want, count), names=("row", "col"),
-                    case=f"{case}, {count} moduli",
-                    hint="three sums of u_t c1_t, u_t c2_t, u_t c3_t, t = 0, 1, ...; q = floor(s1 + 1/2); "
-                    "X = ((s1 - q) + s2 + s3) P: the fractional part of sum u_t / p_t, times P")  # fmt: skip
+            compare(
+                "integers",
+                got,
+                want,
+                bound=reconstruction_bound(want, count),
+                names=("row", "col"),
+                case=f"{case}, {count} moduli",
+                hint="three sums of u_t c1_t, u_t c2_t, u_t c3_t, t = 0, 1, ...; q = floor(s1 + 1/2); "
+                "X = ((s1 - q) + s2 + s3) P: the fractional part of sum u_t / p_t, times P",
+            )
             cases += 1
     return passed(name, cases, seed)
 
@@ -179,13 +200,13 @@ def _launch_failure(error: Exception) -> CheckFailure | None:
             "kernel has 512 threads, so a thread may use at most 128 registers; your device function keeps more "
             "alive than that. Keep it to a few doubles: no arrays, no conversions of large doubles to int64 "
             "(math.floor, int(...): beyond 2^63 they overflow, and they cost registers); round_near keeps it in FP64",
-        )  # fmt: skip
+        )
     if "ILLEGAL_ADDRESS" in text or "out of bounds" in text.lower():
         return CheckFailure(
             "running your code",
             f"stage 'running your code': the kernel read or wrote outside an array ({text.strip()})\nhint: the "
             "tables (P, INV, HI, ...) hold one entry per modulus: index them with t",
-        )  # fmt: skip
+        )
     return None
 
 
@@ -200,8 +221,13 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 @checker("scaling and residues")
-def check_scaling(fn: Callable[[np.ndarray, int], tuple[Any, Any]], counts: Sequence[int] = SCALING_COUNTS, *,
-                  shape: tuple[int, int] = (23, 130), seed: int | None = None) -> CheckResult:  # fmt: skip
+def check_scaling(
+    fn: Callable[[np.ndarray, int], tuple[Any, Any]],
+    counts: Sequence[int] = SCALING_COUNTS,
+    *,
+    shape: tuple[int, int] = (23, 130),
+    seed: int | None = None,
+) -> CheckResult:
     """``fn(x, count)`` returns ``(mu (m,) int32, residues (count, m, k) int8)`` for the rows of x (m, k = shape)."""
     name, seed = "scaling and residues", fresh_seed(seed)
     cases = 0
@@ -213,16 +239,26 @@ def check_scaling(fn: Callable[[np.ndarray, int], tuple[Any, Any]], counts: Sequ
             if cases == 0 and untouched(res):
                 return not_yet(name, "every residue is zero")
             label = f"{case}, {count} moduli"
-            compare("exponents", mu, want_mu, names=("row",), case=label,
-                    hint="mu comes from the row's statistics (reference.line_terms): the course's code")  # fmt: skip
-            hint = ("w minus the multiple of p nearest to it: round_near(w * INV[t]) * P[t]; then, where the result "
-                    "passes HI[t] (a tie, w / p = n + 1/2, only for p = 256), subtract P[t] once more")  # fmt: skip
+            compare(
+                "exponents",
+                mu,
+                want_mu,
+                names=("row",),
+                case=label,
+                hint="mu comes from the row's statistics (reference.line_terms): the course's code",
+            )
+            hint = (
+                "w minus the multiple of p nearest to it: round_near(w * INV[t]) * P[t]; then, where the result "
+                "passes HI[t] (a tie, w / p = n + 1/2, only for p = 256), subtract P[t] once more"
+            )
             if res.shape == want_res.shape and res.dtype == want_res.dtype:
                 off = res.astype(np.int64) - want_res
                 moduli = np.array(ref.crt(count).moduli)[:, None, None]
                 if (off != 0).any() and np.all(off % moduli == 0):
-                    hint = ("the right class modulo p, the wrong representative: a residue must lie in "
-                            "reference.residue_range(p) ([-128, 127] for p = 256)")  # fmt: skip
+                    hint = (
+                        "the right class modulo p, the wrong representative: a residue must lie in "
+                        "reference.residue_range(p) ([-128, 127] for p = 256)"
+                    )
             compare("residues", res, want_res, names=("modulus", "row", "col"), case=label, hint=hint)
             cases += 1
     return passed(name, cases, seed)
@@ -232,15 +268,31 @@ def _products(count: int, rng: np.random.Generator, shape: tuple[int, int] = (5,
     """int32 products (count, m, n): random, with the corners 0, +-1, +-(2^31 - 1), -2^31, multiples of p +- 1."""
     x = rng.integers(-(2**31), 2**31, (count, *shape), dtype=np.int64)
     for t, p in enumerate(ref.crt(count).moduli):
-        corners = [0, 1, -1, 2**31 - 1, -(2**31) + 1, -(2**31), p, -p, p - 1, 1 - p, p + 1, 3 * p, -5 * p + 1,
-                   (2**31 - 1) // p * p, -((2**31) // p) * p]  # fmt: skip
+        corners = [
+            0,
+            1,
+            -1,
+            2**31 - 1,
+            -(2**31) + 1,
+            -(2**31),
+            p,
+            -p,
+            p - 1,
+            1 - p,
+            p + 1,
+            3 * p,
+            -5 * p + 1,
+            (2**31 - 1) // p * p,
+            -((2**31) // p) * p,
+        ]
         x[t, 0, : len(corners)] = corners
     return x.astype(np.int32)
 
 
 @checker("CRT digits")
-def check_digits(fn: Callable[[np.ndarray], Any], count: int = ref.MAX_MODULI, *,
-                 seed: int | None = None) -> CheckResult:  # fmt: skip
+def check_digits(
+    fn: Callable[[np.ndarray], Any], count: int = ref.MAX_MODULI, *, seed: int | None = None
+) -> CheckResult:
     """``fn(products)`` returns the CRT digits (count, m, n) uint8 of the int32 products (count, m, n): for every
     modulus t, ``(P_t mod p) y_t mod p`` in [0, p)."""
     name, seed = "CRT digits", fresh_seed(seed)
@@ -273,10 +325,15 @@ def _compare_c(got: np.ndarray, want: np.ndarray, bound: np.ndarray, case: str, 
     got = np.asarray(got)
     if got.shape == want.shape:
         with np.errstate(invalid="ignore"):
-            compare("C (NaN and Inf, as DGEMM's)", np.where(finite, 0.0, got), np.where(finite, 0.0, want),
-                    names=("row", "col"), case=case,
-                    hint="a line of A or B that holds a NaN or an Inf (its exponent is NONFINITE_SHIFT): C there is "
-                    "DGEMM's, the FP64 dot product of the row of A and the column of B")  # fmt: skip
+            compare(
+                "C (NaN and Inf, as DGEMM's)",
+                np.where(finite, 0.0, got),
+                np.where(finite, 0.0, want),
+                names=("row", "col"),
+                case=case,
+                hint="a line of A or B that holds a NaN or an Inf (its exponent is NONFINITE_SHIFT): C there is "
+                "DGEMM's, the FP64 dot product of the row of A and the column of B",
+            )
         got, want = np.where(finite, got, 0.0), np.where(finite, want, 0.0)
     compare("C", got, want, bound=np.where(finite, bound, 0.0), names=("row", "col"), case=case, hint=hint)
 
@@ -287,8 +344,9 @@ def _c_read_although_beta_zero(got: np.ndarray, want: np.ndarray, beta: float) -
 
 
 @checker("Ozaki-II reconstruction")
-def check_reconstruction(fn: Callable[..., Any], counts: Sequence[int] = RECONSTRUCTION_COUNTS, *,
-                         seed: int | None = None) -> CheckResult:  # fmt: skip
+def check_reconstruction(
+    fn: Callable[..., Any], counts: Sequence[int] = RECONSTRUCTION_COUNTS, *, seed: int | None = None
+) -> CheckResult:
     """``fn(digits, mu, nu, a, b, alpha, beta, c)`` returns C (float64) from the CRT digits (count, m, n) uint8,
     the rows' and columns' exponents, and A and B (whose lines holding a NaN or an Inf get DGEMM's result)."""
     name, seed = "Ozaki-II reconstruction", fresh_seed(seed)
@@ -308,9 +366,12 @@ def check_reconstruction(fn: Callable[..., Any], counts: Sequence[int] = RECONST
             want = ref.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
             label = f"{count} moduli, alpha={alpha}, beta={beta}"
             if _c_read_although_beta_zero(got, want, beta):
-                raise CheckFailure("C", f"stage 'C' on input '{label}': every entry is NaN, and C held NaN: C was "
-                                   "read although beta = 0\nhint: add beta C only when beta != 0 (a GEMM does not "
-                                   "read C then: it may hold anything)")  # fmt: skip
+                raise CheckFailure(
+                    "C",
+                    f"stage 'C' on input '{label}': every entry is NaN, and C held NaN: C was "
+                    "read although beta = 0\nhint: add beta C only when beta != 0 (a GEMM does not "
+                    "read C then: it may hold anything)",
+                )
             if cases == 0 and np.nan_to_num(want).any() and (untouched(got) or untouched(got, float("nan"))):
                 return not_yet(name, "C is all zero or was not written")
             bound = c_bound(want, st.mu, st.nu, count, alpha, beta, c)
@@ -326,9 +387,14 @@ def check_reconstruction(fn: Callable[..., Any], counts: Sequence[int] = RECONST
     return passed(name, cases, seed)
 
 
-GEMM_NEEDS = {"exponents of A": (), "exponents of B": (), "residues of A": ("make_residue",),
-              "residues of B": ("make_residue",), "products": ("make_residue",),
-              "digits": ("make_residue", "make_digit")}  # fmt: skip
+GEMM_NEEDS = {
+    "exponents of A": (),
+    "exponents of B": (),
+    "residues of A": ("make_residue",),
+    "residues of B": ("make_residue",),
+    "products": ("make_residue",),
+    "digits": ("make_residue", "make_digit"),
+}
 
 
 @checker("Ozaki-II GEMM", needs=GEMM_NEEDS)
@@ -364,18 +430,22 @@ def check_ozaki2_gemm(
             ):
                 return not_yet(name, "C is all zero or was not written")
             for key, stage, want_stage, names in (
-                ("mu", "exponents of A", st.mu, ("row",)), ("nu", "exponents of B", st.nu, ("col",)),
+                ("mu", "exponents of A", st.mu, ("row",)),
+                ("nu", "exponents of B", st.nu, ("col",)),
                 ("a_res", "residues of A", st.a_res, ("modulus", "row", "col")),
                 ("b_res", "residues of B", st.b_res, ("modulus", "col", "row")),
                 ("products", "products", st.products, ("modulus", "row", "col")),
                 ("digits", "digits", st.digits, ("modulus", "row", "col")),
-            ):  # fmt: skip
+            ):
                 if key in kept:
                     sel = tuple(slice(0, s) for s in want_stage.shape)
                     compare(stage, kept[key][sel], want_stage, names=names, case=label)
             if _c_read_although_beta_zero(got, want, beta):
-                raise CheckFailure("C", f"stage 'C' on input '{label}': every entry is NaN, and C held NaN: C was "
-                                   "read although beta = 0\nhint: add beta C only when beta != 0")  # fmt: skip
+                raise CheckFailure(
+                    "C",
+                    f"stage 'C' on input '{label}': every entry is NaN, and C held NaN: C was "
+                    "read although beta = 0\nhint: add beta C only when beta != 0",
+                )
             bound = c_bound(want, st.mu, st.nu, count, alpha, beta, c)
             _compare_c(
                 got,

@@ -12,9 +12,13 @@ from .. import plots
 U = 2.0**-53
 
 
-def error_vs_products(curves: Mapping[str, Sequence[tuple[int, float]]], *, native: float | None = None,
-                      title: str = "Accuracy against the int8 products spent",
-                      path: str | os.PathLike[str] | None = None) -> Figure:  # fmt: skip
+def error_vs_products(
+    curves: Mapping[str, Sequence[tuple[int, float]]],
+    *,
+    native: float | None = None,
+    title: str = "Accuracy against the int8 products spent",
+    path: str | os.PathLike[str] | None = None,
+) -> Figure:
     """Normwise error (log scale) against the number of int8 products, one curve per scheme, ``(products, error)``
     points; FP64 GEMM's error as a dashed line."""
     fig = plots.new_figure(figsize=(7.0, 4.2))
@@ -39,13 +43,22 @@ def error_vs_products(curves: Mapping[str, Sequence[tuple[int, float]]], *, nati
 STAGES = ("choice", "scaling", "products", "reconstruct")
 
 
-def stages_against_floors(records: Sequence[plots.BenchRecord | Mapping], *, size: int | None = None,
-                          path: str | os.PathLike[str] | None = None) -> Figure:  # fmt: skip
+def stages_against_floors(
+    records: Sequence[plots.BenchRecord | Mapping],
+    *,
+    size: int | None = None,
+    path: str | os.PathLike[str] | None = None,
+) -> Figure:
     """Each stage of the default design (per-modulus products, early digits) as a bar of its measured time beside
     its floor (``params["floor_ms"]``, from ``benchmarks.stage_records``), at ``size`` (the largest if None)."""
     recs = [plots.as_record(r) for r in records]
-    recs = [r for r in recs if "floor_ms" in r.params and r.params.get("products", "per-modulus") == "per-modulus"
-            and r.params.get("digits", "early") == "early"]  # fmt: skip
+    recs = [
+        r
+        for r in recs
+        if "floor_ms" in r.params
+        and r.params.get("products", "per-modulus") == "per-modulus"
+        and r.params.get("digits", "early") == "early"
+    ]
     size = size or max((r.m for r in recs), default=0)
     by = {r.name.split(".")[1]: r for r in recs if r.m == size}
     names = [s for s in STAGES if s in by]

@@ -177,8 +177,9 @@ def make_split_residue(count: int, residue_factory: Callable[[int], Any] = make_
 
 
 @functools.cache
-def make_residue_rows_kernel(k: int, kp: int, count: int, threads: int = ROWS_THREADS,
-                             residue_factory: Callable[[int], Any] = make_residue):  # fmt: skip
+def make_residue_rows_kernel(
+    k: int, kp: int, count: int, threads: int = ROWS_THREADS, residue_factory: Callable[[int], Any] = make_residue
+):
     """``residue_rows_kernel[m, threads](x, words, mu)``: one block per row of x (m, k), one pass over x.
 
     The row's entries stay in registers while the block finds its statistics; then ``mu[row]``
@@ -214,8 +215,12 @@ def make_residue_rows_kernel(k: int, kp: int, count: int, threads: int = ROWS_TH
                 h2, l2 = split(vals[j + 2], shift)
                 h3, l3 = split(vals[j + 3], shift)
                 for t in range(N):  # four residues of one modulus, one 4-byte store
-                    words[t, row, word] = pack_digits(split_residue(h0, l0, t), split_residue(h1, l1, t),
-                                                      split_residue(h2, l2, t), split_residue(h3, l3, t))  # fmt: skip
+                    words[t, row, word] = pack_digits(
+                        split_residue(h0, l0, t),
+                        split_residue(h1, l1, t),
+                        split_residue(h2, l2, t),
+                        split_residue(h3, l3, t),
+                    )
 
     return residue_rows_kernel
 
@@ -354,8 +359,9 @@ class Launch(NamedTuple):
     block: Any
 
 
-def residue_launch(m: int, k: int, kp: int, count: int, residue_factory: Callable[[int], Any] | None = None,
-                   threads: int | None = None) -> Launch:  # fmt: skip
+def residue_launch(
+    m: int, k: int, kp: int, count: int, residue_factory: Callable[[int], Any] | None = None, threads: int | None = None
+) -> Launch:
     """The residues of an m x k matrix's rows: ``kernel[grid, block](x, words, mu)`` (``threads`` per row: by
     default ``precision_gpu.rows_threads(kp)``)."""
     threads = threads or rows_threads(kp)
@@ -363,8 +369,9 @@ def residue_launch(m: int, k: int, kp: int, count: int, residue_factory: Callabl
     return Launch("residues of rows", kernel, m, threads)
 
 
-def residue_cols_launch(k: int, n: int, kp: int, count: int,
-                        residue_factory: Callable[[int], Any] | None = None) -> Launch:  # fmt: skip
+def residue_cols_launch(
+    k: int, n: int, kp: int, count: int, residue_factory: Callable[[int], Any] | None = None
+) -> Launch:
     """The residues of a k x n matrix's columns, transposed: ``kernel[grid, block](b, istats, words, nu)``."""
     kernel = make_residue_cols_kernel(count, residue_factory or make_residue)
     return Launch("residues of columns", kernel, (-(-n // COLS_TILE), -(-kp // COLS_DEPTH)), (COLS_TILE, COLS_ROWS))
@@ -376,8 +383,9 @@ def digits_launch(size: int, count: int, digit_factory: Callable[[int], Any] | N
     return Launch("digits", kernel, -(-size // DIGITS_THREADS), DIGITS_THREADS)
 
 
-def reconstruct_launch(m: int, n: int, count: int, reconstruct_factory: Callable[..., Any] | None = None, *,
-                       from_products: bool = False) -> Launch:  # fmt: skip
+def reconstruct_launch(
+    m: int, n: int, count: int, reconstruct_factory: Callable[..., Any] | None = None, *, from_products: bool = False
+) -> Launch:
     """The reconstruction of an m x n C: ``kernel[grid, block](planes, mu, nu, a, b, alpha, beta, c, out)``."""
     tx, ty = RECONSTRUCT_BLOCK
     factory = reconstruct_factory or make_reconstruct_kernel

@@ -23,13 +23,14 @@ count the plan may use.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import cupy as cp
 import numpy as np
 
-from .. import cublas
+from .. import cublas, plans
 from ..machinery import launch
 from ..operands import require_fp64_gemm
 from ..precision import Choice
@@ -45,20 +46,19 @@ DIGITS = ("early", "late")
 
 
 @dataclass(frozen=True)
-class Kernels:
+class Kernels(plans.Kernels):
     """Kernel factories a plan uses instead of the course's (the exercises pass the attendee's), in stage order.
 
     None means the course's: ``make_residue``, ``make_digit`` and ``make_reconstruct_kernel``
     (``utilities.ozaki2.simt``).
     """
 
-    residue: Any = None
-    digit: Any = None
-    reconstruct: Any = None
+    residue: Callable[..., Any] | None = None
+    digit: Callable[..., Any] | None = None
+    reconstruct: Callable[..., Any] | None = None
 
-    def given(self) -> list[Any]:
-        """The factories given, in stage order (for a checker's ``exercise=``)."""
-        return [f for f in vars(self).values() if f is not None]
+    def course(self) -> dict[str, Callable[..., Any]]:
+        return {"residue": simt.make_residue, "digit": simt.make_digit, "reconstruct": simt.make_reconstruct_kernel}
 
 
 def _int(v: int) -> np.int64:
@@ -74,15 +74,26 @@ class Ozaki2Gemm:
     or "late" (the reconstruction reads the int32 products); ``overlap``: the early reductions on a second stream.
     """
 
-    def __init__(self, m: int, n: int, k: int, moduli: int | str = 14, kernels: Kernels | None = None, *,
-                 products: str = "per-modulus", digits: str = "early", overlap: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        m: int,
+        n: int,
+        k: int,
+        moduli: int | str = 14,
+        kernels: Kernels | None = None,
+        *,
+        products: str = "per-modulus",
+        digits: str = "early",
+        overlap: bool = True,
+    ):
         if moduli != "auto":
             moduli = ref.check_moduli(moduli)
         if not 0 < k <= ref.MAX_K:
             raise ValueError(f"k = {k}: int8 products stay exact in int32 only for 0 < k <= {ref.MAX_K}")
         if products not in PRODUCTS or digits not in DIGITS:
-            raise ValueError(f"products must be one of {PRODUCTS} and digits one of {DIGITS}, got {products!r}, "
-                             f"{digits!r}")  # fmt: skip
+            raise ValueError(
+                f"products must be one of {PRODUCTS} and digits one of {DIGITS}, got {products!r}, {digits!r}"
+            )
         self.m, self.n, self.k, self.moduli = m, n, k, moduli
         self.products_mode, self.digits_mode, self.overlap = products, digits, overlap and products == "per-modulus"
         self.kernels = kernels or Kernels()
@@ -118,14 +129,16 @@ class Ozaki2Gemm:
         N = self.count
         if not columns_known:
             self.stats.columns(b)
-        rows = simt.residue_launch(self.m, self.k, self.kp, N, self.kernels.residue)
+        residue = self.kernels.factory("residue")
+        rows = simt.residue_launch(self.m, self.k, self.kp, N, residue)
         launch.launch(rows.kernel, rows.grid, rows.block, 0, a, self.a_res[:N].view(cp.int32), self.mu)
-        cols = simt.residue_cols_launch(self.k, self.n, self.kp, N, self.kernels.residue)
-        launch.launch(cols.kernel, cols.grid, cols.block, 0, b, self.stats.cols_i, self.b_res[:N].view(cp.int32),
-                      self.nu)  # fmt: skip
+        cols = simt.residue_cols_launch(self.k, self.n, self.kp, N, residue)
+        launch.launch(
+            cols.kernel, cols.grid, cols.block, 0, b, self.stats.cols_i, self.b_res[:N].view(cp.int32), self.nu
+        )
 
     def _digits_of(self, plane: Any, t: int) -> None:
-        step = simt.digits_launch(self.m * self.n, self.count, self.kernels.digit)
+        step = simt.digits_launch(self.m * self.n, self.count, self.kernels.factory("digit"))
         launch.launch(step.kernel, step.grid, step.block, 0, plane.ravel(), _int(t), self.digits[t].ravel())
 
     def products(self) -> None:
@@ -167,10 +180,23 @@ class Ozaki2Gemm:
         DGEMM's result (FP64 dot products)."""
         N = self.count
         late = self.digits is None
-        step = simt.reconstruct_launch(self.m, self.n, N, self.kernels.reconstruct, from_products=late)
+        step = simt.reconstruct_launch(self.m, self.n, N, self.kernels.factory("reconstruct"), from_products=late)
         planes = self.products_buffer[:N] if late else self.digits[:N]
-        launch.launch(step.kernel, step.grid, step.block, 0, planes, self.mu, self.nu, a, b, np.float64(alpha),
-                      np.float64(beta), c, out)  # fmt: skip
+        launch.launch(
+            step.kernel,
+            step.grid,
+            step.block,
+            0,
+            planes,
+            self.mu,
+            self.nu,
+            a,
+            b,
+            np.float64(alpha),
+            np.float64(beta),
+            c,
+            out,
+        )
 
     def __call__(self, a: Any, b: Any, c: Any = None, alpha: float = 1.0, beta: float = 0.0, out: Any = None) -> Any:
         require_fp64_gemm(a, b, c, beta, (self.m, self.k, self.n))
@@ -191,7 +217,7 @@ def residues_on_gpu(x: np.ndarray, count: int, residue_factory: Any = None) -> t
     res = cp.zeros((count, m, kp), cp.int8)
     mu = cp.zeros(m, cp.int32)
     step = simt.residue_launch(m, k, kp, count, residue_factory)
-    step.kernel[step.grid, step.block](cp.asarray(x, dtype=cp.float64), res.view(cp.int32), mu)
+    launch.launch(step.kernel, step.grid, step.block, 0, cp.asarray(x, dtype=cp.float64), res.view(cp.int32), mu)
     return cp.asnumpy(mu), cp.asnumpy(res[:, :, :k])
 
 
@@ -202,18 +228,35 @@ def digits_on_gpu(products: np.ndarray, digit_factory: Any = None) -> np.ndarray
     digits = cp.zeros(products.shape, cp.uint8)
     for t in range(count):
         step = simt.digits_launch(planes[t].size, count, digit_factory)
-        step.kernel[step.grid, step.block](planes[t].ravel(), np.int64(t), digits[t].ravel())
+        launch.launch(step.kernel, step.grid, step.block, 0, planes[t].ravel(), np.int64(t), digits[t].ravel())
     return cp.asnumpy(digits)
 
 
-def reconstruct_on_gpu(digits: np.ndarray, mu: np.ndarray, nu: np.ndarray, a: np.ndarray, b: np.ndarray,
-                       alpha: float, beta: float, c: np.ndarray,
-                       reconstruct_factory: Any = None) -> np.ndarray:  # fmt: skip
+def reconstruct_on_gpu(
+    digits: np.ndarray,
+    mu: np.ndarray,
+    nu: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    alpha: float,
+    beta: float,
+    c: np.ndarray,
+    reconstruct_factory: Any = None,
+) -> np.ndarray:
     """Stage 3 alone, for the checkers: C from the CRT digits (count, m, n), on the GPU."""
     count, m, n = digits.shape
     out = cp.full((m, n), np.nan)
     step = simt.reconstruct_launch(m, n, count, reconstruct_factory)
-    args = (cp.asarray(digits, dtype=cp.uint8), cp.asarray(mu), cp.asarray(nu), cp.asarray(a), cp.asarray(b),
-            float(alpha), float(beta), cp.asarray(c), out)  # fmt: skip
-    step.kernel[step.grid, step.block](*args)
+    args = (
+        cp.asarray(digits, dtype=cp.uint8),
+        cp.asarray(mu),
+        cp.asarray(nu),
+        cp.asarray(a),
+        cp.asarray(b),
+        np.float64(alpha),
+        np.float64(beta),
+        cp.asarray(c),
+        out,
+    )
+    launch.launch(step.kernel, step.grid, step.block, 0, *args)
     return cp.asnumpy(out)

@@ -63,8 +63,15 @@ def memory_picture(
         ax.text(0.4, y + 2.05, title, fontsize=9, weight="bold")
 
     def box(x: float, y: float, text: str) -> None:
-        ax.text(x, y, text, fontsize=8, ha="center", va="center",
-                bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"})  # fmt: skip
+        ax.text(
+            x,
+            y,
+            text,
+            fontsize=8,
+            ha="center",
+            va="center",
+            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"},
+        )
 
     def arrow(a: tuple[float, float], b: tuple[float, float], color: str = "k") -> None:
         ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=10, color=color, linewidth=1.2))

@@ -16,6 +16,8 @@ Run it through notebook 0 (``solutions/0_primer.ipynb``), or ``python -m utiliti
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import cupy as cp
@@ -25,6 +27,7 @@ from nvmath.device import Matmul
 from nvmath.device.common import copy, copy_wait, make_tensor
 from nvmath.device.cublasdx_numba import pipeline_extensions
 
+from .. import plans
 from ..machinery import launch, pipelines
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
@@ -38,10 +41,35 @@ PIPELINE_THREADS = 128
 PIPELINE_DEPTH = 2  # K stages in flight
 
 
+@dataclass(frozen=True, kw_only=True)
+class StackConfig(plans.TileConfig):
+    """The stack-sum kernel's tile and the ``depth`` of its device pipeline (K stages in flight)."""
+
+    depth: int = PIPELINE_DEPTH
+
+
+TILE_CONFIG = plans.TileConfig(tile_m=TILE[0], tile_n=TILE[1], tile_k=TILE[2], threads=THREADS)
+STACK_CONFIG = StackConfig(
+    tile_m=PIPELINE_TILE[0], tile_n=PIPELINE_TILE[1], tile_k=PIPELINE_TILE[2], threads=PIPELINE_THREADS
+)
+
+
+@dataclass(frozen=True)
+class Kernels(plans.Kernels):
+    """Kernel factories the primer's plans use instead of the course's: ``tile_gemm`` (``TileGemm``'s,
+    :func:`make_tile_gemm_kernel`) and ``stack_sum`` (``StackSum``'s, :func:`make_stack_sum_kernel`)."""
+
+    tile_gemm: Callable[..., Any] | None = None
+    stack_sum: Callable[..., Any] | None = None
+
+    def course(self) -> dict[str, Callable[..., Any]]:
+        return {"tile_gemm": make_tile_gemm_kernel, "stack_sum": make_stack_sum_kernel}
+
+
 @functools.cache
-def tile_matmul() -> Matmul:
+def tile_matmul(cfg: plans.TileConfig = TILE_CONFIG) -> Matmul:
     """The exercise's block GEMM: FP16 A and B, both row-major, FP32 accumulator, one 128 x 128 x 64 tile."""
-    return block_matmul("float16", TILE, THREADS, b="row_major")
+    return block_matmul("float16", cfg.tile, cfg.threads, b="row_major")
 
 
 @functools.cache
@@ -81,17 +109,18 @@ def make_tile_gemm_kernel(MM: Matmul):
 
 class TileGemm:
     """C = A @ B for FP16 A (m, TK) and B (TK, n), FP32 C (m, n), with one block per tile of C (m, n multiples of
-    the tile). ``kernel_factory`` replaces :func:`make_tile_gemm_kernel` (the exercise passes the attendee's)."""
+    the tile). ``cfg``: the tile (default ``TILE_CONFIG``, the exercise's); ``kernels=Kernels(tile_gemm=...)``
+    replaces :func:`make_tile_gemm_kernel` (the exercise passes the attendee's)."""
 
-    def __init__(self, m: int, n: int, kernel_factory: Any = None):
-        self.MM = MM = tile_matmul()
+    def __init__(self, m: int, n: int, cfg: plans.TileConfig | None = None, kernels: Kernels | None = None):
+        self.MM = MM = tile_matmul(cfg or TILE_CONFIG)
         tm, tn, tk = MM.size
         if m % tm or n % tn:
             raise ValueError(f"m = {m} and n = {n} must be multiples of the tile's {tm} and {tn}: pad A and B")
         self.m, self.n, self.k = m, n, tk
         sa, sb = MM.suggest_layout_smem_a().cosize, MM.suggest_layout_smem_b().cosize
         self.shared_bytes = 2 * fp16_segments(sa, sb)[1]
-        self.kernel = (kernel_factory or make_tile_gemm_kernel)(MM)
+        self.kernel = (kernels or Kernels()).factory("tile_gemm")(MM)
         self.grid = (m // tm, n // tn)
 
     def __call__(self, a: Any, b: Any, out: Any = None) -> Any:
@@ -109,10 +138,9 @@ class TileGemm:
 
 
 @functools.cache
-def stack_matmul() -> Matmul:
+def stack_matmul(cfg: StackConfig = STACK_CONFIG) -> Matmul:
     """The stack-sum kernel's pipelined block GEMM: int8 A row-major, B column-major, int32 accumulator."""
-    tm, tn, tk = PIPELINE_TILE
-    return pipeline_matmul("int8", tm, tn, PIPELINE_THREADS, tile_k=tk)
+    return pipeline_matmul("int8", cfg.tile_m, cfg.tile_n, cfg.threads, tile_k=cfg.tile_k)
 
 
 @functools.cache
@@ -145,29 +173,31 @@ class StackSum:
 
     The device pipeline is made here for these two arrays (its TMA descriptors hold their addresses): the plan
     computes with whatever they hold when it is called. It sees them as 3-D tensors, (m, k, S) and (k, n, S), so that
-    a (tile, s) pair names one tile of one matrix of the stack. ``kernel_factory`` replaces
-    :func:`make_stack_sum_kernel`.
+    a (tile, s) pair names one tile of one matrix of the stack. ``cfg``: the tile and depth (default
+    ``STACK_CONFIG``); ``kernels=Kernels(stack_sum=...)`` replaces :func:`make_stack_sum_kernel`.
     """
 
-    def __init__(self, a: Any, bt: Any, kernel_factory: Any = None):
+    def __init__(self, a: Any, bt: Any, cfg: StackConfig | None = None, kernels: Kernels | None = None):
         stack, m, k = a.shape
-        tm, tn, tk = PIPELINE_TILE
+        c = cfg or STACK_CONFIG
+        tm, tn, tk, depth = c.tile_m, c.tile_n, c.tile_k, c.depth
         n = bt.shape[1]
         require("A", a, np.int8, (stack, m, k))
         require("B^T", bt, np.int8, (stack, n, k))
-        if m % tm or n % tn or k % tk or k // tk < PIPELINE_DEPTH:
+        if m % tm or n % tn or k % tk or k // tk < depth:
             raise ValueError(
                 f"{m}x{n}x{k}: m and n must be multiples of {tm} and {tn}, k a multiple of {tk} and at least "
-                f"{PIPELINE_DEPTH * tk} (one {tk}-deep stage for each of the {PIPELINE_DEPTH} in flight)"
+                f"{depth * tk} (one {tk}-deep stage for each of the {depth} in flight)"
             )
-        self.MM = stack_matmul()
+        self.MM = stack_matmul(c)
         self.a, self.bt, self.stack, self.m, self.n = a, bt, stack, m, n
-        self.pipeline = pipelines.device_pipeline(self.MM, PIPELINE_DEPTH, a.transpose(1, 2, 0), bt.transpose(2, 1, 0))
-        self.kernel = (kernel_factory or make_stack_sum_kernel)(self.MM)
+        self.pipeline = pipelines.device_pipeline(self.MM, depth, a.transpose(1, 2, 0), bt.transpose(2, 1, 0))
+        self.kernel = (kernels or Kernels()).factory("stack_sum")(self.MM)
         self.grid = (m // tm, n // tn)
 
     def __call__(self, out: Any = None) -> Any:
         out = cp.empty((self.m, self.n), dtype=cp.int32) if out is None else out
         p = self.pipeline
+        # the DevicePipeline argument takes numba's dispatcher inside launch.launch: nvmath packs it, not the fast path
         launch.launch(self.kernel, self.grid, p.block_dim, p.buffer_size, out, self.stack, p)
         return out

@@ -1,10 +1,10 @@
 """A persistent build cache for nvmath.device kernels: from minutes to seconds.
 
-Where the time goes (profiled on an H100 host and on a laptop CPU): a numba kernel that uses cuBLASDx through
-nvmath.device asks libmathdx for a dozen device functions, and libmathdx compiles each with NVRTC
-(``cublasdx_finalize_device_functions``, about 9 s each); finalizing the tensor and pipeline descriptors and
-querying their traits costs another half minute; nvJitLink then links the kernel with those LTO-IR modules
-(about 18 s). None of it depends on anything but its inputs, so all of it can be cached on disk.
+Where the time goes: a numba kernel that uses cuBLASDx through nvmath.device asks libmathdx for a dozen device
+functions, and libmathdx compiles each with NVRTC (``cublasdx_finalize_device_functions``); finalizing the tensor
+and pipeline descriptors and querying their traits comes on top; nvJitLink then links the kernel with those LTO-IR
+modules (``instructor-notes/machinery.md`` has the profile). None of it depends on anything but its inputs, so all
+of it can be cached on disk.
 
 The jobs, one module each:
 
@@ -12,7 +12,7 @@ The jobs, one module each:
 - ``interposer``: ``LazyMathdx`` between nvmath and its libmathdx binding, recipes, deferred finalizations,
   code and traits served from the store, missing code generated in worker processes (``codegen_workers``);
 - ``linking``: nvJitLink's cubins from the store, placeholders resolved before every link;
-- ``progress``: what a build longer than 3 s shows while it runs.
+- ``progress``: what a build longer than a few seconds shows while it runs.
 
 :func:`install` puts them in place. The cache never serves a wrong kernel: a key covers every call that shaped a
 descriptor and the versions of everything that generates code. These hooks reach into nvmath-python and

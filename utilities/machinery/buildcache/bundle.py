@@ -5,9 +5,9 @@ the same code generators (``./course prebuild --export FILE`` / ``--import FILE`
 
 - a header per file: magic, part number, part count, and the SHA-256 of the whole compressed stream;
 - the stream: a tar of ``manifest.json`` (format, compute capability, the code generators' versions, every
-  entry's key and the SHA-256 of its payload) and each entry's payload: libmathdx's LTO-IR as it is (it does not
-  compress: 8 device functions, 20.5 MiB, came out at 1.00x with zlib, bz2 and xz, alone or together), everything
-  else (cubins, trait values) xz-compressed. ``--compare`` prints the alternatives on a real cache.
+  entry's key and the SHA-256 of its payload) and each entry's payload: libmathdx's LTO-IR as it is (zlib, bz2
+  and xz leave it at its size: ``instructor-notes/machinery.md``), everything else (cubins, trait values)
+  xz-compressed. ``--compare`` prints the alternatives on a real cache.
 
 An import checks the header of every part, the stream's digest, the manifest against what the caller expects
 (this machine's compute capability and code generators) and every payload's digest before it writes anything:
@@ -50,9 +50,11 @@ class Exported:
     def summary(self) -> str:
         mib = 2**20
         where = ", ".join(p.name for p in self.parts)
-        return (f"bundle: {self.entries} entries, {self.cache_bytes / mib:.1f} MiB in the cache "
-                f"({self.payload_bytes / mib:.1f} MiB uncompressed) -> {self.bundle_bytes / mib:.1f} MiB in "
-                f"{len(self.parts)} file(s): {where}")  # fmt: skip
+        return (
+            f"bundle: {self.entries} entries, {self.cache_bytes / mib:.1f} MiB in the cache "
+            f"({self.payload_bytes / mib:.1f} MiB uncompressed) -> {self.bundle_bytes / mib:.1f} MiB in "
+            f"{len(self.parts)} file(s): {where}"
+        )
 
 
 def entries(cache: DiskCache) -> Iterator[tuple[str, bytes]]:
@@ -75,8 +77,12 @@ def _pack_entry(payload: bytes) -> tuple[str, bytes]:
 def _stream(cache: DiskCache, manifest: dict[str, Any]) -> tuple[bytes, int, int, int]:
     """The bundle's stream, the number of entries, the cache's bytes and the payloads' bytes."""
     found = list(entries(cache))
-    manifest = {**manifest, "format": BUNDLE_FORMAT, "cache_format": FORMAT,
-                "entries": {key: hashlib.sha256(payload).hexdigest() for key, payload in found}}  # fmt: skip
+    manifest = {
+        **manifest,
+        "format": BUNDLE_FORMAT,
+        "cache_format": FORMAT,
+        "entries": {key: hashlib.sha256(payload).hexdigest() for key, payload in found},
+    }
     members = [(MANIFEST, json.dumps(manifest, indent=1).encode())]
     for key, payload in found:
         suffix, data = _pack_entry(payload)
@@ -156,8 +162,10 @@ def read(path: Path | str) -> tuple[dict[str, Any], dict[str, bytes]]:
     except (lzma.LZMAError, tarfile.TarError, EOFError, KeyError, ValueError, AttributeError) as exc:
         raise BundleError(f"corrupt bundle {path}: {type(exc).__name__}: {exc}") from None
     if manifest.get("format") != BUNDLE_FORMAT or manifest.get("cache_format") != FORMAT:
-        raise BundleError(f"{path}: bundle format {manifest.get('format')} (cache format "
-                          f"{manifest.get('cache_format')}); this course reads {BUNDLE_FORMAT} ({FORMAT})")  # fmt: skip
+        raise BundleError(
+            f"{path}: bundle format {manifest.get('format')} (cache format "
+            f"{manifest.get('cache_format')}); this course reads {BUNDLE_FORMAT} ({FORMAT})"
+        )
     listed = manifest.get("entries", {})
     if set(listed) != set(files):
         raise BundleError(f"partial bundle {path}: {len(set(listed) ^ set(files))} entries differ from its manifest")
@@ -174,8 +182,11 @@ def mismatches(manifest: dict[str, Any], expected: dict[str, Any]) -> list[str]:
         got = manifest.get(field)
         if isinstance(want, dict):
             got = got or {}
-            lines += [f"{field} {name}: bundle {got.get(name)}, this machine {value}"
-                      for name, value in sorted(want.items()) if got.get(name) != value]  # fmt: skip
+            lines += [
+                f"{field} {name}: bundle {got.get(name)}, this machine {value}"
+                for name, value in sorted(want.items())
+                if got.get(name) != value
+            ]
         elif got != want:
             lines.append(f"{field}: bundle {got}, this machine {want}")
     return lines
@@ -189,9 +200,11 @@ def import_(cache: DiskCache, path: Path | str, expected: dict[str, Any]) -> tup
     manifest, files = read(path)
     differ = mismatches(manifest, expected)
     if differ:
-        raise BundleError(f"{path} was built for another GPU or stack; its kernels would not be used here:\n"
-                          + "\n".join(f"- {line}" for line in differ)
-                          + "\nBuild on this machine instead: ./course prebuild")  # fmt: skip
+        raise BundleError(
+            f"{path} was built for another GPU or stack; its kernels would not be used here:\n"
+            + "\n".join(f"- {line}" for line in differ)
+            + "\nBuild on this machine instead: ./course prebuild"
+        )
     written = present = 0
     for key, payload in sorted(files.items()):
         if cache.get(key, count=False) == payload:
@@ -241,5 +254,7 @@ def compression_table(cache: DiskCache, sample_bytes: int = 64 * 2**20) -> list[
         ("xz level 9 extreme, all entries together", len(lzma.compress(joined, preset=XZ_PRESET))),
         ("the bundle: LTO-IR as it is, the rest xz level 9 extreme", sum(len(_pack_entry(p)[1]) for _, p in found)),
     ]
-    return [(f"{what} ({len(found)} entries, {len(joined) / 2**20:.1f} MiB uncompressed)", size)
-            for what, size in sorted(sizes, key=lambda row: -row[1])]  # fmt: skip
+    return [
+        (f"{what} ({len(found)} entries, {len(joined) / 2**20:.1f} MiB uncompressed)", size)
+        for what, size in sorted(sizes, key=lambda row: -row[1])
+    ]

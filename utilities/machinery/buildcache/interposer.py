@@ -454,8 +454,8 @@ def rebind_trait_helpers(backend: Any, modules: Iterable[Any], mathdx: Any, comm
     """Point nvmath's trait helpers at the (wrapped) binding functions.
 
     nvmath builds ``get_int_traits``, ``get_str_trait`` and ``get_str_device_trait`` at import, around the binding
-    functions of that moment, so their queries would bypass the cache: on an H100 the four ``get_int_traits``
-    calls of a pipeline kernel cost 6.9 s of a 12 s warm restart, in libmathdx, every process.
+    functions of that moment, so their queries would bypass the cache: the four ``get_int_traits`` calls of a
+    pipeline kernel then took most of a warm restart, in libmathdx, every process (``instructor-notes/machinery.md``).
     """
     helpers = {
         "get_int_traits": common.build_get_int_traits(mathdx.cublasdx_get_trait_int64s),

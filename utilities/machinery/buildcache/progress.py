@@ -21,8 +21,14 @@ class BuildProgress:
     In a notebook it updates one line in place; elsewhere it prints a line every ``every`` seconds.
     """
 
-    def __init__(self, what: str, stage: Callable[[], str] = lambda: "", after: float = 3.0, every: float = 5.0,
-                 note: Callable[[], str] = lambda: ""):  # fmt: skip
+    def __init__(
+        self,
+        what: str,
+        stage: Callable[[], str] = lambda: "",
+        after: float = 3.0,
+        every: float = 5.0,
+        note: Callable[[], str] = lambda: "",
+    ):
         self.what, self.stage, self.after, self.every, self.note = what, stage, after, every, note
         self._done = threading.Event()
         self._shown = False

@@ -85,7 +85,7 @@ def test_the_solution_passes(capsys):
         (one_tile_unwritten, "store", "[(0, 2)] of C were not written"),
         (swapped_operands, "C", "every tile is wrong"),
     ],
-)  # fmt: skip
+)
 def test_each_mistake_is_named_with_its_stage(run, stage, words):
     with pytest.raises(CheckFailure) as info:
         check.check_tile_gemm(run, shape=SHAPE, tile=TILE)

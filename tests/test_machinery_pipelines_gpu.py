@@ -88,7 +88,8 @@ def test_one_pipelined_back_to_back_build_serves_every_batch_and_m(gpu):
     for batch, m in ((1, 64 * 37), (2, 64 * 12)):
 
         def run(a0, b0, b1, c1, alpha0, alpha1, beta1):
-            plan = PipelinedBackToBack(cp.asarray(a0), cp.asarray(b0), b1.shape[2], PipelineConfig(64, 128, 32, 2))
+            cfg = PipelineConfig(tile_m=64, threads=128, tile_k=32, depth=2)
+            plan = PipelinedBackToBack(cp.asarray(a0), cp.asarray(b0), b1.shape[2], cfg)
             kernels.add(plan.kernel)
             return cp.asnumpy(plan(cp.asarray(b1), cp.asarray(c1), alpha0, alpha1, beta1))
 

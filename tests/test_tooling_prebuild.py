@@ -57,8 +57,14 @@ def test_measured_seconds_survive_a_run_and_a_corrupt_file(tmp_path, monkeypatch
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
     env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "utilities.prebuild", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "utilities.prebuild", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_help_and_list_need_no_gpu():
@@ -68,8 +74,10 @@ def test_help_and_list_need_no_gpu():
     assert listed == list(prebuild.BUILDERS)  # every kind, conv's included, each with the form of its spec
     done = _run("--list", "--jobs", "multipass:int8:1,b2b_pipelined:131072x64x256x64@64x128x32x2")
     # longest first: on an H100 host the pipelined back-to-back kernel took 390 s, a multi-pass kernel 130 s
-    assert done.returncode == 0 and done.stdout.split() == ["b2b_pipelined:131072x64x256x64@64x128x32x2",
-                                                            "multipass:int8:1"]  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split() == [
+        "b2b_pipelined:131072x64x256x64@64x128x32x2",
+        "multipass:int8:1",
+    ]
 
 
 def test_unknown_kind_is_refused_naming_the_kinds():

@@ -139,8 +139,9 @@ def test_checker_prints_a_fresh_seed(capsys):
 
 def test_untouched_skeleton_is_not_implemented(capsys, define):
     skeleton = define(f"def make_multipass_kernel(MM):\n    pass  {PLACEHOLDER}\n", "make_multipass_kernel")
-    result = check.check_pass_gemm(lambda a, bt: np.zeros((a.shape[0], bt.shape[0]), np.int32), "int8", shapes=SHAPES,
-                                   exercise=skeleton)  # fmt: skip
+    result = check.check_pass_gemm(
+        lambda a, bt: np.zeros((a.shape[0], bt.shape[0]), np.int32), "int8", shapes=SHAPES, exercise=skeleton
+    )
     assert result.status == "not implemented" and not result
     assert "not implemented yet" in capsys.readouterr().out
 
@@ -279,7 +280,19 @@ def test_a_skipped_phase_loses_the_nan_and_the_inf():
     """FP16: the NaN sits in A's last phase, the Inf in B's first: skipping either phase shows."""
     for skip in (0, 7):
         with pytest.raises(checker.CheckFailure):
-            check.check_pass_gemm(lambda a, bt, skip=skip: emulate(a, bt, 64, skip=skip), "float16", phase_k=64,
-                                  shapes=((64, 32, 512),), cases=[check.NONFINITE], seed=4)  # fmt: skip
-    assert check.check_pass_gemm(lambda a, bt: emulate(a, bt, 64), "float16", phase_k=64, shapes=((64, 32, 512),),
-                                 cases=[check.NONFINITE], seed=4)  # fmt: skip
+            check.check_pass_gemm(
+                lambda a, bt, skip=skip: emulate(a, bt, 64, skip=skip),
+                "float16",
+                phase_k=64,
+                shapes=((64, 32, 512),),
+                cases=[check.NONFINITE],
+                seed=4,
+            )
+    assert check.check_pass_gemm(
+        lambda a, bt: emulate(a, bt, 64),
+        "float16",
+        phase_k=64,
+        shapes=((64, 32, 512),),
+        cases=[check.NONFINITE],
+        seed=4,
+    )

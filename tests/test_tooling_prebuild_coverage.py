@@ -18,8 +18,7 @@ import pytest
 from utilities import prebuild
 
 ROOT = Path(__file__).resolve().parent.parent
-ATTENDEE_KEYWORDS = {"kernel_factory", "kernels", "yours", "residue_factory", "reconstruct_factory",
-                     "epilogue_factory"}  # fmt: skip
+ATTENDEE_KEYWORDS = {"kernel_factory", "kernels", "yours", "residue_factory", "reconstruct_factory", "epilogue_factory"}
 
 
 def _value(node: ast.AST, names: dict[str, object]) -> object:
@@ -115,10 +114,13 @@ def requested(stem: str) -> tuple[set[str], list[str]]:
                 except (ValueError, TypeError, KeyError):
                     pass
         refused = {  # a plan made to show the error it raises: checked before anything is built
-            id(call) for t in ast.walk(tree) if isinstance(t, ast.Try)
-            and any("ValueError" in ast.unparse(h.type or ast.Name("")) for h in t.handlers)
-            for statement in t.body for call in ast.walk(statement) if isinstance(call, ast.Call)
-        }  # fmt: skip
+            id(call)
+            for t in ast.walk(tree)
+            if isinstance(t, ast.Try) and any("ValueError" in ast.unparse(h.type or ast.Name("")) for h in t.handlers)
+            for statement in t.body
+            for call in ast.walk(statement)
+            if isinstance(call, ast.Call)
+        }
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or id(node) in refused:
                 continue
@@ -128,8 +130,12 @@ def requested(stem: str) -> tuple[set[str], list[str]]:
             if name == "OzakiGemm" and not _attendee(node):
                 found = strings & {"unfused", "partial", "fused"}
                 if not found and len(node.args) > 4 and isinstance(node.args[4], ast.Name):  # a variable: the
-                    found = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)  # variants its cell names
-                             and n.value in ("unfused", "partial", "fused")}  # fmt: skip
+                    found = {
+                        n.value
+                        for n in ast.walk(tree)
+                        if isinstance(n, ast.Constant)  # variants its cell names
+                        and n.value in ("unfused", "partial", "fused")
+                    }
                 jobs |= found
                 if not found:
                     unread.append(text)
@@ -175,9 +181,10 @@ def requested(stem: str) -> tuple[set[str], list[str]]:
 
 
 GPU_NOTEBOOKS = sorted(
-    p.stem for p in (ROOT / "solutions").glob("*.ipynb")
+    p.stem
+    for p in (ROOT / "solutions").glob("*.ipynb")
     if nbformat.read(p, as_version=4).metadata.get("course", {}).get("gpu", True) is not False
-)  # fmt: skip
+)
 
 
 @pytest.mark.parametrize("stem", GPU_NOTEBOOKS)
@@ -192,9 +199,15 @@ def test_every_course_kernel_a_notebook_builds_is_prebuilt(stem: str) -> None:
 def test_the_derivation_sees_the_kernels_of_the_back_to_back_notebook() -> None:
     """The derivation itself, on the notebook with the most kernel kinds."""
     jobs, _ = requested("2b_back_to_back")
-    assert {"b2b:576x64x128", "b2b:64x256x64", "b2b:4096x256x64", "b2b_keep:576x64x128",
-            "b2b_persistent:64x256x64@32x128x3", "b2b_persistent:576x64x128@128x256x3",
-            "b2b_pipelined:64x256x64@64x128x32x2"} <= jobs  # fmt: skip
+    assert {
+        "b2b:576x64x128",
+        "b2b:64x256x64",
+        "b2b:4096x256x64",
+        "b2b_keep:576x64x128",
+        "b2b_persistent:64x256x64@32x128x3",
+        "b2b_persistent:576x64x128@128x256x3",
+        "b2b_pipelined:64x256x64@64x128x32x2",
+    } <= jobs
     assert normalized("b2b_pipelined:2560x64x256x64@64x128x32x2") == "b2b_pipelined:64x256x64@64x128x32x2"
 
 

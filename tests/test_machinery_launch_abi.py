@@ -87,8 +87,9 @@ def test_aligned_layouts_are_guarded_by_the_nvmath_version(monkeypatch: pytest.M
         warnings.simplefilter("always")
         layout = aligned_copy.gmem_layout(object(), "a")
     aligned_copy.gmem_layout.cache_clear()
-    assert any("verified with nvmath-python" in str(w.message) and "one element at a time" in str(w.message)
-               for w in caught)  # fmt: skip
+    assert any(
+        "verified with nvmath-python" in str(w.message) and "one element at a time" in str(w.message) for w in caught
+    )
     assert callable(layout)  # nvmath's own layout, as a device function: correct, only slower
 
 

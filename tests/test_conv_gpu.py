@@ -12,8 +12,12 @@ from utilities.conv import reference as ref
 
 pytestmark = pytest.mark.gpu
 
-SHAPES = [ref.ConvShape(2, 24, 24, 64, 64), ref.ConvShape(3, 8, 16, 32, 32), ref.ConvShape(1, 16, 40, 64, 128),
-          ref.ConvShape(2, 32, 12, 32, 64)]  # fmt: skip
+SHAPES = [
+    ref.ConvShape(2, 24, 24, 64, 64),
+    ref.ConvShape(3, 8, 16, 32, 32),
+    ref.ConvShape(1, 16, 40, 64, 128),
+    ref.ConvShape(2, 32, 12, 32, 64),
+]
 
 
 @pytest.fixture(scope="module")

@@ -139,8 +139,13 @@ def offending(path: Path) -> list[str]:
 def test_the_scanner_sees_measured_numbers_and_their_markers() -> None:
     text = "The kernel took 3.7 ms (0.8x cuBLAS), 594 TOPS and 2.5 TB/s; 1.4-2.1 ms, 1.9-2.0x in other runs."
     assert measured_numbers(text) == ["3.7 ms", "594 TOPS", "2.5 TB/s", "1.4-2.1 ms", "0.8x", "1.9-2.0x"]
-    for plain in ("a 128 x 128 tile of 2^17 rows", "int8 and sm_90a, 0x80808080", "7 slices, 28 products, 16 GB",
-                  "K = 18724 and $256\\times$ per slice, $2^{-7-8s}$", "stage 2 of 3 stages"):  # fmt: skip
+    for plain in (
+        "a 128 x 128 tile of 2^17 rows",
+        "int8 and sm_90a, 0x80808080",
+        "7 slices, 28 products, 16 GB",
+        "K = 18724 and $256\\times$ per slice, $2^{-7-8s}$",
+        "stage 2 of 3 stages",
+    ):
         assert measured_numbers(plain) == [], plain
     marked = f"{text} (reference: H100, results/nvidia-h100-80gb-hbm3-ozaki-8192.md, 2026-11-22)"
     assert unmarked(marked) == [] and unmarked("HBM moves 3.35 TB/s (data sheet).") == []
@@ -149,8 +154,13 @@ def test_the_scanner_sees_measured_numbers_and_their_markers() -> None:
 def test_the_scanner_splits_paragraphs_as_a_reader_does() -> None:
     cell = "# Title 2x\nText 1.5x.\n\n- first 3 ms\n- second (data sheet) 4 ms\n  continued 5 ms\n\n| a | 6 ms |\n| b |"
     found = [(p.splitlines()[0], unmarked(p)) for p in paragraphs(cell)]
-    assert found == [("# Title 2x", ["2x"]), ("Text 1.5x.", ["1.5x"]), ("- first 3 ms", ["3 ms"]),
-                     ("- second (data sheet) 4 ms", []), ("| a | 6 ms |", ["6 ms"])]  # fmt: skip
+    assert found == [
+        ("# Title 2x", ["2x"]),
+        ("Text 1.5x.", ["1.5x"]),
+        ("- first 3 ms", ["3 ms"]),
+        ("- second (data sheet) 4 ms", []),
+        ("| a | 6 ms |", ["6 ms"]),
+    ]
 
 
 def test_a_marker_must_name_a_report_that_holds_its_numbers() -> None:

@@ -1,7 +1,7 @@
 """Shape-generic device pipelines, the parts that run on a CPU: which extents become run-time, the init kernel's
 source and arguments (NVRTC compiles the source where it is installed), and the fall-back to nvmath's pipeline.
 
-On a GPU, ``tests/test_gpu_pipelines.py`` checks that one build serves every shape and computes exactly.
+On a GPU, ``tests/test_machinery_pipelines_gpu.py`` checks that one build serves every shape and computes exactly.
 """
 
 from __future__ import annotations

@@ -22,8 +22,11 @@ def _tiny_course(root: Path, checks: dict[str, str], gpu: bool = True) -> Path:
         (root / folder).mkdir(parents=True, exist_ok=True)
     for stem, check in checks.items():
         nb = nbformat.v4.new_notebook(metadata={"course": {"gpu": gpu}})
-        nb.cells = [nbformat.v4.new_markdown_cell("# tiny"), nbformat.v4.new_code_cell(EXERCISE),
-                    nbformat.v4.new_code_cell(check)]  # fmt: skip
+        nb.cells = [
+            nbformat.v4.new_markdown_cell("# tiny"),
+            nbformat.v4.new_code_cell(EXERCISE),
+            nbformat.v4.new_code_cell(check),
+        ]
         for index, cell in enumerate(nb.cells):
             cell.id = f"cell{index}"
         for folder in ("solutions", "notebooks"):
@@ -60,8 +63,10 @@ def test_a_notebook_is_current_only_when_both_variants_passed_at_its_code(tmp_pa
     both = [(gpu, _row("9_tiny", v, now[v])) for v in ledger.VARIANTS]
     assert ledger.status("9_tiny", both, hashes) == ("current", "2026-11-26, H100 80GB HBM3")
     assert ledger.status("9_tiny", both[:1], hashes)[0] == "stale"
-    failed = [(gpu, _row("9_tiny", "solution", now["solution"])), (gpu, _row("9_tiny", "exercise", now["exercise"],
-              passed=False))]  # fmt: skip
+    failed = [
+        (gpu, _row("9_tiny", "solution", now["solution"])),
+        (gpu, _row("9_tiny", "exercise", now["exercise"], passed=False)),
+    ]
     assert ledger.status("9_tiny", failed, hashes) == ("stale", "2026-11-26; code changed since")
     old = [(gpu, _row("9_tiny", v, "0" * 16, date="2026-11-20")) for v in ledger.VARIANTS]
     assert ledger.status("9_tiny", old, hashes) == ("stale", "2026-11-20; code changed since")
@@ -80,7 +85,10 @@ def test_merging_keeps_one_row_per_notebook_and_variant() -> None:
     new = ledger.Row("a", "exercise", "2", "def", "2026-11-27", False, 3.0, 2, "code cell 1: boom")
     merged = ledger.merge(data, [new])
     assert [(r["notebook"], r["variant"], r["code_hash"]) for r in merged["rows"]] == [
-        ("a", "solution", "1"), ("a", "exercise", "2"), ("b", "solution", "1")]  # fmt: skip
+        ("a", "solution", "1"),
+        ("a", "exercise", "2"),
+        ("b", "solution", "1"),
+    ]
     assert merged["rows"][1]["parallel"] == 2 and merged["rows"][1]["error"] == "code cell 1: boom"
 
 
@@ -100,8 +108,11 @@ def test_the_runner_records_a_row_per_variant(tmp_path: Path, parallel: int) -> 
     jobs = [(stem, v) for stem in ("9_bad", "9_good") for v in ledger.VARIANTS]
     rows = ledger.run_many(jobs, path, "none", root=root, parallel=parallel, commit="c0ffee")
     assert [(r.notebook, r.variant, r.passed) for r in rows] == [
-        ("9_bad", "solution", False), ("9_bad", "exercise", False),
-        ("9_good", "solution", True), ("9_good", "exercise", True)]  # fmt: skip
+        ("9_bad", "solution", False),
+        ("9_bad", "exercise", False),
+        ("9_good", "solution", True),
+        ("9_good", "exercise", True),
+    ]
     assert rows[0].error.startswith("code cell 1: AssertionError: wrong")
     assert all(r.parallel == parallel and r.commit == "c0ffee" and r.wall_s > 0 for r in rows)
     saved = json.loads(path.read_text())
@@ -118,5 +129,8 @@ def test_rows_written_on_a_gpu_machine_merge_into_the_gpus_ledger(tmp_path, monk
     ledger.save(tmp_path / "results" / f"{gpu}-notebooks.json", {"gpu": gpu, "rows": [_row("b", "solution", "2")]})
     assert ledger.main(["merge", str(source)]) == 0
     merged = ledger.load(tmp_path / "results" / f"{gpu}-notebooks.json")
-    assert [(r["notebook"], r["variant"]) for r in merged["rows"]] == [("a", "solution"), ("a", "exercise"),
-                                                                      ("b", "solution")]  # fmt: skip
+    assert [(r["notebook"], r["variant"]) for r in merged["rows"]] == [
+        ("a", "solution"),
+        ("a", "exercise"),
+        ("b", "solution"),
+    ]

@@ -113,8 +113,15 @@ def test_automatic_count_matches_the_cpu_choice_and_is_fp64_class(gpu, phi):
     assert emulated <= native, f"phi = {phi}: {plan.count} moduli gave {emulated:.2e}, DGEMM {native:.2e}"
 
 
-HARD = ["zeros", "subnormal A (1e-310) times B of 1e10", "huge A times tiny B", "one dominant column of A",
-        "an entry near DBL_MAX", "smallest subnormals among normal entries", "a NaN and an Inf"]  # fmt: skip
+HARD = [
+    "zeros",
+    "subnormal A (1e-310) times B of 1e10",
+    "huge A times tiny B",
+    "one dominant column of A",
+    "an entry near DBL_MAX",
+    "smallest subnormals among normal entries",
+    "a NaN and an Inf",
+]
 
 
 def _hard(name: str, m: int = 96, k: int = 160, n: int = 80):
@@ -220,8 +227,11 @@ def test_ozaki1_chooses_its_slices_from_the_same_statistics(gpu, phi):
     from utilities.ozaki.tensorcore import OzakiGemm
 
     n = 512
-    a, b = (inputs.exponent_spread(n, n, phi, 7), inputs.exponent_spread(n, n, phi, 8)) if phi else (
-        inputs.normal(n, n, 7), inputs.normal(n, n, 8))  # fmt: skip
+    a, b = (
+        (inputs.exponent_spread(n, n, phi, 7), inputs.exponent_spread(n, n, phi, 8))
+        if phi
+        else (inputs.normal(n, n, 7), inputs.normal(n, n, 8))
+    )
     auto = OzakiGemm(n, n, n, "auto")
     got = cp.asnumpy(auto(cp.asarray(a), cp.asarray(b)))
     want = slices_needed(a, b)

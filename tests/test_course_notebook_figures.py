@@ -14,9 +14,10 @@ from utilities.notebooks import SOLUTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU_NOTEBOOKS = sorted(
-    p.stem for p in (ROOT / SOLUTIONS).glob("*.ipynb")
+    p.stem
+    for p in (ROOT / SOLUTIONS).glob("*.ipynb")
     if json.loads(p.read_text()).get("metadata", {}).get("course", {}).get("gpu", True) is False
-)  # fmt: skip
+)
 
 
 def test_the_figure_check_sees_a_figure_that_does_not_render() -> None:

@@ -44,8 +44,9 @@ def test_course_script_rejects_unknown_commands_with_usage() -> None:
 
 
 def _course(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([str(cwd / "course"), *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [str(cwd / "course"), *args], capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})}
+    )
 
 
 def test_lab_serves_as_root_and_says_so() -> None:
@@ -78,8 +79,10 @@ def test_an_interpreter_that_does_not_run_is_named_in_one_line(tmp_path: Path) -
     shim.chmod(0o755)
     done = _course("test", env={"PYTHON": str(shim)}, cwd=box)
     assert done.returncode == 1
-    assert done.stderr.strip() == (f"course: error: {shim} does not run (pyenv: python3.9: command not found): set "
-                                   "PYTHON= to a Python 3.11 or newer")  # fmt: skip
+    assert done.stderr.strip() == (
+        f"course: error: {shim} does not run (pyenv: python3.9: command not found): set "
+        "PYTHON= to a Python 3.11 or newer"
+    )
     old = box / "old"
     old.write_text('#!/bin/sh\ncase "$2" in *exit*) exit 1;; *) echo 3.9;; esac\n')
     old.chmod(0o755)

@@ -185,9 +185,13 @@ def test_a_corrupt_or_partial_entry_is_rebuilt_not_served(tmp_path, damage):
         if path.is_file():
             blob = path.read_bytes()
             path.write_bytes(
-                {"truncate": blob[: len(blob) // 2], "flip": blob[:-1] + bytes([blob[-1] ^ 1]), "garbage": b"x" * 60,
-                 "empty": b""}[damage]
-            )  # fmt: skip
+                {
+                    "truncate": blob[: len(blob) // 2],
+                    "flip": blob[:-1] + bytes([blob[-1] ^ 1]),
+                    "garbage": b"x" * 60,
+                    "empty": b"",
+                }[damage]
+            )
     with pytest.warns(UserWarning, match="corrupt entry"):
         result, calls, stats = run(tmp_path)
     assert result == build_and_generate(fake_mathdx()) and calls["compile"] == 1
@@ -239,9 +243,13 @@ def test_cubin_key_covers_ir_links_and_options():
 
     def library(**change):
         lib = types.SimpleNamespace(
-            llvm_strs=["; ModuleID = 'a'\n", "; ModuleID = 'b'\n"], _nvvm_options={"opt": 3}, needs_cudadevrt=False,
-            _linking_files=[LTOIR(b"execute"), LTOIR(b"copy")], _max_registers=None, _lto=True,
-        )  # fmt: skip
+            llvm_strs=["; ModuleID = 'a'\n", "; ModuleID = 'b'\n"],
+            _nvvm_options={"opt": 3},
+            needs_cudadevrt=False,
+            _linking_files=[LTOIR(b"execute"), LTOIR(b"copy")],
+            _max_registers=None,
+            _lto=True,
+        )
         for key, value in change.items():
             setattr(lib, key, value)
         return lib
@@ -494,8 +502,13 @@ def test_a_kernel_compiled_after_other_kernels_gets_the_cubin_linked_before(tmp_
     script.write_text(LINK_TWICE)
 
     def run(order: str) -> dict:
-        done = subprocess.run([sys.executable, str(script), str(tmp_path / "cache"), order], env=env,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "cache"), order],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if done.returncode and "nvvm" in done.stderr.lower() and "not found" in done.stderr.lower():
             pytest.skip("numba-cuda's NVVM is not installed here")
         assert done.returncode == 0, done.stderr[-3000:]

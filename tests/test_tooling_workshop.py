@@ -40,8 +40,10 @@ def _tiny_course(tmp_path: Path, cells: list[str], gpu: bool = False) -> Path:
 
 def test_a_run_records_builds_edits_and_the_first_error(tmp_path):
     exercise = "def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n"
-    build = ("import time\nfrom utilities.machinery.buildcache.progress import BuildProgress\n"
-             "with BuildProgress('fake_kernel', after=60):\n    time.sleep(0.3)")  # fmt: skip
+    build = (
+        "import time\nfrom utilities.machinery.buildcache.progress import BuildProgress\n"
+        "with BuildProgress('fake_kernel', after=60):\n    time.sleep(0.3)"
+    )
     root = _tiny_course(tmp_path, [exercise, "assert f() == 1", build])
     entry = workshop.run_notebook("9_tiny", root=root)
     assert entry.error == ""
@@ -96,8 +98,13 @@ def test_a_run_through_is_recorded_as_the_filled_exercise_row_of_the_ledger(tmp_
     monkeypatch.setenv("COURSE_COMMIT", "abc123")
     path = tmp_path / "notebooks.json"
     passed = workshop.Entry("2a_epilogue_fusion", wall_s=61.0, longest_build_s=9.0, build_wait_s=20.0)
-    failed = workshop.Entry("3d_ozaki_fused", wall_s=12.0, longest_build_s=0.0, build_wait_s=0.0,
-                            error="code cell 4: CheckFailure: stage 'fused'\nTraceback ...")  # fmt: skip
+    failed = workshop.Entry(
+        "3d_ozaki_fused",
+        wall_s=12.0,
+        longest_build_s=0.0,
+        build_wait_s=0.0,
+        error="code cell 4: CheckFailure: stage 'fused'\nTraceback ...",
+    )
     workshop.record_in_ledger(passed, path, "NVIDIA H100 80GB HBM3", sharing=2)
     workshop.record_in_ledger(failed, path, "NVIDIA H100 80GB HBM3")
     rows = {r["notebook"]: r for r in ledger.load(path)["rows"]}

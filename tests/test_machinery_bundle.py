@@ -56,10 +56,14 @@ def test_parts_of_a_bounded_size_import_from_the_first(tmp_path):
 
 @pytest.mark.parametrize(
     "other, named",
-    [({**MACHINE, "compute_capability": "8.0"}, "compute_capability: bundle 9.0, this machine 8.0"),
-     ({**MACHINE, "environment": {**MACHINE["environment"], "libmathdx": "303"}},
-      "environment libmathdx: bundle 302, this machine 303")],
-)  # fmt: skip
+    [
+        ({**MACHINE, "compute_capability": "8.0"}, "compute_capability: bundle 9.0, this machine 8.0"),
+        (
+            {**MACHINE, "environment": {**MACHINE["environment"], "libmathdx": "303"}},
+            "environment libmathdx: bundle 302, this machine 303",
+        ),
+    ],
+)
 def test_a_bundle_for_another_gpu_or_stack_is_refused_naming_what_differs(tmp_path, other, named):
     bundle.export(_cache(tmp_path / "a"), tmp_path / "x.bundle", MACHINE)
     target = DiskCache(tmp_path / "b")

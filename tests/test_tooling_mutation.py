@@ -84,8 +84,14 @@ def test_a_mutant_that_does_not_build_counts_as_rejected():
     assert any(m.what == "Mult -> Div" for m in score.rejected)
 
 
-FAST = ["3a slice_number", "3a diagonal_terms", "4a symmetric_residue", "4a crt_reconstruct",
-        "4b residue (device function)", "2c neighbor (device function)"]  # fmt: skip
+FAST = [
+    "3a slice_number",
+    "3a diagonal_terms",
+    "4a symmetric_residue",
+    "4a crt_reconstruct",
+    "4b residue (device function)",
+    "2c neighbor (device function)",
+]
 
 
 @pytest.mark.parametrize("exercise", FAST)
@@ -112,8 +118,11 @@ SLOW = "3b epilogue"  # its Python kernel runs thread by thread: one seed here, 
 
 def _cpu_items(items):
     names = {mutants.exercise_key(n): n for n in _tool().EXERCISES}
-    return [(names[mutants.exercise_key(i.exercise)], i) for i in items
-            if mutants.exercise_key(i.exercise) in names and i.exercise.startswith(OURS)]  # fmt: skip
+    return [
+        (names[mutants.exercise_key(i.exercise)], i)
+        for i in items
+        if mutants.exercise_key(i.exercise) in names and i.exercise.startswith(OURS)
+    ]
 
 
 @pytest.mark.parametrize(("exercise", "mistake"), _cpu_items(MISTAKES), ids=lambda x: getattr(x, "what", x))
@@ -247,7 +256,7 @@ def test_the_gpu_runner_sorts_mutants_restarts_after_a_hang_and_writes_the_repor
         gpu.Planned("edge", "adds one", cell.replace("x * k", "x * k + 1"), message="is not 6"),
         gpu.Planned("alternative", "a loop", cell.replace("y = x * k", "y = sum(x for _ in range(k))")),
     ]
-    job = gpu.Job("toy", planned, ["import math"], cell, check, tmp_path)  # fmt: skip
+    job = gpu.Job("toy", planned, ["import math"], cell, check, tmp_path)
     gpu.run_jobs([job], parallel=1, timeout=8, setup_timeout=60)
     entry = gpu.entry(job)
     assert entry["baseline"].startswith("passed"), entry

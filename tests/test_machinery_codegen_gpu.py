@@ -1,6 +1,6 @@
 """The build cache's workers generate, byte for byte, the LTO-IR that libmathdx generates in place.
 
-The fake binding of ``test_buildcache.py`` models libmathdx; this test asks the real one (on a GPU machine,
+The fake binding of ``test_machinery_buildcache.py`` models libmathdx; this test asks the real one (on a GPU machine,
 where the pinned stack is installed). Each run is a fresh process with its own cache: once with code generated
 in place, once through two worker processes; the device functions' LTO-IR and symbols must agree.
 """

@@ -87,8 +87,9 @@ def test_no_undefined_names_in_notebooks():
     paths = [str(p) for p in NOTEBOOKS]
     done = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", "F821,F811,F823", *paths],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
