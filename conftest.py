@@ -6,12 +6,18 @@
   without one it shows as skipped with the reason, and with one its cells carry the ``gpu`` marker.
   Their kernels find ``utilities`` in this checkout.
 - Tests marked ``@pytest.mark.gpu`` are skipped with the reason when no NVIDIA GPU is present.
+- Without a GPU a test that runs past ``COURSE_TEST_LIMIT_S`` seconds (default 300) stops the run: its stacks are
+  printed and pytest exits with status 3, so that a hang (numba's simulator can stall on its locks) is a named
+  failure in minutes, not a CI run killed after its hour and a half. ``COURSE_TEST_LIMIT_S=0`` turns the guard off.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import sys
+import threading
 from functools import cache
 from pathlib import Path
 
@@ -41,6 +47,11 @@ def no_gpu_reason() -> str:
 if no_gpu_reason() and "NUMBA_ENABLE_CUDASIM" not in os.environ:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     os.environ["COURSE_SIMULATOR_AUTO"] = "1"
+if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+    # device functions that never name `cuda` skip the simulator's per-call module swap and its locks
+    from utilities.machinery.simulator import call_device_functions_directly
+
+    call_device_functions_directly()
 
 
 def notebook_needs_gpu(path: Path) -> bool:
@@ -83,3 +94,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu") and no_gpu_reason():
             item.add_marker(pytest.mark.skip(reason=no_gpu_reason()))
+
+
+def test_time_limit() -> float:
+    """Seconds a test may run before the guard stops the run (0: no guard). With a GPU there is no guard."""
+    value = os.environ.get("COURSE_TEST_LIMIT_S", "300" if no_gpu_reason() else "0")
+    try:
+        return float(value)
+    except ValueError:
+        problem = f"COURSE_TEST_LIMIT_S={value!r} is not a number of seconds (0 turns the guard off)"
+        raise pytest.UsageError(problem) from None
+
+
+test_time_limit.__test__ = False  # a helper, not a test
+
+
+def _stop_the_run(item: pytest.Item, limit: float) -> None:
+    capture = item.config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.suspend_global_capture(in_=True)
+    sys.stderr.write(
+        f"\n{item.nodeid} ran past {limit:g} s (COURSE_TEST_LIMIT_S): the run stops here. "
+        "The stacks of every thread follow; make the test smaller for the simulator or move it to the GPU suite.\n"
+    )
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    os._exit(3)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    limit = test_time_limit()
+    if limit <= 0:
+        return (yield)
+    timer = threading.Timer(limit, _stop_the_run, (item, limit))
+    timer.daemon = True
+    timer.start()
+    try:
+        return (yield)
+    finally:
+        timer.cancel()

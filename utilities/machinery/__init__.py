@@ -10,7 +10,9 @@ nvmath-python's and numba-cuda's internals.
 - ``launch``: large dynamic shared memory, and a launch path that packs arguments itself;
 - ``pipelines``: cuBLASDx device pipelines with run-time shapes, so that one kernel build serves every shape;
 - ``aligned_copy``: global-memory layouts that promise cuBLASDx 16-byte alignment;
-- ``cp_async``: ``cp.async`` commit and wait-group intrinsics for numba.
+- ``cp_async``: ``cp.async`` commit and wait-group intrinsics for numba;
+- ``simulator``: numba's CUDA simulator without its per-call locks for device functions that never name ``cuda``
+  (the tests install it: the Ozaki-II kernels' simulated runs stalled on those locks).
 
-Nothing here is imported by the course's CPU code.
+Nothing here is imported by the course's CPU code (the tests install ``simulator``).
 """

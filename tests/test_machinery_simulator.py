@@ -1,0 +1,48 @@
+"""The simulator shim (utilities.machinery.simulator): device functions that never name ``cuda`` are called directly,
+the others still see the simulated thread's ``cuda``, and a kernel gets the same results either way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import config, cuda
+
+from utilities.machinery import simulator
+
+
+def plain(x, y):
+    return x * 2 + y
+
+
+def lane():
+    return cuda.threadIdx.x
+
+
+def nested():
+    def inner():
+        return cuda.threadIdx.x
+
+    return inner()
+
+
+def test_only_functions_that_name_cuda_need_the_swap() -> None:
+    assert not simulator.needs_cuda_swap(plain)
+    assert simulator.needs_cuda_swap(lane)
+    assert simulator.needs_cuda_swap(nested), "a nested function's use of cuda counts"
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="the shim acts in numba's simulator only")
+def test_kernels_get_the_same_results_with_direct_calls() -> None:
+    assert simulator.call_device_functions_directly(), "conftest.py installs the shim in the simulator"
+    twice, where = cuda.jit(device=True)(plain), cuda.jit(device=True)(lane)
+
+    @cuda.jit
+    def kernel(out):
+        i = cuda.grid(1)
+        out[i] = twice(i, where())
+
+    out = cuda.to_device(np.zeros(64, np.int64))
+    kernel[2, 32](out)
+    assert out.copy_to_host().tolist() == [2 * i + i % 32 for i in range(64)]
+    assert twice.__dict__.get("course_direct") is True
+    assert where.__dict__.get("course_direct") is False
