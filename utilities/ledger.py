@@ -152,8 +152,8 @@ def all_rows(root: Path = REPO_ROOT) -> list[tuple[str, dict]]:
 
 
 def status(stem: str, rows: list[tuple[str, dict]], hashes: dict[tuple[str, str], str]) -> tuple[str, str]:
-    """``("current" | "stale" | "never", text for the README)`` of one GPU notebook: current when both variants
-    passed on a GPU at their code as it is now."""
+    """``("current" | "partial" | "stale" | "never", text for the README)`` of one GPU notebook: current when both
+    variants passed on a GPU at their code as it is now, partial when only one did."""
     passes: dict[str, list[tuple[str, dict]]] = {v: [] for v in VARIANTS}
     for gpu, row in rows:
         if row["notebook"] == stem and row["passed"] and row["variant"] in passes:
@@ -162,6 +162,10 @@ def status(stem: str, rows: list[tuple[str, dict]], hashes: dict[tuple[str, str]
     if all(now.values()):
         gpu, row = max((max(now[v], key=lambda gr: gr[1]["date"]) for v in VARIANTS), key=lambda gr: gr[1]["date"])
         return "current", f"{row['date']}, {gpu.removeprefix('NVIDIA ')}"
+    if any(now.values()):
+        ran = [v for v in VARIANTS if now[v]]
+        last = max((gr for v in ran for gr in now[v]), key=lambda gr: gr[1]["date"])
+        return "partial", f"{last[1]['date']}, {last[0].removeprefix('NVIDIA ')}, {' and '.join(ran)} only"
     if any(passes.values()):
         last = max((gr for v in VARIANTS for gr in passes[v]), key=lambda gr: gr[1]["date"])[1]["date"]
         return "stale", f"{last}; code changed since"

@@ -4,9 +4,9 @@ the plain Python functions they are.
 In the simulator every call of a device function swaps the ``cuda`` module in the function's module globals under a
 per-module lock, even when the function never names ``cuda``. A block of simulated threads is a block of Python
 threads, and with the GIL handing them over every few milliseconds, a kernel that calls small device functions
-(a residue per entry and per modulus) queues on those locks: the same test took from 13 s to over a minute, and a
-CI run stalled past its limit. A device function whose body does not name ``cuda`` needs no swap: it runs the same
-Python either way. The tests install this (conftest.py); the course's own code never needs it.
+(a residue per entry and per modulus) queues on those locks, for a time that changes from run to run
+(instructor-notes/machinery.md has the figures). A device function whose body does not name ``cuda`` needs no swap:
+it runs the same Python either way. The tests install this (conftest.py); the course's own code never needs it.
 """
 
 from __future__ import annotations
