@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utilities import workshop
+from utilities import notebooks, workshop
 from utilities.notebooks import REPO_ROOT
 
 EXERCISE_STEMS = sorted(p.stem for p in (REPO_ROOT / "notebooks").glob("*.ipynb"))
@@ -17,13 +17,13 @@ EXERCISE_STEMS = sorted(p.stem for p in (REPO_ROOT / "notebooks").glob("*.ipynb"
 
 @pytest.mark.parametrize("stem", EXERCISE_STEMS)
 def test_every_exercise_cell_gets_its_solution_and_an_edit_that_compiles(stem):
-    cells = workshop.filled_cells(stem)
+    cells = notebooks.filled_cells(stem)
     exercises = [source for _, source, is_exercise in cells if is_exercise]
     assert exercises, f"{stem} has no exercise cell"
-    runs = workshop.edit_runs(cells)
+    runs = notebooks.edit_runs(cells)
     assert len(runs) == len(exercises)
     for run in runs:
-        assert workshop.EDIT_LINE in run[0]
+        assert notebooks.EDIT_LINE in run[0]
         ast.parse(run[0])  # the edit lands inside the region, at its indentation
 
 

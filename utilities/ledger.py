@@ -39,7 +39,7 @@ from pathlib import Path
 
 import nbformat
 
-from .notebooks import REPO_ROOT, SOLUTIONS
+from .notebooks import REPO_ROOT, SOLUTIONS, filled_notebook
 
 VARIANTS = ("solution", "exercise")
 RESULTS = "results"
@@ -81,8 +81,6 @@ def variant_notebook(stem: str, variant: str, root: Path = REPO_ROOT) -> nbforma
     if variant == "solution":
         return nbformat.read(root / SOLUTIONS / f"{stem}.ipynb", as_version=4)
     if variant == "exercise":
-        from .workshop import filled_notebook
-
         return filled_notebook(stem, root)[0]
     raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
 

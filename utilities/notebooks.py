@@ -14,6 +14,8 @@ A code cell starting with ``# SOURCE: utilities/ozaki/simt.py::make_slice_rows_k
 rewritten from those top-level definitions of the module (read with ``ast``, never imported).
 A code cell tagged ``exercise-raises`` is tagged ``raises-exception`` in the exercise (for nbval): use it on
 the check cell that raises "not implemented" while the skeleton is untouched.
+The way back, for the run-through and the GPU ledger: :func:`filled_notebook` is an exercise with its solutions
+filled in, and :func:`edit_runs` the edits that rebuild each exercise's kernel.
 
     python -m utilities.notebooks build   # refresh solutions/, write notebooks/
     python -m utilities.notebooks check   # exit 1 listing every file that build would change
@@ -40,8 +42,10 @@ EXERCISES = "notebooks"
 REVEAL_TAG = "reveal"
 PREDICTION_TAG = "prediction"  # a cell where the attendee writes a prediction: no reveal cell after it
 RAISES_TAG = "exercise-raises"
+EDIT_LINE = "_attendee_edit = 0  # an edit: new code to build, the same result"
 
 _BEGIN = re.compile(r"^\s*# BEGIN SOLUTION\s*$")
+_BEGIN_AT = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION\s*$")
 _END = re.compile(r"^\s*# END SOLUTION\s*$")
 _ANY_MARKER = re.compile(r"#\s*(BEGIN|END)\s*SOLUTION", re.IGNORECASE)
 _SKELETON = re.compile(r"^(?P<indent>[ \t]*)# SKELETON:(?: (?P<code>.*))?$")
@@ -296,6 +300,67 @@ def read_solution(path: Path, root: Path) -> nbformat.NotebookNode:
     if not isinstance(data, dict) or data.get("nbformat") != 4:
         raise NotebookBuildError(f"{path.relative_to(root)}: not a notebook of nbformat 4")
     return nbformat.v4.nbjson.JSONReader().to_notebook(data)
+
+
+# --- exercises filled with their solutions (the run-through, the ledger) ------------------------------------
+
+
+def filled_cells(stem: str, root: Path = REPO_ROOT) -> list[tuple[str, str, bool]]:
+    """The code cells of ``notebooks/<stem>.ipynb`` as ``(id, source, is_exercise)``, with the solution's source
+    in every cell (reveal cells left out; the solution's prediction cells hold its predictions, not exercises).
+    Raises if a cell of the exercise has no solution twin."""
+    exercise = nbformat.read(root / EXERCISES / f"{stem}.ipynb", as_version=4)
+    solution = {cell.get("id"): cell for cell in read_solution(root / SOLUTIONS / f"{stem}.ipynb", root).cells}
+    cells = []
+    for cell in exercise.cells:
+        if cell.cell_type != "code" or REVEAL_TAG in cell.metadata.get("tags", []):
+            continue
+        twin = solution.get(cell.get("id"))
+        if twin is None:
+            raise ValueError(
+                f"{EXERCISES}/{stem}.ipynb: cell {cell.get('id')} has no twin in {SOLUTIONS}/: rebuild "
+                "the exercises (python -m utilities.notebooks build)"
+            )
+        is_exercise = "# BEGIN SOLUTION" in twin.source and PREDICTION_TAG not in cell.metadata.get("tags", [])
+        cells.append((cell.id, twin.source, is_exercise))
+    return cells
+
+
+def edited(source: str) -> str:
+    """``source`` with :data:`EDIT_LINE` added at the top of its first solution region."""
+    lines = source.split("\n")
+    for number, line in enumerate(lines):
+        match = _BEGIN_AT.match(line)
+        if match:
+            return "\n".join([*lines[: number + 1], match["indent"] + EDIT_LINE, *lines[number + 1 :]])
+    raise ValueError("no solution region to edit")
+
+
+def edit_runs(cells: list[tuple[str, str, bool]]) -> list[list[str]]:
+    """For each exercise cell: its edited source, then the cell after it (its check) unless that is an exercise."""
+    runs = []
+    for index, (_, source, is_exercise) in enumerate(cells):
+        if is_exercise:
+            after = cells[index + 1] if index + 1 < len(cells) else None
+            runs.append([edited(source)] + ([after[1]] if after and not after[2] else []))
+    return runs
+
+
+def filled_notebook(stem: str, root: Path = REPO_ROOT) -> tuple[nbformat.NotebookNode, list[list[str]]]:
+    """``notebooks/<stem>.ipynb`` with the solution's code in every code cell and no reveal cells, and the edit
+    runs (see :func:`edit_runs`)."""
+    cells = filled_cells(stem, root)
+    nb = nbformat.read(root / EXERCISES / f"{stem}.ipynb", as_version=4)
+    source = {cell_id: text for cell_id, text, _ in cells}
+    kept = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            if cell.get("id") not in source:
+                continue  # a reveal cell
+            cell.source = source[cell.id]
+        kept.append(cell)
+    nb.cells = kept
+    return nb, edit_runs(cells)
 
 
 def plan(root: Path = REPO_ROOT) -> tuple[dict[Path, str], list[Path]]:

@@ -28,18 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import nbformat
-
 from . import execution
-from .notebooks import EXERCISES, PREDICTION_TAG, REPO_ROOT, REVEAL_TAG, SOLUTIONS, read_solution
-
-EDIT_LINE = "_attendee_edit = 0  # an edit: new code to build, the same result"
-_BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION\s*$")
+from .notebooks import EXERCISES, REPO_ROOT, filled_notebook
 
 
 @dataclass
@@ -58,47 +52,6 @@ class Entry:
     course_links: list[str] = field(default_factory=list)
 
 
-def filled_cells(stem: str, root: Path = REPO_ROOT) -> list[tuple[str, str, bool]]:
-    """The code cells of ``notebooks/<stem>.ipynb`` as ``(id, source, is_exercise)``, with the solution's source
-    in every cell (reveal cells left out; the solution's prediction cells hold its predictions, not exercises).
-    Raises if a cell of the exercise has no solution twin."""
-    exercise = nbformat.read(root / EXERCISES / f"{stem}.ipynb", as_version=4)
-    solution = {cell.get("id"): cell for cell in read_solution(root / SOLUTIONS / f"{stem}.ipynb", root).cells}
-    cells = []
-    for cell in exercise.cells:
-        if cell.cell_type != "code" or REVEAL_TAG in cell.metadata.get("tags", []):
-            continue
-        twin = solution.get(cell.get("id"))
-        if twin is None:
-            raise ValueError(
-                f"{EXERCISES}/{stem}.ipynb: cell {cell.get('id')} has no twin in {SOLUTIONS}/: rebuild "
-                "the exercises (python -m utilities.notebooks build)"
-            )
-        is_exercise = "# BEGIN SOLUTION" in twin.source and PREDICTION_TAG not in cell.metadata.get("tags", [])
-        cells.append((cell.id, twin.source, is_exercise))
-    return cells
-
-
-def edited(source: str) -> str:
-    """``source`` with :data:`EDIT_LINE` added at the top of its first solution region."""
-    lines = source.split("\n")
-    for number, line in enumerate(lines):
-        match = _BEGIN.match(line)
-        if match:
-            return "\n".join([*lines[: number + 1], match["indent"] + EDIT_LINE, *lines[number + 1 :]])
-    raise ValueError("no solution region to edit")
-
-
-def edit_runs(cells: list[tuple[str, str, bool]]) -> list[list[str]]:
-    """For each exercise cell: its edited source, then the cell after it (its check) unless that is an exercise."""
-    runs = []
-    for index, (_, source, is_exercise) in enumerate(cells):
-        if is_exercise:
-            after = cells[index + 1] if index + 1 < len(cells) else None
-            runs.append([edited(source)] + ([after[1]] if after and not after[2] else []))
-    return runs
-
-
 # --- the run ---------------------------------------------------------------------------------------------------
 
 BUILDS_MARK = "course-builds: "
@@ -107,23 +60,6 @@ BUILDS_CELL = (
     "import json as _json\nfrom utilities.machinery.buildcache import linking as _linking, progress as _progress\n"
     f"print({BUILDS_MARK!r} + _json.dumps([_progress.BUILDS, _linking.LINKED]))"
 )
-
-
-def filled_notebook(stem: str, root: Path = REPO_ROOT) -> tuple[nbformat.NotebookNode, list[list[str]]]:
-    """``notebooks/<stem>.ipynb`` with the solution's code in every code cell and no reveal cells, and the edit
-    runs (see :func:`edit_runs`)."""
-    cells = filled_cells(stem, root)
-    nb = nbformat.read(root / EXERCISES / f"{stem}.ipynb", as_version=4)
-    source = {cell_id: text for cell_id, text, _ in cells}
-    kept = []
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            if cell.get("id") not in source:
-                continue  # a reveal cell
-            cell.source = source[cell.id]
-        kept.append(cell)
-    nb.cells = kept
-    return nb, edit_runs(cells)
 
 
 def _builds(session: execution.Kernel) -> tuple[list[tuple[str, float]], list[str]]:

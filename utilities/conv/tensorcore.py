@@ -42,6 +42,7 @@ from ..smem import fp16_segments
 from ..tiles import block_matmul
 from .reference import TAPS, ConvShape
 from .simt import neighbor as course_neighbor
+from .tensorcore_persistent import make_conv_b2b_kernel
 
 UNIT = 4  # FP16 channels per gathered load (8 bytes, one uint64)
 
@@ -70,8 +71,6 @@ class Kernels(plans.Kernels):
     conv_b2b: Callable[..., Any] | None = None
 
     def course(self) -> dict[str, Callable[..., Any]]:
-        from .tensorcore_persistent import make_conv_b2b_kernel
-
         return {"neighbor": course_neighbor, "conv": make_conv_kernel, "conv_b2b": make_conv_b2b_kernel}
 
 
