@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,3 +24,33 @@ def define(tmp_path) -> Callable[[str, str], Any]:
         return namespace[name]
 
     return make
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    """CuPy, with the course's build cache on (a GPU test module's kernels build once)."""
+    import cupy as cp
+
+    from utilities.machinery import buildcache
+
+    buildcache.install(quiet=True)
+    return cp
+
+
+@pytest.fixture
+def check_twice() -> Callable[..., float]:
+    """``check_twice(check, *args, **kwargs)``: a checker run twice, the first run building what it needs; both must
+    pass. Returns the second run's seconds and prints them: how long a check takes once its kernels are built is
+    measured by the run-through (``utilities.workshop``, ``longest_check_after_edit_s``), not asserted here."""
+
+    def run(check: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
+        first = check(*args, **kwargs)
+        assert first.status == "passed", first
+        start = time.perf_counter()
+        second = check(*args, **kwargs)
+        elapsed = time.perf_counter() - start
+        assert second.status == "passed", second
+        print(f"{getattr(check, '__name__', check)}: {elapsed:.1f} s after its build")
+        return elapsed
+
+    return run
