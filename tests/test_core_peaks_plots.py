@@ -171,3 +171,19 @@ def test_registers_occupancy(tmp_path: Path) -> None:
     assert list(fig.axes[0].lines[0].get_xdata()) == [1, 2, 3, 4]
     with pytest.raises(KeyError, match="spills"):
         plots.registers_occupancy([{"F": 1, "registers": 1, "occupancy": 1, "tflops": 1}])
+
+
+def test_path_rows_compare_every_path_with_the_fused_one() -> None:
+    from utilities.roofline import Traffic, format_rows, path_rows
+
+    fused = Traffic("fused", 2 * 10**9, 10**9, 10**11, 1)  # 3 GB, 0.1 TFLOP: memory-bound at 1 TB/s and 100 TFLOP/s
+    unfused = Traffic("unfused", 5 * 10**9, 10**9, 10**11, 2)
+    rows = path_rows([fused, unfused], bandwidth_tbs=1.0, tflops=100.0)
+    assert [r["path"] for r in rows] == ["fused", "unfused"]
+    assert rows[0]["floor_us"] == pytest.approx(3000.0) and rows[0]["bound"] == "memory"
+    assert rows[1]["vs_fused"] == pytest.approx(2.0) and rows[0]["vs_fused"] == 1.0
+    by_bytes = path_rows([fused, unfused], bandwidth_tbs=1.0, tflops=1.0, ratio="bytes")  # compute-bound: 0.1 s
+    assert by_bytes[1]["bytes_vs_fused"] == pytest.approx(2.0) and by_bytes[1]["bound"] == "compute"
+    assert "floor/fused" in format_rows(rows) and "bytes/fused" in format_rows(by_bytes)
+    with pytest.raises(ValueError, match="ratio must be one of"):
+        path_rows([fused], bandwidth_tbs=1.0, tflops=1.0, ratio="time")

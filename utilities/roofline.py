@@ -5,13 +5,15 @@ its result once through HBM (tiles re-read from L2 are not counted), and it can 
 its operations at the arithmetic ceiling and its bytes at the bandwidth ceiling. Kernels that run one after
 another add their floors.
 
-- :class:`Traffic`: a path's bytes read and written, FLOPs and kernel count (the fusion and convolution tracks);
+- :class:`Traffic`: a path's bytes read and written, FLOPs and kernel count (the fusion and convolution tracks),
+  :func:`path_rows` and :func:`format_rows` for the prediction table of several paths;
 - :class:`KernelWork`: one kernel's int8 operations and bytes (the Ozaki tracks), :func:`predicted_ms` for a
   sequence of them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 FP16_BYTES = 2
@@ -47,6 +49,49 @@ class Traffic:
     def intensity(self) -> float:
         """FLOPs per byte moved."""
         return self.flops / self.bytes
+
+
+RATIOS = {"floor": ("vs_fused", "floor/fused"), "bytes": ("bytes_vs_fused", "bytes/fused")}
+
+
+def path_rows(
+    paths: Sequence[Traffic], *, bandwidth_tbs: float, tflops: float, ratio: str = "floor"
+) -> list[dict[str, float | str]]:
+    """One row per path, the first being the fused path the others are compared with: MB moved, GFLOP, its floor
+    (us), what bounds it, and its floor (``ratio="floor"``, key ``vs_fused``) or its bytes (``ratio="bytes"``, key
+    ``bytes_vs_fused``) over the fused path's."""
+    if ratio not in RATIOS:
+        raise ValueError(f"ratio must be one of {sorted(RATIOS)}, got {ratio!r}")
+    if not paths:
+        raise ValueError("no paths to compare")
+    key = RATIOS[ratio][0]
+    fused = paths[0]
+    fused_floor = time_floor(fused.flops, fused.bytes, bandwidth_tbs, tflops)
+    rows = []
+    for t in paths:
+        floor = time_floor(t.flops, t.bytes, bandwidth_tbs, tflops)
+        rows.append(
+            {
+                "path": t.path,
+                "MB": t.bytes / 1e6,
+                "GFLOP": t.flops / 1e9,
+                "floor_us": floor * 1e6,
+                "bound": bound_by(t.flops, t.bytes, bandwidth_tbs, tflops),
+                key: floor / fused_floor if ratio == "floor" else t.bytes / fused.bytes,
+            }
+        )
+    return rows
+
+
+def format_rows(rows: list[dict[str, float | str]]) -> str:
+    """The rows of :func:`path_rows` as a small text table."""
+    key, label = next(RATIOS[r] for r in RATIOS if RATIOS[r][0] in rows[0])
+    lines = [f"{'path':>9} {'MB':>9} {'GFLOP':>8} {'floor us':>9} {'bound':>8} {label:>12}"]
+    for r in rows:
+        lines.append(
+            f"{r['path']:>9} {r['MB']:9.1f} {r['GFLOP']:8.2f} {r['floor_us']:9.1f} {r['bound']:>8} {r[key]:12.2f}"
+        )
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ C_in + C_out, so wide channels make the convolution compute-bound and the epilog
 
 from __future__ import annotations
 
-from ..roofline import FP16_BYTES, Traffic, bound_by, time_floor
+from ..roofline import FP16_BYTES, Traffic, format_rows, path_rows
 from .reference import TAPS, B2BShape, ConvShape
 
 CONV_PATHS = ("fused", "unfused", "im2col")
@@ -50,34 +50,13 @@ def fusion_gain_bound(shape: ConvShape) -> float:
 
 def conv_prediction(shape: ConvShape, *, bandwidth_tbs: float, tflops: float) -> list[dict[str, float | str]]:
     """One row per path: MB moved, GFLOP, its roofline floor (us), what bounds it, and its floor / fused floor."""
-    fused = conv_traffic("fused", shape)
-    fused_floor = time_floor(fused.flops, fused.bytes, bandwidth_tbs, tflops)
-    rows = []
-    for path in CONV_PATHS:
-        t = conv_traffic(path, shape)
-        floor = time_floor(t.flops, t.bytes, bandwidth_tbs, tflops)
-        rows.append(
-            {
-                "path": path,
-                "MB": t.bytes / 1e6,
-                "GFLOP": t.flops / 1e9,
-                "floor_us": floor * 1e6,
-                "bound": bound_by(t.flops, t.bytes, bandwidth_tbs, tflops),
-                "vs_fused": floor / fused_floor,
-            }
-        )
-    return rows
+    paths = [conv_traffic(path, shape) for path in CONV_PATHS]
+    return path_rows(paths, bandwidth_tbs=bandwidth_tbs, tflops=tflops)
 
 
 def format_prediction(rows: list[dict[str, float | str]]) -> str:
-    """The rows of ``conv_prediction`` as a small text table."""
-    lines = [f"{'path':>8} {'MB':>9} {'GFLOP':>8} {'floor us':>9} {'bound':>8} {'floor/fused':>12}"]
-    for r in rows:
-        lines.append(
-            f"{r['path']:>8} {r['MB']:9.1f} {r['GFLOP']:8.2f} {r['floor_us']:9.1f} {r['bound']:>8} "
-            f"{r['vs_fused']:12.2f}"
-        )
-    return "\n".join(lines)
+    """The rows of ``conv_prediction`` or ``b2b_prediction`` as a small text table."""
+    return format_rows(rows)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -112,23 +91,8 @@ def b2b_gain_bound(shape: B2BShape) -> float:
 
 def b2b_prediction(shape: B2BShape, *, bandwidth_tbs: float, tflops: float) -> list[dict[str, float | str]]:
     """One row per path, as :func:`conv_prediction`'s."""
-    fused = b2b_traffic("fused", shape)
-    fused_floor = time_floor(fused.flops, fused.bytes, bandwidth_tbs, tflops)
-    rows = []
-    for path in B2B_PATHS:
-        t = b2b_traffic(path, shape)
-        floor = time_floor(t.flops, t.bytes, bandwidth_tbs, tflops)
-        rows.append(
-            {
-                "path": path,
-                "MB": t.bytes / 1e6,
-                "GFLOP": t.flops / 1e9,
-                "floor_us": floor * 1e6,
-                "bound": bound_by(t.flops, t.bytes, bandwidth_tbs, tflops),
-                "vs_fused": floor / fused_floor,
-            }
-        )
-    return rows
+    paths = [b2b_traffic(path, shape) for path in B2B_PATHS]
+    return path_rows(paths, bandwidth_tbs=bandwidth_tbs, tflops=tflops)
 
 
 def time_split(times_ms: dict[str, float]) -> dict[str, float | str] | None:

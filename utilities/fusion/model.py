@@ -18,7 +18,21 @@ GEMM + bias + ReLU: ``fused`` (and the library's RELU_BIAS epilogue) reads A, B,
 
 from __future__ import annotations
 
-from ..roofline import FP16_BYTES, Traffic, bound_by, time_floor
+from ..roofline import FP16_BYTES, Traffic, bound_by, format_rows, path_rows, time_floor
+
+# 2a and 2b read the roofline (time_floor, bound_by) through the track's model
+__all__ = [
+    "B2B_PATHS",
+    "GEMM_PATHS",
+    "Traffic",
+    "b2b_flops",
+    "b2b_prediction",
+    "b2b_traffic",
+    "bound_by",
+    "format_prediction",
+    "gemm_bias_relu_traffic",
+    "time_floor",
+]
 
 B2B_PATHS = ("fused", "epilogue", "library")
 GEMM_PATHS = ("fused", "epilogue", "separate")
@@ -63,31 +77,11 @@ def gemm_bias_relu_traffic(path: str, m: int, n: int, k: int, *, e: int = FP16_B
 def b2b_prediction(
     m: int, k0: int, n0: int, n1: int, batch: int = 1, *, bandwidth_tbs: float, tflops: float
 ) -> list[dict[str, float | str]]:
-    """One row per path: MB moved, GFLOP, the floor in microseconds, what bounds it, and its ratio to fused."""
-    rows = []
-    fused = b2b_traffic("fused", m, k0, n0, n1, batch)
-    for path in B2B_PATHS:
-        t = b2b_traffic(path, m, k0, n0, n1, batch)
-        floor = time_floor(t.flops, t.bytes, bandwidth_tbs, tflops)
-        rows.append(
-            {
-                "path": path,
-                "MB": t.bytes / 1e6,
-                "GFLOP": t.flops / 1e9,
-                "floor_us": floor * 1e6,
-                "bound": bound_by(t.flops, t.bytes, bandwidth_tbs, tflops),
-                "bytes_vs_fused": t.bytes / fused.bytes,
-            }
-        )
-    return rows
+    """One row per path: MB moved, GFLOP, the floor in microseconds, what bounds it, and its bytes over fused's."""
+    paths = [b2b_traffic(path, m, k0, n0, n1, batch) for path in B2B_PATHS]
+    return path_rows(paths, bandwidth_tbs=bandwidth_tbs, tflops=tflops, ratio="bytes")
 
 
 def format_prediction(rows: list[dict[str, float | str]]) -> str:
     """The rows of ``b2b_prediction`` as a small text table."""
-    lines = [f"{'path':>9} {'MB':>9} {'GFLOP':>8} {'floor us':>9} {'bound':>8} {'bytes/fused':>12}"]
-    for r in rows:
-        lines.append(
-            f"{r['path']:>9} {r['MB']:9.1f} {r['GFLOP']:8.2f} {r['floor_us']:9.1f} {r['bound']:>8} "
-            f"{r['bytes_vs_fused']:12.2f}"
-        )
-    return "\n".join(lines)
+    return format_rows(rows)
