@@ -112,13 +112,7 @@ def conv_records(
     pixels = sample_pixels(shape, seed)
     host = tuple(cp.asnumpy(v) for v in sets[0])
     peak = peaks.current_hbm_tbs()
-    dims = {
-        "batch": shape.batch,
-        "height": shape.height,
-        "width": shape.width,
-        "c_in": shape.c_in,
-        "c_out": shape.c_out,
-    }
+    dims = dataclasses.asdict(shape)  # the shape's fields, in order
     records = []
     for name, fns in paths.items():
         result = fns[0]()
@@ -294,13 +288,7 @@ def pipelined_records(
     timings = interleaved(paths, repeats)
     fused = {n: t for n, t in timings.items() if n.startswith("fused@")}
     best = min(fused, key=lambda n: fused[n].median) if fused else None
-    dims = {
-        "batch": shape.batch,
-        "height": shape.height,
-        "width": shape.width,
-        "c_in": shape.c_in,
-        "c_out": shape.c_out,
-    }
+    dims = dataclasses.asdict(shape)  # the shape's fields, in order
     records = []
     unfused_timing = None
     if best is not None:  # the unfused path with the best tile, timed beside the best fused kernel
@@ -401,14 +389,7 @@ def b2b_records(
         got = cp.asnumpy(cp.ascontiguousarray(fns[0]())).reshape(-1, shape.c_out)[pixels]
         errors[name] = bounded_error(got, r.d1, r.bound_d1, f"FP64 chain, {len(pixels)} pixels")
     timings = interleaved(paths, repeats)
-    dims = {
-        "batch": shape.batch,
-        "height": shape.height,
-        "width": shape.width,
-        "c_in": shape.c_in,
-        "c_mid": shape.c_mid,
-        "c_out": shape.c_out,
-    }
+    dims = dataclasses.asdict(shape)  # the shape's fields, in order
     records = []
     for name, timing in timings.items():
         t = model.b2b_traffic("fused" if name == "fused" else "unfused", shape)
