@@ -39,6 +39,19 @@ def new_figure(**kwargs: Any) -> CourseFigure:
     return CourseFigure(**kwargs)
 
 
+def diagram_box(ax: Any, x: float, y: float, text: str) -> None:
+    """A step of a concept diagram: ``text`` centred at (x, y) in a rounded white box."""
+    bbox = {"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"}
+    ax.text(x, y, text, fontsize=8, ha="center", va="center", bbox=bbox)
+
+
+def diagram_arrow(ax: Any, a: tuple[float, float], b: tuple[float, float], color: str = "k") -> None:
+    """An arrow of a concept diagram, from ``a`` to ``b``."""
+    from matplotlib.patches import FancyArrowPatch
+
+    ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=10, color=color, linewidth=1.2))
+
+
 def finish(fig: Figure, path: PathLike | None) -> Figure:
     fig.tight_layout()
     if path is not None:

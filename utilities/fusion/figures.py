@@ -87,7 +87,7 @@ def save_plots(records: Sequence[BenchRecord], folder: str, hbm_tbs: float | Non
 
 def b2b_dataflow_picture(path: str | os.PathLike[str] | None = None) -> Figure:
     """Back-to-back GEMMs: what goes through HBM on the library path, and what stays in one block when fused."""
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+    from matplotlib.patches import FancyBboxPatch
 
     fig = plots.new_figure(figsize=(10.0, 4.6))
     for k, (title, fused) in enumerate(
@@ -113,18 +113,10 @@ def b2b_dataflow_picture(path: str | os.PathLike[str] | None = None) -> Figure:
             (7.0, 3.2, "GEMM 1 on D0, B1\nrelu(alpha1 acc1\n+ beta1 C1)"),
         ]
         for x, y, text in steps:
-            ax.text(
-                x,
-                y,
-                text,
-                fontsize=8,
-                ha="center",
-                va="center",
-                bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"},
-            )
+            plots.diagram_box(ax, x, y, text)
 
         def arrow(a: tuple[float, float], b: tuple[float, float], color: str = "k", ax: Any = ax) -> None:
-            ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=10, color=color, linewidth=1.2))
+            plots.diagram_arrow(ax, a, b, color)
 
         arrow((0.8, 7.9), (1.3, 3.9))
         arrow((2.3, 7.9), (1.9, 3.9))

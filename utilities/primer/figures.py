@@ -45,7 +45,7 @@ def memory_picture(
 ) -> Figure:
     """Three levels of memory, one block's objects on each, and the calls that move data between them: on the left a
     block ``Matmul`` written by hand (copy, copy_wait, execute, store), on the right a ``DevicePipeline``."""
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+    from matplotlib.patches import FancyBboxPatch
 
     labels = inventory(tile, threads, in_bytes, acc_bytes, depth)
     fig = plots.new_figure(figsize=(11.0, 6.0))
@@ -63,18 +63,10 @@ def memory_picture(
         ax.text(0.4, y + 2.05, title, fontsize=9, weight="bold")
 
     def box(x: float, y: float, text: str) -> None:
-        ax.text(
-            x,
-            y,
-            text,
-            fontsize=8,
-            ha="center",
-            va="center",
-            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"},
-        )
+        plots.diagram_box(ax, x, y, text)
 
     def arrow(a: tuple[float, float], b: tuple[float, float], color: str = "k") -> None:
-        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=10, color=color, linewidth=1.2))
+        plots.diagram_arrow(ax, a, b, color)
 
     def note(x: float, y: float, text: str, color: str = "k") -> None:
         backdrop = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.85}
