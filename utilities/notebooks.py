@@ -44,8 +44,7 @@ PREDICTION_TAG = "prediction"  # a cell where the attendee writes a prediction: 
 RAISES_TAG = "exercise-raises"
 EDIT_LINE = "_attendee_edit = 0  # an edit: new code to build, the same result"
 
-_BEGIN = re.compile(r"^\s*# BEGIN SOLUTION\s*$")
-_BEGIN_AT = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION\s*$")
+_BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION\s*$")
 _END = re.compile(r"^\s*# END SOLUTION\s*$")
 _ANY_MARKER = re.compile(r"#\s*(BEGIN|END)\s*SOLUTION", re.IGNORECASE)
 _SKELETON = re.compile(r"^(?P<indent>[ \t]*)# SKELETON:(?: (?P<code>.*))?$")
@@ -330,7 +329,7 @@ def edited(source: str) -> str:
     """``source`` with :data:`EDIT_LINE` added at the top of its first solution region."""
     lines = source.split("\n")
     for number, line in enumerate(lines):
-        match = _BEGIN_AT.match(line)
+        match = _BEGIN.match(line)
         if match:
             return "\n".join([*lines[: number + 1], match["indent"] + EDIT_LINE, *lines[number + 1 :]])
     raise ValueError("no solution region to edit")
