@@ -85,7 +85,7 @@ def path_rows(
 
 def format_rows(rows: list[dict[str, float | str]]) -> str:
     """The rows of :func:`path_rows` as a small text table."""
-    key, label = next(RATIOS[r] for r in RATIOS if RATIOS[r][0] in rows[0])
+    key, label = next((key, label) for key, label in RATIOS.values() if key in rows[0])
     lines = [f"{'path':>9} {'MB':>9} {'GFLOP':>8} {'floor us':>9} {'bound':>8} {label:>12}"]
     for r in rows:
         lines.append(
