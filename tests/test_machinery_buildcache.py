@@ -195,7 +195,7 @@ def test_a_corrupt_or_partial_entry_is_rebuilt_not_served(tmp_path, damage):
     with pytest.warns(UserWarning, match="corrupt entry"):
         result, calls, stats = run(tmp_path)
     assert result == build_and_generate(fake_mathdx()) and calls["compile"] == 1
-    assert stats.corrupt == 4  # two traits, the LTO-IR and the target's ISA version
+    assert stats.corrupt == 5  # two traits, the LTO-IR, its digest and the target's ISA version
     assert run(tmp_path)[1]["compile"] == 0  # and the rebuilt entries serve the next run
 
 
@@ -324,15 +324,15 @@ def test_placeholders_in_linked_modules_are_replaced_before_the_link(tmp_path):
 
 
 def test_nvmaths_own_links_get_the_real_code(tmp_path):
-    """nvmath links the pipeline init/destroy kernels itself, through cuda.core's ObjectCode.from_ltoir."""
+    """nvmath links the pipeline init/destroy kernels itself, through cuda.core's ObjectCode.from_ltoir: a placeholder
+    is kept until the link, which gets the real code."""
     m, lazy = pooled(tmp_path)
     _, second = build_two(m)
-    seen = []
-    original = types.SimpleNamespace(from_ltoir=lambda data, name=None: seen.append((data, name)), kind="ltoir")
+    original = types.SimpleNamespace(from_ltoir=lambda data, name=None: types.SimpleNamespace(code=data), kind="ltoir")
     shim = linking.ResolvingObjectCode(original, lazy)
-    shim.from_ltoir(second[0], name="init")
-    shim.from_ltoir(b"real ltoir")
-    assert seen == [(build_two(fake_mathdx())[1][0], "init"), (b"real ltoir", None)] and shim.kind == "ltoir"
+    kept, real = shim.from_ltoir(second[0], name="init"), shim.from_ltoir(b"real ltoir")
+    assert kept.code == second[0] and shim.kind == "ltoir"
+    assert shim.resolved(kept).code == build_two(fake_mathdx())[1][0] and shim.resolved(real) is real
 
 
 def test_code_needed_at_exit_is_generated_in_place(tmp_path):
@@ -368,6 +368,132 @@ def test_nvmaths_pipeline_kernels_are_linked_once_then_served(tmp_path):
     assert not hasattr(linker(kernel, init, options="sm_80").link("cubin"), "served")  # options are in the key
     assert not hasattr(linker(kernel, types.SimpleNamespace(code=b"other")).link("cubin"), "served")  # so are inputs
     assert len(links) == 3
+
+
+class LTOIR:
+    """numba-cuda's ``LTOIR`` linkable code in miniature (its bytes in ``_data``, read through ``data``)."""
+
+    def __init__(self, data: bytes):
+        self._data = data
+
+    @property
+    def data(self) -> bytes:
+        return self._data
+
+
+class FakeLibrary:
+    """numba-cuda's ``CUDACodeLibrary`` in miniature: what :func:`linking.cubin_key` reads, and a "link" that joins
+    the linked modules' bytes (and counts itself)."""
+
+    links: list[bytes] = []
+
+    def __init__(self, linked: list[bytes], ir: str = "; ModuleID = 'kern'\n"):
+        self.llvm_strs, self._entry_name = [ir], "_ZN6cudapy8__main__4kernB2v1E"
+        self._nvvm_options, self.needs_cudadevrt, self._max_registers, self._lto = {"opt": 3}, False, None, True
+        self._linking_files = [LTOIR(data) for data in linked]
+        self._cubin_cache, self._linkerinfo_cache = {}, {}
+
+    def _ensure_cc(self, cc):
+        return cc
+
+    def get_cubin(self, cc=None):  # the original link, which patch_cubin wraps
+        joined = b"\x7fELF" + b"|".join(bytes(item.data) for item in self._linking_files)
+        FakeLibrary.links.append(joined)
+        return types.SimpleNamespace(code=joined)
+
+
+def launch_process(cache_dir, pool: bool, ir: str = "; ModuleID = 'kern'\n"):
+    """One notebook "process": nvmath's calls for a kernel's code through the interposer, then numba's link of the
+    kernel through the patched ``get_cubin``. Returns the cubin, the library, the binding's calls and the interposer."""
+    m, lazy = pooled(cache_dir) if pool else (fake_mathdx(), None)
+    if lazy is None:
+        lazy = LazyMathdx(m, DiskCache(cache_dir), ENV, CODE_ISA)
+        lazy.install()
+    ltoir = build_two(m)[1][0]
+
+    class Library(FakeLibrary):
+        pass
+
+    linking.patch_cubin(Library, lazy.cache, ENV, lazy)
+    library = Library([ltoir], ir)
+    return bytes(library.get_cubin((9, 0)).code), library, m.calls, lazy
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["in place", "pool"])
+def test_a_launch_only_bundle_serves_a_kernel_by_the_key_a_launch_computes(tmp_path, pool):
+    """The prebuild's process links a kernel; a launch-only bundle of its cache (no LTO-IR) goes to a fresh machine;
+    there the same kernel is served by the same key without generating or linking anything, and a kernel that was
+    never linked gets its code generated and linked."""
+    from utilities.machinery.buildcache import bundle
+
+    FakeLibrary.links.clear()
+    built, library, _, lazy = launch_process(tmp_path / "built", pool)
+    want = linking.cubin_key(library, (9, 0), ENV)  # from the real bytes, as the prebuild keyed it
+    assert len(FakeLibrary.links) == 1
+    machine = {"compute_capability": "9.0", "environment": ENV}
+    bundle.export(lazy.cache, tmp_path / "course.bundle", machine)
+    fresh = DiskCache(tmp_path / "fresh")
+    bundle.import_(fresh, tmp_path / "course.bundle", machine)
+    assert len(list(bundle.entries(fresh))) < len(list(bundle.entries(lazy.cache))), "the LTO-IR stayed behind"
+
+    served, library, calls, lazy = launch_process(tmp_path / "fresh", pool)
+    assert served == built and len(FakeLibrary.links) == 1, "served from the bundle, not linked again"
+    assert calls["compile"] == 0, "no code generated for a kernel the bundle holds"
+    from utilities.machinery.codegen_workers import is_placeholder
+
+    assert is_placeholder(library._linking_files[0].data), "the code itself was never needed"
+    assert linking.cubin_key(library, (9, 0), ENV, lazy.digest) == want
+
+    other, library, calls, _ = launch_process(tmp_path / "fresh", pool, ir="; ModuleID = 'edited'\n")
+    assert len(FakeLibrary.links) == 2 and calls["compile"] == (1 if not pool else 1)
+    assert library._linking_files[0].data == build_two(fake_mathdx())[1][0], "a new link gets the real code"
+    assert other == built, "the same code linked (the fake link ignores the IR)"
+
+
+def test_nvmaths_pipeline_links_are_keyed_by_the_digest_of_code_a_bundle_left_out(tmp_path):
+    """A pipeline init kernel whose libmathdx code the cache knows only by its digest: served without the code; a
+    link that misses resolves it first."""
+    from utilities.machinery.buildcache.store import CodeDigest, digest_key
+    from utilities.machinery.codegen_workers import PENDING
+
+    lazy = LazyMathdx(fake_mathdx(), DiskCache(tmp_path), ENV, CODE_ISA)
+    key = "ab" * 32
+    lazy.cache.put(digest_key(key), CodeDigest.of(90, b"init ltoir").pack())
+    lazy.absent[key] = "a job"
+    lazy._generate_absent = lambda k: codegen_result(b"init ltoir")
+    links = []
+
+    class Linker:
+        def __init__(self, *codes, options=None):
+            self.codes = codes
+
+        def link(self, target):
+            links.append([c.code for c in self.codes])
+            return types.SimpleNamespace(code=b"cubin of " + b"+".join(c.code for c in self.codes))
+
+    object_code = linking.ResolvingObjectCode(
+        types.SimpleNamespace(from_ltoir=lambda data, name=None: types.SimpleNamespace(code=data)), lazy
+    )
+
+    def linker(*codes):
+        link = (Linker, lambda data: types.SimpleNamespace(code=data, served=True))
+        return linking.CachingLinker(
+            *codes, options="sm_90a", _link=link, _cache=(lazy.cache, ENV), _object_code=object_code
+        )
+
+    real = types.SimpleNamespace(code=b"init ltoir")
+    first = linker(types.SimpleNamespace(code=b"source"), real).link("cubin")  # the prebuild: real code, linked
+    kept = object_code.from_ltoir(PENDING + key.encode())
+    again = linker(types.SimpleNamespace(code=b"source"), kept).link("cubin")
+    assert again.served and again.code == first.code and len(links) == 1, "keyed by the digest: served"
+    fresh = linker(types.SimpleNamespace(code=b"other source"), kept).link("cubin")
+    assert links[-1] == [b"other source", b"init ltoir"] and fresh.code == b"cubin of other source+init ltoir"
+
+
+def codegen_result(ltoir: bytes):
+    from utilities.machinery.codegen_workers import Result
+
+    return Result(90, ltoir, 0.0)
 
 
 def test_nvmaths_trait_helpers_go_through_the_cache(tmp_path):
@@ -456,7 +582,7 @@ def test_build_jobs_must_be_a_number(monkeypatch):
 # function it compiles in a process (the ABI tag v<n> of its mangled name), so the same kernel's IR differs. Real
 # numba and nvJitLink, no GPU: numba is told the target's compute capability instead of asking a device.
 LINK_TWICE = """
-import contextlib, json, sys
+import contextlib, hashlib, json, sys
 from types import SimpleNamespace
 import numba.cuda.dispatcher
 from numba import types
@@ -469,6 +595,8 @@ class Lazy:
     stage = ""
     def timed(self, what):
         return contextlib.nullcontext()
+    def digest(self, data):
+        return hashlib.sha256(data).hexdigest()
 
 cache = DiskCache(sys.argv[1])
 linking.patch_cubin(codegen.CUDACodeLibrary, cache, {"numba-cuda": "test"}, Lazy())
@@ -490,7 +618,7 @@ compiled_as = library._entry_name
 cubin = bytes(library.get_cubin(cc=(9, 0)).code)
 print(json.dumps({"compiled_as": compiled_as, "served_as": library._entry_name, "hits": cache.stats.hits,
                   "stored": cache.stats.stored, "entry_in_cubin": library._entry_name.encode() in cubin,
-                  "linked": linking.LINKED}))
+                  "linked": linking.LINKED, "course_linked": linking.COURSE_LINKED}))
 """
 
 
@@ -517,6 +645,7 @@ def test_a_kernel_compiled_after_other_kernels_gets_the_cubin_linked_before(tmp_
     first, later = run("first"), run("later")  # the prebuild's process, then a notebook's
     assert first["stored"] == 1 and first["hits"] == 0 and first["entry_in_cubin"]
     assert first["linked"] == ["__main__.kern"]
+    assert first["course_linked"] == [], "the script's own kernel is not one of the course's"
     assert later["compiled_as"] != first["compiled_as"]  # other numbers: the IR as numba wrote it differs
     assert later["hits"] == 1 and later["stored"] == 0 and later["linked"] == []  # served, not linked again
     assert later["served_as"] == first["compiled_as"] and later["entry_in_cubin"]

@@ -13,6 +13,7 @@ import pytest
 
 from utilities import prebuild
 from utilities.machinery.buildcache import DiskCache, bundle
+from utilities.machinery.buildcache.store import CodeDigest, digest_key
 
 MACHINE = {"compute_capability": "9.0", "environment": {"nvmath-python": "1.0.0", "libmathdx": "302"}}
 
@@ -31,7 +32,7 @@ def _cache(root: Path, entries: int = 6, size: int = 300_000) -> DiskCache:
 
 def test_an_exported_bundle_imports_every_entry_on_a_like_machine(tmp_path):
     source = _cache(tmp_path / "a")
-    done = bundle.export(source, tmp_path / "course.bundle", {**MACHINE, "date": "2026-11-26"})
+    done = bundle.export(source, tmp_path / "course.bundle", {**MACHINE, "date": "2026-11-26"}, with_ltoir=True)
     assert done.entries == 8 and done.parts == [tmp_path / "course.bundle"]
     assert "8 entries" in done.summary() and "MiB" in done.summary()
     target = DiskCache(tmp_path / "b")
@@ -40,10 +41,29 @@ def test_an_exported_bundle_imports_every_entry_on_a_like_machine(tmp_path):
     assert bundle.import_(target, tmp_path / "course.bundle", MACHINE) == (0, 8)  # a second import writes nothing
 
 
+def test_a_launch_only_bundle_leaves_the_ltoir_out_and_keeps_its_digests(tmp_path):
+    source = _cache(tmp_path / "a")
+    ltoir = {key: payload for key, payload in bundle.entries(source) if bundle.kind_of(payload).startswith("LTO-IR")}
+    done = bundle.export(source, tmp_path / "course.bundle", MACHINE)
+    full = bundle.export(source, tmp_path / "full.bundle", MACHINE, with_ltoir=True)
+    assert done.left_out[0] == 6 and "launch-only, 6 LTO-IR entries" in done.summary()
+    assert done.bundle_bytes < full.bundle_bytes / 10
+    manifest, files = bundle.read(tmp_path / "course.bundle")
+    assert manifest["launch_only"] is True and not bundle.read(tmp_path / "full.bundle")[0]["launch_only"]
+    assert not set(ltoir) & set(files), "no LTO-IR travels"
+    for key, payload in ltoir.items():  # each digest is where the interposer looks, and says what the code was
+        digest = CodeDigest.unpack(files[digest_key(key)])
+        assert digest == CodeDigest(7, hashlib.sha256(payload[8:]).hexdigest())
+    target = DiskCache(tmp_path / "b")
+    assert bundle.import_(target, tmp_path / "course.bundle", MACHINE) == (8, 0)
+    kinds = {bundle.kind_of(payload) for _, payload in bundle.entries(target)}
+    assert not any(kind.startswith("LTO-IR") for kind in kinds) and any("digests" in kind for kind in kinds)
+
+
 def test_parts_of_a_bounded_size_import_from_the_first(tmp_path):
     source = _cache(tmp_path / "a")
     limit = 700_000
-    done = bundle.export(source, tmp_path / "course.bundle", MACHINE, max_part_bytes=limit)
+    done = bundle.export(source, tmp_path / "course.bundle", MACHINE, max_part_bytes=limit, with_ltoir=True)
     assert [p.name for p in done.parts] == [f"course.bundle.part{i}" for i in range(1, len(done.parts) + 1)]
     assert len(done.parts) >= 3 and all(p.stat().st_size <= limit for p in done.parts)
     target = DiskCache(tmp_path / "b")
@@ -94,7 +114,7 @@ def test_a_corrupt_or_foreign_file_is_refused_whole(tmp_path):
 
 
 def test_a_manifest_that_does_not_list_its_entries_is_refused(tmp_path):
-    stream = bundle._stream(_cache(tmp_path / "a", entries=2), MACHINE)[0]
+    stream = bundle._stream(_cache(tmp_path / "a", entries=2), MACHINE, with_ltoir=True)[0]
     forged = stream.replace(b'"entries"', b'"entriez"')  # same length: the tar stays readable
     header = bundle.MAGIC + (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + hashlib.sha256(forged).digest()
     (tmp_path / "x.bundle").write_bytes(header + forged)
@@ -112,7 +132,7 @@ def test_the_prebuild_command_exports_and_imports_with_sizes(tmp_path, monkeypat
     monkeypatch.setenv("COURSE_BUILD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(prebuild, "machine", lambda: dict(MACHINE))
     out = tmp_path / "course.bundle"
-    assert prebuild.main(["--export", str(out), "--max-part-mb", "0.5", "--compare"]) == 0
+    assert prebuild.main(["--export", str(out), "--max-part-mb", "0.5", "--compare", "--with-ltoir"]) == 0
     printed = capsys.readouterr().out
     assert "MiB  the bundle: LTO-IR as it is, the rest xz level 9 extreme" in printed
     assert "entries as stored" in printed and "prebuild: bundle: 8 entries" in printed

@@ -95,3 +95,15 @@ def test_without_a_gpu_it_says_why_in_one_message(monkeypatch):
     assert "cannot build the course's kernels on this machine" in done.stderr and "No NVIDIA GPU" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     assert "can run track" in done.stdout  # the preflight table came first
+
+
+def test_counts_of_a_job_read_as_single_ranges_and_lists():
+    assert prebuild.parse_counts("7") == [7]
+    assert prebuild.parse_counts("1-7") == [1, 2, 3, 4, 5, 6, 7]
+    assert prebuild.parse_counts("7+12") == [7, 12]
+    assert prebuild.parse_counts("3-4+9") == [3, 4, 9]
+
+
+def test_every_job_kind_is_built_by_a_builder_and_described():
+    kinds = {job.partition(":")[0] for job in prebuild.COURSE_JOBS.split(",")}
+    assert kinds <= set(prebuild.BUILDERS) and kinds <= set(prebuild.SPEC_FORMS)

@@ -1,10 +1,13 @@
 """After a prebuild, a notebook builds only kernels that hold attendee code: every course kernel configuration that
 a notebook's code requests has a prebuild job.
 
-Derived without a GPU from the notebooks' code (the plans they construct and the benchmark helpers they call, with
-the arguments written there) and the benchmark modules' constants (read from their source, not imported: they
-need CuPy). A plan or helper given the attendee's code (``kernel_factory=``, ``kernels=``, ``yours=``, or a helper
-named ``*yours*`` for its first kernel) builds that code, which no prebuild can hold; its course twin still counts.
+Checked for the cuBLASDx kernels (the builds of minutes), without a GPU, from the notebooks' code (the plans they
+construct and the benchmark helpers they call, with the arguments written there) and the benchmark modules'
+constants (read from their source, not imported: they need CuPy). A plan or helper given the attendee's code
+(``kernel_factory=``, ``kernels=``, ``yours=``, or a helper named ``*yours*`` for its first kernel) builds that code,
+which no prebuild can hold; its course twin still counts. The plain numba kernels (the slicing, residues and
+statistics of the Ozaki tracks: prebuild's ``PLAIN_JOBS``) are
+not modelled here: the GPU run-through's ``course_links`` is their proof.
 """
 
 from __future__ import annotations
@@ -81,16 +84,27 @@ def _b2b_jobs(k0: int, n0: int, n1: int, persistent: bool = True, pipelined: boo
 
 
 def normalized(job: str) -> str:
-    """A job as the kernel it builds: the sizes that pick nothing (M, the problem shape) left out."""
+    """A job as the kernel it builds: the sizes that pick nothing (M, the problem shape; the streaming back-to-back
+    kernel's K0) left out, the block kept."""
     kind, _, spec = job.partition(":")
     shape, _, block = spec.partition("@")
-    if kind in ("unfused", "partial", "fused", "gemm_bias_relu"):
+    if kind in ("unfused", "partial", "fused"):
         return kind
+    if kind == "gemm_bias_relu":
+        return kind + (f"@{block}" if block else "")
+    if kind in ("b2b", "b2b_keep"):
+        return f"{kind}:{'x'.join(shape.split('x')[1:])}" + (f"@{block}" if block else "")
     if kind == "b2b_pipelined":
         return f"{kind}:{'x'.join(shape.split('x')[-3:])}@{block}"
     if kind == "pipeline":
         return f"{kind}:{spec.split(':')[0]}"
     return job
+
+
+def _keyword(call: ast.Call, name: str, names: dict[str, object]) -> dict | None:
+    """The literal value of keyword ``name`` of a call (a config as a dict), None if absent."""
+    found = [kw.value for kw in call.keywords if kw.arg == name]
+    return _value(found[0], names) if found else None  # type: ignore[return-value]
 
 
 def _attendee(call: ast.Call) -> bool:
@@ -153,7 +167,9 @@ def requested(stem: str) -> tuple[set[str], list[str]]:
                 k0, n0, n1 = dims[1:4]
                 keep = any(kw.arg == "keep_d0" for kw in node.keywords)
                 if name == "BackToBack":
-                    jobs.add(f"{'b2b_keep' if keep else 'b2b'}:{k0}x{n0}x{n1}")
+                    cfg = _keyword(node, "cfg", names)
+                    block = f"@{_block(cfg, ('tile_m', 'threads'))}" if cfg else ""
+                    jobs.add(f"{'b2b_keep' if keep else 'b2b'}:{k0}x{n0}x{n1}{block}")
                 else:
                     jobs |= {j for j in _b2b_jobs(k0, n0, n1, pipelined=False) if j.startswith("b2b_persistent")}
             elif name == "PipelinedBackToBack" and not _attendee(node):
@@ -166,6 +182,12 @@ def requested(stem: str) -> tuple[set[str], list[str]]:
                 jobs.add("b2b_keep:576x64x128")  # its default shape: the course's twin of the attendee's kernel
             elif name in ("GemmBiasRelu", "gemm_records") and not _attendee(node):
                 jobs.add("gemm_bias_relu")
+                cfg = _keyword(node, "cfg" if name == "GemmBiasRelu" else "lever", names)
+                if cfg:
+                    jobs.add(f"gemm_bias_relu@{_block(cfg, ('tile_m', 'tile_n', 'tile_k', 'threads'))}")
+            elif name == "b2b_lever_records":  # its default shape, with the course's block and the lever's
+                cfg = _value(node.args[0], names)
+                jobs |= {"b2b:576x64x128", f"b2b:576x64x128@{_block(cfg, ('tile_m', 'threads'))}"}
             elif name == "multipass_records":
                 kw = {k.arg: _value(k.value, names) for k in node.keywords}
                 for dtype in kw.get("dtypes", CONSTANTS["DTYPES"]):

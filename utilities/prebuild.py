@@ -7,7 +7,7 @@ then find every kernel in the cache (``utilities.machinery.buildcache``)::
     python -m utilities.prebuild                     # every kernel the notebooks and tests use
     python -m utilities.prebuild --jobs fused:2048x2048x2048,b2b:576x64x128
     python -m utilities.prebuild --list              # the jobs, one a line, and stop
-    python -m utilities.prebuild --export course.bundle [--max-part-mb 15]   # the build cache in one file (or parts)
+    python -m utilities.prebuild --export course.bundle [--max-part-mb 15]   # what a launch reads, in a file (or parts)
     python -m utilities.prebuild --import course.bundle                      # ... on another machine, instead
 
 It checks the machine first (the preflight table, then one line saying why it cannot build here), prints a line
@@ -87,10 +87,65 @@ def _b2b_pipelined(kind: str, spec: str, slices: int) -> None:
 def _gemm_bias_relu(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from .fusion.tensorcore import GemmBiasRelu
+    from .fusion.tensorcore import BlockConfig, GemmBiasRelu
 
-    m, n, k = parse_shape(spec)
-    GemmBiasRelu(m, n, k)(cp.zeros((m, k), cp.float16), cp.zeros((k, n), cp.float16), cp.zeros(n, cp.float16))
+    shape, _, block = spec.partition("@")  # gemm_bias_relu:256x256x256@64x128x64x128: a 64 x 128 x 64 tile, 128 threads
+    m, n, k = parse_shape(shape)
+    fields = ("tile_m", "tile_n", "tile_k", "threads")
+    cfg = BlockConfig(**dict(zip(fields, parse_shape(block), strict=True))) if block else None
+    plan = GemmBiasRelu(m, n, k, cfg=cfg)
+    plan(cp.zeros((m, k), cp.float16), cp.zeros((k, n), cp.float16), cp.zeros(n, cp.float16))
+
+
+def parse_counts(text: str) -> list[int]:
+    """``"7"`` -> [7], ``"1-7"`` -> [1, ..., 7], ``"7+12"`` -> [7, 12]: slice or moduli counts of a job."""
+    counts: list[int] = []
+    for part in text.split("+"):
+        first, _, last = part.partition("-")
+        counts += range(int(first), int(last or first) + 1)
+    return counts
+
+
+def _normal(m: int, n: int, seed: int) -> object:
+    import cupy as cp
+
+    from .inputs import normal
+
+    return cp.asarray(normal(m, n, seed))
+
+
+def _slicing(kind: str, spec: str, slices: int) -> None:
+    """slicing:K@COUNTS: Ozaki-I's slicing kernels (plain numba, one per K and slice count) for every count, e.g.
+    slicing:8192@1-7; ozaki_auto:MxNxK: the statistics and choice kernels of Ozaki-I with its count chosen on the
+    device, at that shape (they depend on K), and the slicing of the count they choose."""
+    from .ozaki.tensorcore import OzakiGemm
+
+    if kind == "ozaki_auto":
+        m, n, k = parse_shape(spec)
+        OzakiGemm(m, n, k, "auto", "fused")(_normal(m, k, 1), _normal(k, n, 2))
+        return
+    size, _, counts = spec.partition("@")
+    k = int(size)
+    a, b = _normal(128, k, 1), _normal(k, 128, 2)
+    for count in parse_counts(counts):
+        OzakiGemm(128, 128, k, count, "fused").slice(a, b)
+
+
+def _ozaki2(kind: str, spec: str, slices: int) -> None:
+    """ozaki2:K@COUNTS: Ozaki-II's kernels for each moduli count at that K (the residues of rows depend on K), digits
+    early and late; ozaki2_auto:MxNxK: its statistics and choice at that shape, and the count they choose."""
+    from .ozaki2.tensorcore import Ozaki2Gemm
+
+    if kind == "ozaki2_auto":
+        m, n, k = parse_shape(spec)
+        Ozaki2Gemm(m, n, k, "auto")(_normal(m, k, 1), _normal(k, n, 2))
+        return
+    size, _, counts = spec.partition("@")
+    k = int(size)
+    a, b = _normal(128, k, 1), _normal(k, 128, 2)
+    for count in parse_counts(counts):
+        for digits in ("early", "late"):
+            Ozaki2Gemm(128, 128, k, count, digits=digits)(a, b)
 
 
 def _conv(kind: str, spec: str, slices: int) -> None:
@@ -190,6 +245,10 @@ BUILDERS: dict[str, Callable[[str, str, int], None]] = {
     "multipass": _multipass,
     "pipeline": _multipass,
     "primer": _primer,
+    "slicing": _slicing,
+    "ozaki_auto": _slicing,
+    "ozaki2": _ozaki2,
+    "ozaki2_auto": _ozaki2,
 }
 # Seconds a kind took in the prebuild of results/nvidia-h100-80gb-hbm3-builds.md (16 builds at a time): the order and
 # the estimates of the first prebuild on a machine; later ones use what this machine measured. Data, not prose.
@@ -214,6 +273,10 @@ KIND_SECONDS = {
     "pipeline": 190,
     "multipass": 125,
     "primer": 120,  # a guess: not yet measured
+    "slicing": 30,  # plain numba kernels: guesses, not yet measured
+    "ozaki_auto": 30,
+    "ozaki2": 60,
+    "ozaki2_auto": 30,
 }
 
 # What the notebooks, the tests and the GPU report build: one job per distinct kernel. Device pipelines are
@@ -221,7 +284,7 @@ KIND_SECONDS = {
 # kernels built at one small shape serve every shape; the other kernels take their sizes at run time.
 OZAKI_JOBS = "unfused:256x256x384,partial:256x256x384,fused:256x256x384"
 FUSION_JOBS = (
-    "b2b:576x64x128,b2b:64x256x64,b2b_keep:576x64x128,b2b_keep:64x256x64,b2b:4096x256x64,gemm_bias_relu:512x128x256,"
+    "b2b:576x64x128,b2b:64x256x64,b2b_keep:576x64x128,b2b_keep:64x256x64,gemm_bias_relu:512x128x256,"
     "b2b_persistent:64x256x64@32x128x3,b2b_persistent:576x64x128@128x256x3,b2b_pipelined:2560x64x256x64@64x128x32x2"
 )
 MULTIPASS_JOBS = (
@@ -245,7 +308,18 @@ CONV_SPEED_JOBS = ",".join(
     + ["conv_1x1:64x64", "conv:64x64", "conv_b2b:64x64x64", "conv_b2b:64x64x128", "conv_b2b_keep:64x64x128"]
 )
 PRIMER_JOBS = "primer:tile,primer:stack"  # notebook 0's two kernels
-COURSE_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{CONV_JOBS},{MULTIPASS_JOBS},{PRIMER_JOBS}"
+# The plain numba kernels of the Ozaki tracks, at every K and count the notebooks use: slicing per K and slice count
+# (3b-3d's checks at K = 392, their 8192^3 runs, 3c's and 3d's sweeps, 4b's Ozaki-I beside Ozaki-II); Ozaki-II per K
+# and moduli count (4b at 512, 2048 and 8192, with margin around the counts its inputs choose); the statistics and
+# choices of both automatic plans at the sizes 4b runs them.
+PLAIN_JOBS = (
+    "slicing:392@7+12,slicing:2048@3-10,slicing:4096@7,slicing:8192@1-7,"
+    "ozaki_auto:2048x2048x2048,ozaki_auto:8192x8192x8192,"
+    "ozaki2:512@14-17,ozaki2:2048@12-18,ozaki2:8192@14-16,"
+    "ozaki2_auto:512x512x512,ozaki2_auto:2048x2048x2048,ozaki2_auto:8192x8192x8192"
+)
+LEVER_JOBS = "gemm_bias_relu:256x256x256@64x128x64x128,b2b:576x64x128@64x128"  # 2a's and 2b's stretch levers
+COURSE_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{LEVER_JOBS},{CONV_JOBS},{MULTIPASS_JOBS},{PRIMER_JOBS},{PLAIN_JOBS}"
 
 
 def build_one(job: str, slices: int) -> None:
@@ -368,7 +442,6 @@ SPEC_FORMS = {
     "b2b_keep": "K0xN0xN1[@TMxTHREADS[xDEPTH]]",
     "b2b_persistent": "K0xN0xN1[@TMxTHREADS[xDEPTH]]",
     "b2b_pipelined": "[BATCHx]MxK0xN0xN1@TMxTHREADSxTKxDEPTH",
-    "gemm_bias_relu": "MxNxK",
     "conv": "COUTxCIN",
     "conv_unfused": "COUTxCIN",
     "conv_pipe": "COUTxCIN[@TILE] (TILE as utilities.conv.layout's spec, e.g. 128x64x64-t128-d3-g1-s)",
@@ -381,6 +454,11 @@ SPEC_FORMS = {
     "multipass": "int8|float16:F",
     "pipeline": "int8|float16:SIZE",
     "primer": "tile|stack",
+    "gemm_bias_relu": "MxNxK[@TMxTNxTKxTHREADS]",
+    "slicing": "K@COUNTS (COUNTS: 7, 1-7 or 7+12)",
+    "ozaki_auto": "MxNxK",
+    "ozaki2": "K@COUNTS",
+    "ozaki2_auto": "MxNxK",
 }
 
 
@@ -404,7 +482,9 @@ def machine() -> dict[str, object]:
     return {"compute_capability": f"{cc[0]}.{cc[1]}", "environment": buildcache.generator_environment()}
 
 
-def bundle_command(export: str | None, into: str | None, max_part_mb: float | None, compare: bool) -> int:
+def bundle_command(
+    export: str | None, into: str | None, max_part_mb: float | None, compare: bool, with_ltoir: bool = False
+) -> int:
     """``--export``, ``--import`` and ``--compare``: one line each of what was done, sizes included."""
     from .machinery.buildcache import DiskCache, bundle, default_cache_dir
 
@@ -424,7 +504,7 @@ def bundle_command(export: str | None, into: str | None, max_part_mb: float | No
         manifest = {**facts, "date": time.strftime("%Y-%m-%d")}
         limit = int(max_part_mb * mib) if max_part_mb else None
         try:
-            done = bundle.export(cache, Path(export), manifest, limit)
+            done = bundle.export(cache, Path(export), manifest, limit, with_ltoir=with_ltoir)
         except bundle.BundleError as error:
             print(f"prebuild: {error}", file=sys.stderr)
             return 1
@@ -459,9 +539,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--import", dest="into", metavar="FILE", help="import a bundle (FILE or FILE.part1), and stop")
     parser.add_argument("--max-part-mb", type=float, default=None, help="--export: parts of at most this size")
     parser.add_argument("--compare", action="store_true", help="print what other compressions make of the cache")
+    parser.add_argument(
+        "--with-ltoir",
+        action="store_true",
+        help="--export: carry libmathdx's generated code too (ten times larger; a kernel the bundle lacks then only "
+        "links); by default a bundle holds what a launch of its kernels reads",
+    )
     args = parser.parse_args(argv)
     if args.export or args.into or args.compare:
-        return bundle_command(args.export, args.into, args.max_part_mb, args.compare)
+        return bundle_command(args.export, args.into, args.max_part_mb, args.compare, args.with_ltoir)
     jobs = [job for job in args.jobs.split(",") if job]
     unknown = [job for job in jobs if job.partition(":")[0] not in BUILDERS]
     if unknown:

@@ -15,8 +15,9 @@ notebook the entry records
 - ``wall_s``: the whole notebook, top to bottom;
 - ``longest_build_s`` and ``build_wait_s``: the longest kernel build and the sum of all of them (the build hook of
   ``utilities.machinery.buildcache.progress``: every numba compilation in the kernel, cache hits included), and
-  ``builds``, each (kernel, seconds); ``course_links``: the course's own kernels (not defined in the notebook)
-  that had to be linked, not served from the build cache (after a prebuild: none);
+  ``builds``, each (kernel, seconds); ``course_links``: the course's own kernels (none of the notebook's code in
+  them: a course factory given the notebook's device function builds the notebook's kernel) that had to be linked,
+  not served from the build cache (after a prebuild or a bundle's import: none);
 - ``longest_check_after_edit_s``: the longest edit-and-check of its exercises;
 - ``error``: the first cell that raised (the run stops there), or a figure shown as text and not as an image;
   ``traceback``: the whole traceback of that cell.
@@ -58,12 +59,13 @@ BUILDS_MARK = "course-builds: "
 # the hidden last cell: the kernel's builds so far, as one JSON line
 BUILDS_CELL = (
     "import json as _json\nfrom utilities.machinery.buildcache import linking as _linking, progress as _progress\n"
-    f"print({BUILDS_MARK!r} + _json.dumps([_progress.BUILDS, _linking.LINKED]))"
+    f"print({BUILDS_MARK!r} + _json.dumps([_progress.BUILDS, _linking.COURSE_LINKED]))"
 )
 
 
 def _builds(session: execution.Kernel) -> tuple[list[tuple[str, float]], list[str]]:
-    """The kernel's builds so far, each (kernel, seconds), and the kernels it linked (``module.kernel``)."""
+    """The kernel's builds so far, each (kernel, seconds), and the course's own kernels it linked (``module.kernel``:
+    those with none of the notebook's code in them)."""
     run, cell = session.run(BUILDS_CELL)
     lines = [line for line in execution.stream_text(cell).splitlines() if line.startswith(BUILDS_MARK)]
     if run.error or not lines:
@@ -119,7 +121,7 @@ def _run_notebook(stem: str, root: Path, timeout: float) -> Entry:
         error=error,
         traceback=trace,
         edit_builds=edit_builds,
-        course_links=[name for name in linked if not name.startswith("__main__.")],
+        course_links=linked,
     )
 
 

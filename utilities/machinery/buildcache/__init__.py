@@ -96,9 +96,10 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
     patch_cubin(codegen.CUDACodeLibrary, cache, env, lazy)
     rebind_trait_helpers(cublasdx_backend, [cublasdx], mathdx, common_backend)
     object_code, linker = cublasdx_backend.ObjectCode, cublasdx_backend.Linker
-    cublasdx_backend.ObjectCode = ResolvingObjectCode(object_code, lazy)
+    resolving = ResolvingObjectCode(object_code, lazy)
+    cublasdx_backend.ObjectCode = resolving
     cublasdx_backend.Linker = functools.partial(
-        CachingLinker, _link=(linker, object_code.from_cubin), _cache=(cache, env)
+        CachingLinker, _link=(linker, object_code.from_cubin), _cache=(cache, env), _object_code=resolving
     )
     patch_compile(dispatcher.CUDADispatcher, lazy, sigutils, note=lambda: f" (libmathdx: {cache.stats.summary()})")
     _STATE.update(cache=cache, lazy=lazy, env=env)

@@ -4,10 +4,15 @@ An instructor prebuilds once, exports, and imports the bundle on every machine w
 the same code generators (``./course prebuild --export FILE`` / ``--import FILE``). The bundle is
 
 - a header per file: magic, part number, part count, and the SHA-256 of the whole compressed stream;
-- the stream: a tar of ``manifest.json`` (format, compute capability, the code generators' versions, every
-  entry's key and the SHA-256 of its payload) and each entry's payload: libmathdx's LTO-IR as it is (zlib, bz2
-  and xz leave it at its size: ``instructor-notes/machinery.md``), everything else (cubins, trait values)
-  xz-compressed. ``--compare`` prints the alternatives on a real cache.
+- the stream: a tar of ``manifest.json`` (format, compute capability, the code generators' versions, whether it is
+  launch-only, every entry's key and the SHA-256 of its payload) and each entry's payload, xz-compressed, but for
+  libmathdx's LTO-IR, which goes as it is (zlib, bz2 and xz leave it at its size: ``instructor-notes/machinery.md``).
+  ``--compare`` prints the alternatives on a real cache.
+
+By default a bundle is *launch-only*: what a launch of a kernel the cache holds reads (the cubins, the trait values,
+and the LTO-IR's digests, :class:`~.store.CodeDigest`), without the LTO-IR, which only a new link needs and which is
+nine tenths of the cache. A kernel that is not in the bundle then generates its code as if there were no bundle;
+``with_ltoir=True`` (``--export ... --with-ltoir``) carries the LTO-IR too, so that such a kernel is only linked.
 
 An import checks the header of every part, the stream's digest, the manifest against what the caller expects
 (this machine's compute capability and code generators) and every payload's digest before it writes anything:
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .store import FORMAT, DiskCache, _unpack
+from .store import FORMAT, CodeDigest, DiskCache, _unpack, digest_key, is_digest
 
 BUNDLE_FORMAT = 1
 MAGIC = b"TCFBNDL1"
@@ -46,12 +51,15 @@ class Exported:
     cache_bytes: int  # the entries as the cache stores them
     payload_bytes: int  # their payloads, uncompressed
     bundle_bytes: int  # what was written, headers included
+    left_out: tuple[int, int] = (0, 0)  # LTO-IR entries a launch-only bundle left out, and their bytes in the cache
 
     def summary(self) -> str:
         mib = 2**20
         where = ", ".join(p.name for p in self.parts)
+        count, size = self.left_out
+        kept = f"launch-only, {count} LTO-IR entries ({size / mib:.1f} MiB) left out; " if count else ""
         return (
-            f"bundle: {self.entries} entries, {self.cache_bytes / mib:.1f} MiB in the cache "
+            f"bundle: {kept}{self.entries} entries, {self.cache_bytes / mib:.1f} MiB in the cache "
             f"({self.payload_bytes / mib:.1f} MiB uncompressed) -> {self.bundle_bytes / mib:.1f} MiB in "
             f"{len(self.parts)} file(s): {where}"
         )
@@ -74,13 +82,36 @@ def _pack_entry(payload: bytes) -> tuple[str, bytes]:
     return ".xz", lzma.compress(payload, preset=XZ_PRESET)
 
 
-def _stream(cache: DiskCache, manifest: dict[str, Any]) -> tuple[bytes, int, int, int]:
-    """The bundle's stream, the number of entries, the cache's bytes and the payloads' bytes."""
-    found = list(entries(cache))
+def launch_entries(cache: DiskCache) -> tuple[list[tuple[str, bytes]], tuple[int, int]]:
+    """What a launch reads: every entry but the LTO-IR, with each LTO-IR entry's digest (made here if the cache,
+    filled before digests existed, lacks it); and the LTO-IR entries left out, counted with their bytes."""
+    kept: dict[str, bytes] = {}
+    count = size = 0
+    found = dict(entries(cache))
+    for key, payload in found.items():
+        # LTO-IR: an entry with a digest beside it (the interposer stores both), or one that looks like it (an
+        # entry stored before digests existed)
+        if digest_key(key) not in found and not kind_of(payload).startswith("LTO-IR"):
+            kept[key] = payload
+            continue
+        count, size = count + 1, size + _stored_size(cache, key)
+        digest = CodeDigest.of(int.from_bytes(payload[:8], "little", signed=True), payload[8:])
+        kept.setdefault(digest_key(key), digest.pack())
+    return sorted(kept.items()), (count, size)
+
+
+def _stored_size(cache: DiskCache, key: str) -> int:
+    return (cache.root / key[:2] / key).stat().st_size
+
+
+def _stream(cache: DiskCache, manifest: dict[str, Any], with_ltoir: bool) -> tuple[bytes, int, int, int, tuple]:
+    """The bundle's stream, the number of entries, the cache's bytes, the payloads' bytes and what was left out."""
+    found, left_out = (list(entries(cache)), (0, 0)) if with_ltoir else launch_entries(cache)
     manifest = {
         **manifest,
         "format": BUNDLE_FORMAT,
         "cache_format": FORMAT,
+        "launch_only": not with_ltoir,
         "entries": {key: hashlib.sha256(payload).hexdigest() for key, payload in found},
     }
     members = [(MANIFEST, json.dumps(manifest, indent=1).encode())]
@@ -93,8 +124,8 @@ def _stream(cache: DiskCache, manifest: dict[str, Any]) -> tuple[bytes, int, int
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode = len(data), 0, 0o644
             tar.addfile(info, io.BytesIO(data))
-    cache_bytes = sum((cache.root / key[:2] / key).stat().st_size for key, _ in found)
-    return raw.getvalue(), len(found), cache_bytes, sum(len(p) for _, p in found)
+    cache_bytes = sum(_stored_size(cache, key) for key, _ in found if (cache.root / key[:2] / key).exists())
+    return raw.getvalue(), len(found), cache_bytes, sum(len(p) for _, p in found), left_out
 
 
 def part_paths(path: Path, count: int) -> list[Path]:
@@ -102,10 +133,18 @@ def part_paths(path: Path, count: int) -> list[Path]:
     return [path] if count == 1 else [path.with_name(f"{path.name}.part{i}") for i in range(1, count + 1)]
 
 
-def export(cache: DiskCache, path: Path | str, manifest: dict[str, Any], max_part_bytes: int | None = None) -> Exported:
-    """Write the cache's entries to ``path`` (or ``path.part1``... of at most ``max_part_bytes`` each)."""
+def export(
+    cache: DiskCache,
+    path: Path | str,
+    manifest: dict[str, Any],
+    max_part_bytes: int | None = None,
+    *,
+    with_ltoir: bool = False,
+) -> Exported:
+    """Write the cache's entries to ``path`` (or ``path.part1``... of at most ``max_part_bytes`` each): what a
+    launch reads, or everything with ``with_ltoir`` (the module docstring says when that is worth it)."""
     path = Path(path)
-    stream, count, cache_bytes, payload_bytes = _stream(cache, manifest)
+    stream, count, cache_bytes, payload_bytes, left_out = _stream(cache, manifest, with_ltoir)
     if count == 0:
         raise BundleError(f"the build cache at {cache.root.parent} holds no kernels: run ./course prebuild first")
     room = len(stream) if not max_part_bytes else max_part_bytes - HEADER
@@ -120,7 +159,7 @@ def export(cache: DiskCache, path: Path | str, manifest: dict[str, Any], max_par
     for number, (where, chunk) in enumerate(zip(paths, chunks, strict=True), start=1):
         header = MAGIC + number.to_bytes(2, "little") + len(chunks).to_bytes(2, "little") + digest
         where.write_bytes(header + chunk)
-    return Exported(paths, count, cache_bytes, payload_bytes, sum(p.stat().st_size for p in paths))
+    return Exported(paths, count, cache_bytes, payload_bytes, sum(p.stat().st_size for p in paths), left_out)
 
 
 def _read_parts(path: Path) -> bytes:
@@ -216,7 +255,10 @@ def import_(cache: DiskCache, path: Path | str, expected: dict[str, Any]) -> tup
 
 
 def kind_of(payload: bytes) -> str:
-    """What an entry holds, from its first bytes: libmathdx's LTO-IR, a linked cubin (ELF), or a small value."""
+    """What an entry holds, from its first bytes: libmathdx's LTO-IR or its digest, a linked cubin (ELF), or a small
+    value."""
+    if is_digest(payload):
+        return "digests of LTO-IR (what a launch-only bundle keeps of it)"
     if payload[8:12] == b"\xedCN\x7f":  # an ISA number (8 bytes), then NVVM's LTO-IR container
         return "LTO-IR (libmathdx device functions)"
     named = 4 + int.from_bytes(payload[:4], "little")  # a kernel's cubin follows the entry name it was linked with

@@ -24,10 +24,12 @@ from .interposer import LazyMathdx
 from .store import DiskCache, make_key
 
 
-def _digest_linked(item: Any) -> str:
+def _digest_linked(item: Any, digest: Callable[[bytes], str] | None = None) -> str:
+    """A linked module's part of a kernel's key: its type and the SHA-256 of its bytes (``digest`` gives that of the
+    LTO-IR a placeholder stands for)."""
     data = getattr(item, "data", None)
     if isinstance(data, bytes | bytearray):
-        return type(item).__name__ + ":" + hashlib.sha256(data).hexdigest()
+        return type(item).__name__ + ":" + (digest or (lambda d: hashlib.sha256(d).hexdigest()))(bytes(data))
     path = Path(str(item))
     if path.is_file():
         return path.name + ":" + hashlib.sha256(path.read_bytes()).hexdigest()
@@ -35,6 +37,10 @@ def _digest_linked(item: Any) -> str:
 
 
 LINKED: list[str] = []  # ``module.kernel`` of every kernel this process linked (not served from the store)
+# ... of those that hold no code of the running script or notebook (``__main__``): the course's own kernels, which a
+# prebuild or a bundle should have served. A course factory given a notebook's device function builds the notebook's.
+COURSE_LINKED: list[str] = []
+_SCRIPT_CODE = re.compile(r"_ZN(?:6cudapy)?8__main__")
 _MANGLED = re.compile(r"_ZN(?=\d)")
 _UID = re.compile(r"v(\d+)")
 
@@ -118,15 +124,18 @@ def canonical_ir(modules: Iterable[str], entry: str | None = None) -> tuple[str,
     return canonical, _retag(entry, number) if entry is not None else None
 
 
-def cubin_key(library: Any, cc: tuple[int, int], environment: dict[str, str]) -> str:
+def cubin_key(
+    library: Any, cc: tuple[int, int], environment: dict[str, str], digest: Callable[[bytes], str] | None = None
+) -> str:
     """Key of a linked kernel: its own LLVM IR (compilation numbers renumbered, :func:`canonical_ir`) and entry
-    name, NVVM options, every linked module's digest, target and versions."""
+    name, NVVM options, every linked module's digest (``digest``: :meth:`LazyMathdx.digest`, which knows the
+    digest of code a placeholder stands for), target and versions."""
     ir, entry = canonical_ir(library.llvm_strs, getattr(library, "_entry_name", None))
     recipe = {
         "ir": hashlib.sha256(ir.encode()).hexdigest(),
         "entry": entry,
         "nvvm": sorted((str(k), str(v)) for k, v in library._nvvm_options.items()),
-        "linked": sorted(_digest_linked(f) for f in library._linking_files),
+        "linked": sorted(_digest_linked(f, digest) for f in library._linking_files),
         "cudadevrt": bool(library.needs_cudadevrt),
         "max_registers": library._max_registers,
         "lto": bool(library._lto),
@@ -153,14 +162,16 @@ def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy:
         cc = self._ensure_cc(cc)
         if self._cubin_cache.get(cc):
             return self._cubin_cache[cc]
-        resolve_placeholders(self._linking_files, lazy)
-        key = cubin_key(self, cc, env)
+        key = cubin_key(self, cc, env, lazy.digest)
         data = cache.get(key)
         if data is None:
+            resolve_placeholders(self._linking_files, lazy)  # a new link needs the code itself
             lazy.stage = "linking with nvJitLink"
             with lazy.timed("linking kernels (nvJitLink)"):
                 cubin = original(self, cc)
             LINKED.append(qualified_name(self._entry_name or ""))
+            if not any(_SCRIPT_CODE.search(text) for text in self.llvm_strs):
+                COURSE_LINKED.append(LINKED[-1])
             # numba-cuda 0.30 returns a cuda.core ObjectCode
             cache.put(key, _named(self._entry_name, bytes(getattr(cubin, "code", cubin))))
         else:
@@ -186,7 +197,8 @@ def resolve_placeholders(linked: Iterable[Any], lazy: LazyMathdx) -> None:
 
 
 class ResolvingObjectCode:
-    """cuda.core's ``ObjectCode`` as nvmath's backend sees it: LTO-IR placeholders resolved before use.
+    """cuda.core's ``ObjectCode`` as nvmath's backend sees it: an LTO-IR placeholder is kept as it is, so that
+    :class:`CachingLinker` keys the link by the code's digest and resolves it (:meth:`resolved`) only for a new link.
 
     nvmath links the device-pipeline init and destroy kernels itself (``ObjectCode.from_ltoir`` and cuda.core's
     ``Linker``), outside numba, as soon as a pipeline is made; those links must get the real code too.
@@ -196,7 +208,12 @@ class ResolvingObjectCode:
         self._original, self._lazy = original, lazy
 
     def from_ltoir(self, data: bytes, *args: Any, **kwargs: Any) -> Any:
-        return self._original.from_ltoir(self._lazy.resolve(data), *args, **kwargs)
+        return self._original.from_ltoir(bytes(data), *args, **kwargs)
+
+    def resolved(self, code: Any) -> Any:
+        """``code``, or the same object code made from the real LTO-IR if it holds a placeholder."""
+        data = bytes(code.code)
+        return self._original.from_ltoir(self._lazy.resolve(data)) if is_placeholder(data) else code
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._original, name)
@@ -209,17 +226,28 @@ class CachingLinker:
     the pipeline is freed (nvJitLink with LTO, every process); keyed by every input's bytes and the options.
     """
 
-    def __init__(self, *codes: Any, options: Any = None, _link: Any = None, _cache: Any = None, **kw: Any):
+    def __init__(
+        self,
+        *codes: Any,
+        options: Any = None,
+        _link: Any = None,
+        _cache: Any = None,
+        _object_code: ResolvingObjectCode | None = None,
+        **kw: Any,
+    ):
         self._codes, self._options, self._kw = codes, options, kw
         (self._linker, self._from_cubin), (self._cache, self._env) = _link, _cache
+        self._object_code = _object_code
 
     def link(self, target_type: str) -> Any:
         def real() -> Any:
-            return self._linker(*self._codes, options=self._options, **self._kw).link(target_type)
+            codes = [self._object_code.resolved(c) for c in self._codes] if self._object_code else self._codes
+            return self._linker(*codes, options=self._options, **self._kw).link(target_type)
 
         if self._cache is None or target_type != "cubin" or self._kw:
             return real()
-        inputs = [hashlib.sha256(bytes(code.code)).hexdigest() for code in self._codes]
+        digest = self._object_code._lazy.digest if self._object_code else lambda d: hashlib.sha256(d).hexdigest()
+        inputs = [digest(bytes(code.code)) for code in self._codes]
         key = make_key("linked", [target_type, repr(self._options), inputs], self._env)
         data = self._cache.get(key)
         if data is not None:

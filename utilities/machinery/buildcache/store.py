@@ -2,6 +2,10 @@
 
 Entries live under ``root/v<FORMAT>/<key[:2]>/<key>``: a header (magic, length, SHA-256), then zlib data. Keys are
 SHA-256 digests of everything that determines an entry (:func:`make_key`).
+
+Each entry of libmathdx's LTO-IR has a small companion, its *digest* (:func:`digest_key`, :class:`CodeDigest`): the
+LTO-IR's ISA version and SHA-256. A linked kernel's key needs only that digest, so a cache that holds the kernels'
+cubins and the digests, without the LTO-IR, still serves every kernel it holds (a launch-only bundle).
 """
 
 from __future__ import annotations
@@ -102,6 +106,39 @@ def _unpack(blob: bytes) -> bytes | None:
         return zlib.decompress(data)
     except zlib.error:
         return None
+
+
+_DIGEST_MAGIC = b"TCFD"
+
+
+@dataclass(frozen=True)
+class CodeDigest:
+    """What a linked kernel's key needs of one LTO-IR entry: its ISA version and the SHA-256 of its bytes."""
+
+    isa: int
+    sha256: str
+
+    @classmethod
+    def of(cls, isa: int, ltoir: bytes) -> CodeDigest:
+        return cls(int(isa), hashlib.sha256(ltoir).hexdigest())
+
+    def pack(self) -> bytes:
+        return _DIGEST_MAGIC + self.isa.to_bytes(8, "little", signed=True) + bytes.fromhex(self.sha256)
+
+    @classmethod
+    def unpack(cls, payload: bytes | None) -> CodeDigest | None:
+        if payload is None or len(payload) != 44 or not payload.startswith(_DIGEST_MAGIC):
+            return None
+        return cls(int.from_bytes(payload[4:12], "little", signed=True), payload[12:].hex())
+
+
+def is_digest(payload: bytes) -> bool:
+    return payload.startswith(_DIGEST_MAGIC) and len(payload) == 44
+
+
+def digest_key(ltoir_key: str) -> str:
+    """Where the :class:`CodeDigest` of the LTO-IR entry ``ltoir_key`` lives."""
+    return hashlib.sha256(b"ltoir-digest:" + ltoir_key.encode()).hexdigest()
 
 
 def make_key(kind: str, recipe: Any, environment: dict[str, str]) -> str:
