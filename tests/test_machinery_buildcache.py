@@ -582,9 +582,9 @@ def test_build_jobs_must_be_a_number(monkeypatch):
 # function it compiles in a process (the ABI tag v<n> of its mangled name), so the same kernel's IR differs. Real
 # numba and nvJitLink, no GPU: numba is told the target's compute capability instead of asking a device.
 LINK_TWICE = """
-import contextlib, hashlib, json, sys
+import contextlib, hashlib, json, re, sys
 from types import SimpleNamespace
-import numba.cuda.dispatcher
+import numba, numba.cuda, numba.cuda.dispatcher
 from numba import types
 from numba.cuda import codegen
 numba.cuda.dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=(9, 0))
@@ -602,14 +602,19 @@ cache = DiskCache(sys.argv[1])
 linking.patch_cubin(codegen.CUDACodeLibrary, cache, {"numba-cuda": "test"}, Lazy())
 sig = (types.float32[::1],)
 
-def other(x):
-    x[0] = 3.0
+def other(x):  # a shared array too: numba numbers them from one counter per process
+    tmp = numba.cuda.shared.array(4, numba.float32)
+    tmp[0] = 3.0
+    x[0] = tmp[0]
 
 def double(x):
     x[0] = x[0] * 2.0
 
 def kern(x):
-    double(x)
+    tmp = numba.cuda.shared.array(8, numba.float32)
+    tmp[1] = x[0]
+    double(tmp[1:])
+    x[0] = tmp[1]
 
 numba.cuda.dispatcher._Kernel(other, sig) if sys.argv[2] == "later" else None
 double = numba.cuda.jit(device=True)(double)
@@ -618,7 +623,8 @@ compiled_as = library._entry_name
 cubin = bytes(library.get_cubin(cc=(9, 0)).code)
 print(json.dumps({"compiled_as": compiled_as, "served_as": library._entry_name, "hits": cache.stats.hits,
                   "stored": cache.stats.stored, "entry_in_cubin": library._entry_name.encode() in cubin,
-                  "linked": linking.LINKED, "course_linked": linking.COURSE_LINKED}))
+                  "linked": linking.LINKED, "course_linked": linking.COURSE_LINKED,
+                  "smem": sorted(set(re.findall(r"_cudapy_smem_\\d+", "".join(library.llvm_strs))))}))
 """
 
 
@@ -647,6 +653,7 @@ def test_a_kernel_compiled_after_other_kernels_gets_the_cubin_linked_before(tmp_
     assert first["linked"] == ["__main__.kern"]
     assert first["course_linked"] == [], "the script's own kernel is not one of the course's"
     assert later["compiled_as"] != first["compiled_as"]  # other numbers: the IR as numba wrote it differs
+    assert later["smem"] != first["smem"], "and another name for the kernel's shared array"
     assert later["hits"] == 1 and later["stored"] == 0 and later["linked"] == []  # served, not linked again
     assert later["served_as"] == first["compiled_as"] and later["entry_in_cubin"]
 
@@ -672,3 +679,16 @@ def test_canonical_ir_renumbers_compilation_numbers_and_keeps_which_symbol_is_wh
     assert one != linking.canonical_ir([kern(7, 4, 3), dev(3, 1), dev(4, 2)], entry)  # the calls swapped
     assert one != linking.canonical_ir([kern(7, 3, 3), dev(3, 1), dev(4, 2)], entry)  # one of them twice
     assert "B72cw51v1" in linking.canonical_ir(['@"x" = "B72cw51v1"'])[0]  # text outside a mangled name stays
+
+
+def test_canonical_ir_renumbers_shared_arrays_and_keeps_them_apart():
+    def kern(a: int, b: int, used: int) -> str:  # two shared arrays declared, a store into one of them
+        return (
+            f"@_cudapy_smem_{a} = addrspace(3) global [4 x float]\n"
+            f"@_cudapy_smem_{b} = addrspace(3) global [4 x float]\n"
+            f"store float 1.0, float addrspace(3)* @_cudapy_smem_{used}"
+        )
+
+    assert linking.canonical_ir([kern(1, 2, 1)]) == linking.canonical_ir([kern(7, 9, 7)])  # made after other kernels
+    assert linking.canonical_ir([kern(1, 2, 1)]) != linking.canonical_ir([kern(1, 2, 2)])  # the store into the other
+    assert linking.canonical_ir([kern(1, 1, 1)]) != linking.canonical_ir([kern(1, 2, 1)])  # one array, not two

@@ -122,16 +122,12 @@ def make_products_kernel(MM: Matmul):
     def ozaki_products_kernel(products, term_s, term_t, device_pipeline):
         smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
         (bx, by), p = grouped_tile(), cuda.blockIdx.z
-        # A tile starts at slices (0, 0) and is then pointed at (s, t) with reset_tile, as in the other variants:
-        # a tile made by get_tile at other slices reads the K stages after its first `depth` from slice 0
-        # (with run-time extents; instructor-notes/ozaki.md, "get_tile and the slice index")
-        tile = device_pipeline.get_tile(smem, (bx, int32(0)), (by, int32(0)))
-        # TODO (about 1 line): the slices s and t of product p, for reset_tile's (tile, slice) indices
+        # TODO (about 1 line): the slices s and t of product p, for get_tile's (tile, slice) indices
         # SKELETON: s, t = 0, 0
         # BEGIN SOLUTION
         s, t = term_s[p], term_t[p]
         # END SOLUTION
-        device_pipeline.reset_tile(tile, (bx, int32(s)), (by, int32(t)))
+        tile = device_pipeline.get_tile(smem, (bx, int32(s)), (by, int32(t)))
         acc = MM.suggest_accumulator()
         tile.execute(acc)
         tile._del()

@@ -84,6 +84,9 @@ def _uid_tags(text: str) -> list[tuple[int, int, str]]:
 
 
 _MODULE_ID = re.compile(r'^(; ModuleID = "[^"\n]*?\$)(\d+)(")', re.MULTILINE)  # numba's "<qualname>$<number>"
+# numba names each shared-memory array of a process ``_cudapy_smem_<n>`` from one counter (cudaimpl.py: NVVM needs the
+# names unique), so a kernel's shared arrays are named by how many were made before it in the process
+_SMEM = re.compile(r"_cudapy_smem_(\d+)\b")
 
 
 def qualified_name(mangled: str) -> str:
@@ -108,19 +111,26 @@ def _retag(text: str, tag: Callable[[str], str]) -> str:
 
 
 def canonical_ir(modules: Iterable[str], entry: str | None = None) -> tuple[str, str | None]:
-    """The kernel's modules as one text with numba's compilation numbers renumbered by first appearance, and the
-    entry name renumbered alike: the same for the same code whatever was compiled before it in the process.
+    """The kernel's modules as one text with numba's compilation numbers and shared-array names renumbered by first
+    appearance, and the entry name renumbered alike: the same for the same code whatever was compiled before it in
+    the process.
 
     The modules go in the order of their text without the numbers (numba emits them in a different order from
     one process to the next); numbers are unique in a process, so renumbering keeps which symbol is which.
     """
     numbers: dict[str, int] = {}
+    arrays: dict[str, int] = {}
 
     def number(uid: str) -> str:
         return f"v{numbers.setdefault(uid, len(numbers) + 1)}"
 
-    texts = sorted((m.strip() for m in modules), key=lambda text: _retag(text, lambda _: "v"))
-    canonical = "\n".join(_retag(text, number) for text in texts)
+    def array(match: re.Match[str]) -> str:  # shared arrays, renumbered alike (their own counter)
+        return f"_cudapy_smem_{arrays.setdefault(match[1], len(arrays) + 1)}"
+
+    texts = sorted(
+        (m.strip() for m in modules), key=lambda text: _SMEM.sub("_cudapy_smem_", _retag(text, lambda _: "v"))
+    )
+    canonical = "\n".join(_SMEM.sub(array, _retag(text, number)) for text in texts)
     return canonical, _retag(entry, number) if entry is not None else None
 
 
