@@ -107,3 +107,12 @@ def test_another_stack_falls_back_to_nvmath_pipeline_and_says_so(monkeypatch):
     mm = _FakeMatmul()
     with pytest.warns(UserWarning, match="shape-generic device pipelines .* each problem shape builds its kernel"):
         assert pipelines.device_pipeline(mm, 2, "a", "b") == "nvmath's pipeline"
+
+
+def test_the_guard_band_reports_how_far_a_write_went():
+    band = bytearray([pipelines.GUARD_BYTE] * 64)
+    assert pipelines.guard_overwritten(bytes(band)) == 0
+    band[0] = 0
+    assert pipelines.guard_overwritten(bytes(band)) == 1
+    band[40] = 7
+    assert pipelines.guard_overwritten(bytes(band)) == 41

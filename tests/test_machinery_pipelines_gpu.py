@@ -98,3 +98,18 @@ def test_one_pipelined_back_to_back_build_serves_every_batch_and_m(gpu):
     if pipelines.supported():
         (kernel,) = kernels
         assert _builds(kernel) == 1, "a new batch or M built the kernel again"
+
+
+def test_a_pipeline_init_writes_nothing_past_its_storage(gpu):
+    """The guard band after each shape-generic pipeline's storage stays as it was filled (a write past the storage
+    warns): at the shapes of 3b's checks, whose second plan once computed wrong products."""
+    import warnings
+
+    _, pipelines = gpu
+    from utilities.ozaki import tensorcore as Z
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        for shape in ((256, 384, 384), (300, 136, 392)):
+            plan = Z.OzakiGemm(*shape, 7, "unfused")
+            assert pipelines.guard_overwritten(bytes(plan.pipeline.guard_band().get())) == 0

@@ -23,6 +23,12 @@ made for the first one. And nvmath builds a pipeline's destroy kernel when a pip
 in the middle of a later build (it was, in a measured edit: ``instructor-notes/machinery.md``): the destroy code
 is requested when the pipeline is made, so that the build cache's workers generate it beside the first build.
 
+A guard band: the pipeline's storage is allocated with :data:`STORAGE_GUARD` bytes more than libmathdx's
+``STORAGE_BYTES`` says, filled with a pattern, and checked after the init kernel ran: a write past the storage
+lands there instead of in another buffer, and a warning says how far it went. (3b's products once went wrong in a way
+that followed where a plan's buffers were, not their contents: ``instructor-notes/ozaki.md``; the guard tests that
+hypothesis on every pipeline made.)
+
 Only :func:`device_pipeline` needs a GPU; the helpers above it are plain Python.
 """
 
@@ -30,12 +36,21 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 import weakref
 from typing import Any, NamedTuple
 
 from . import versions
 
 RUNTIME = -(2**63)  # libmathdx's LIBMATHDX_RUNTIME: "this extent is known at run time"
+STORAGE_GUARD = 4096  # bytes past a pipeline's storage, filled with GUARD_BYTE and checked after its init kernel
+GUARD_BYTE = 0xA5
+
+
+def guard_overwritten(guard: bytes) -> int:
+    """How far into the guard band something wrote: the offset just past the last byte that is not the pattern."""
+    changed = [i for i, b in enumerate(guard) if b != GUARD_BYTE]
+    return changed[-1] + 1 if changed else 0
 
 
 class Extents(NamedTuple):
@@ -179,6 +194,7 @@ class _View(NamedTuple):
 
 @functools.cache
 def _pipeline_class() -> type:
+    import cupy
     import numpy as np
     from cuda.core import Device, LaunchConfig, LinkerOptions, Program, ProgramOptions, launch
     from cuda.core.utils import StridedMemoryView
@@ -221,16 +237,34 @@ def _pipeline_class() -> type:
                 h, mathdx.CublasdxPipelineTrait.BLOCK_DIM, 3, block_dim.ctypes.data
             )
             self._block_dim = cublasdx.Dim3(*block_dim.tolist())
-            self._storage = device.allocate(self._storage_bytes, stream=device.default_stream)
+            self._storage = device.allocate(self._storage_bytes + STORAGE_GUARD, stream=device.default_stream)
+            guard = self.guard_band()
+            guard.fill(GUARD_BYTE)
+            cupy.cuda.Device().synchronize()
             mm_handle = cublasdx._blas_tensors_handle(mm)
             kernel = _init_kernel(mm_handle, h, self._extents[0].counts, self._extents[1].counts)
             _request_destroy_code(mm_handle, h)
             args = init_kernel_arguments(*self._extents, self._a_view.ptr, self._b_view.ptr)
             launch(device.default_stream, LaunchConfig(grid=(1,), block=(1,)), kernel, int(self._storage.handle), *args)
             device.default_stream.sync()
+            past = guard_overwritten(bytes(guard.get()))
+            if past:
+                warnings.warn(
+                    f"shape-generic pipeline: its init kernel wrote {past} bytes past the {self._storage_bytes} bytes "
+                    f"of storage libmathdx asked for (the {STORAGE_GUARD}-byte guard band took them); report the "
+                    "versions you use",
+                    stacklevel=2,
+                )
             self._finalizer = weakref.finalize(
                 self, cublasdx.DevicePipeline._destruct_kernel_execute, mm_handle, h, self._storage, device
             )
+
+        def guard_band(self) -> Any:
+            """The :data:`STORAGE_GUARD` bytes past the storage, as a CuPy byte array (see the module docstring)."""
+            memory = cupy.cuda.UnownedMemory(
+                int(self._storage.handle) + self._storage_bytes, STORAGE_GUARD, self._storage
+            )
+            return cupy.ndarray(STORAGE_GUARD, cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
 
         @property
         def shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
