@@ -171,10 +171,14 @@ def make_conv_kernel(MM: Matmul, fused: bool = True, neighbor: Any = None):
         result = acc.get_results()
         tile = make_tensor(cuda.local.array(FRAGMENT, np.float16), MM.suggest_layout_rmem_c())
         if fused:
-            for i in range(FRAGMENT):  # 2a's epilogue: the bias of the element's output channel, then ReLU
+            for i in range(FRAGMENT):
+                # TODO (about 3 lines): tile[i] = relu(result[i] + the bias of this element's output channel)
+                # SKELETON: tile[i] = result[i]
+                # BEGIN SOLUTION
                 _, col = acc.map_fragment_index(i)
                 v = result[i] + float32(bias[col0 + col])
                 tile[i] = v if v > 0 else float32(0)
+                # END SOLUTION
         else:
             for i in range(FRAGMENT):
                 tile[i] = result[i]
