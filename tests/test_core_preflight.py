@@ -222,3 +222,64 @@ def test_the_cuda_line_puts_versions_first_so_no_package_version_is_misread() ->
     )
     assert not re.search(r"cupy \d", line)
     assert re.search(r"^cupy +14\.2\.0$", table, re.MULTILINE)
+
+
+def test_the_message_of_a_stopped_cell_names_what_is_missing() -> None:
+    assert pf.stopped_message(pf.problems_for(NO_GPU)) == (
+        "Not run: this cell needs an NVIDIA GPU, and the preflight found none (no CUDA driver: libcuda.so.1 not found)."
+    )
+    old_numpy = pf.problems_for(dataclasses.replace(GOOD, versions={**GOOD.versions, "numpy": "2.5.0"}))
+    assert pf.stopped_message(old_numpy).startswith("Not run: this cell needs what the preflight found missing (numpy")
+    assert not pf.stop_later_cells("outside IPython nothing is stopped")
+
+
+def test_in_a_kernel_every_cell_after_a_failed_preflight_says_why_and_a_pass_lifts_it() -> None:
+    """As an attendee without a GPU meets it: cells run by hand after the preflight's stop say they need a GPU
+    (not ``NameError``); the preflight's own cell and a reveal cell still run; a preflight that passes lifts it."""
+    from utilities import execution
+
+    fake = (  # the kernel probes a fake machine: the same verdicts on a CPU machine and a GPU one
+        "import dataclasses\nimport utilities.preflight as pf\n"
+        "GOOD = pf.Facts(gpus=(pf.Gpu('NVIDIA H100 80GB HBM3', (9, 0)),), cuda_driver=13000, versions=dict(pf.PINS),"
+        " libmathdx_path='/venv/nvidia/cu13/lib/libmathdx.so.0')\n"
+        "NO_GPU = dataclasses.replace(GOOD, gpus=(), gpu_problem='no CUDA driver: libcuda.so.1 not found')\n"
+        "pf.probe = lambda: {}\n"
+    )
+    with execution.Kernel() as kernel:
+        run, _ = kernel.run(fake.format("NO_GPU") + "pf.preflight()")
+        assert run.error.startswith("PreflightError"), run.error
+        for source in ("import cupy as cp\nx = cp.ones(3)", "print(x)", "display(memory_picture(MM.size))"):
+            run, cell = kernel.run(source)
+            assert run.error.startswith("StoppedByPreflight: Not run: this cell needs an NVIDIA GPU"), run.error
+            assert "NameError" not in run.error and cell.outputs[0]["traceback"] == [
+                "Not run: this cell needs an NVIDIA GPU, and the preflight found none "
+                "(no CUDA driver: libcuda.so.1 not found)."
+            ]
+        run, _ = kernel.run("pf.preflight()")  # the preflight runs again, and fails again
+        assert run.error.startswith("PreflightError"), run.error
+        run, _ = kernel.run('from utilities.notebooks import reveal\nreveal("0_primer", "5a154c68")')
+        assert run.error == "", run.error  # a reveal cell needs no GPU
+        run, _ = kernel.run(fake.format("GOOD") + "pf.preflight()")
+        assert run.error == "", run.error
+        run, cell = kernel.run("x = 1\nprint(x + 1)")
+        assert run.error == "" and execution.stream_text(cell) == "2\n"
+
+
+@pytest.mark.skipif(HAS_GPU, reason="on a GPU the preflight passes and the primer's cells run")
+def test_without_a_gpu_every_primer_cell_after_the_preflight_says_it_needs_one() -> None:
+    """notebooks/0_primer.ipynb run by hand top to bottom on this machine, on past every error: the preflight's cell
+    fails, every later code cell but the reveal cells says it needs a GPU (before: NameError in cells 3 to 13)."""
+    import nbformat
+
+    from utilities import execution
+
+    nb = nbformat.read(Path(pf.__file__).resolve().parent.parent / "notebooks" / "0_primer.ipynb", as_version=4)
+    run = execution.execute(nb, stop_on_error=False)
+    code = [cell for cell in run.notebook.cells if cell.cell_type == "code"]
+    errors = [cell_run.error.split(":")[0] for cell_run in run.cells]
+    assert errors[0] == "PreflightError"
+    for cell, error in zip(code[1:], errors[1:], strict=True):
+        if "reveal" in cell.metadata.get("tags", []):
+            assert error == "", error
+        else:
+            assert error == "StoppedByPreflight", (cell.source[:60], error)

@@ -3,9 +3,19 @@ or marked as a reference figure, ``(reference: <GPU>, results/<file>, <YYYY-MM-D
 holds it; a vendor figure is marked ``(data sheet)``.
 
 A measured number is a number with a unit of time or rate (ms, us, µs, s, TOPS, TFLOP/s, GFLOP/s, GB/s, TB/s) or a
-speed ratio written like ``1.4x``. The scan works paragraph by paragraph (blank lines, list items and headings
-separate them; a table is one paragraph): a marker covers the numbers of its own paragraph only. Every offending
-paragraph of a notebook is reported at once, with its cell.
+speed ratio written like ``1.4x``; and so are the words and sizes that carry one (:func:`measured_words`):
+
+- a percentage (``13%``, ``a few percent``): a share of a time, a bandwidth or a count that a run or a model gives;
+- an approximate multiple or fraction (``about twice``, ``nearly four times``, ``about half``, ``up to about 50%``,
+  ``several times``): the qualifier says it was measured or rounded from a model, and it moves with the GPU;
+- a multiple of a time or a speed (``twice as fast``, ``halve the time``, ``4 times slower``);
+- a size (``40 KiB``, ``7.5 GB``), unless the paragraph computes it: ``64 x 128 x 2 B = 16 KiB``.
+
+Exact counts stay plain prose: ``read twice``, ``9 times the input``, a tile that ``halves`` the accumulator. A number
+that depends on the GPU belongs in a cell's output, where it is this run's; the prose points to it. The scan works
+paragraph by paragraph (blank lines, list items and headings separate them; a table is one paragraph): a marker
+covers the numbers of its own paragraph only. Every offending paragraph of a notebook is reported at once, with its
+cell.
 """
 
 from __future__ import annotations
@@ -27,6 +37,32 @@ WITH_UNIT = re.compile(
     rf"(?<![\w.^/{{-])(?P<low>{_NUMBER})(?:\s?(?:-|–|to)\s?(?P<high>{_NUMBER}))?\s?(?P<unit>{UNITS})(?![\w/])"
 )
 RATIO = re.compile(rf"(?<![\w.^/{{-])(?P<value>{_NUMBER})(?:\s?(?:-|–|to)\s?{_NUMBER})?[x×](?![\w])")
+SIZE_UNITS = r"KiB|MiB|GiB|TiB|kB|KB|MB|GB|TB"
+SIZE = re.compile(rf"(?<![\w.^/{{-])(?P<value>{_NUMBER})\s?(?P<unit>{SIZE_UNITS})(?![\w/])")
+_COMPUTED = re.compile(r"=\s*$")  # what precedes a size the paragraph computes: "... = 16 KiB"
+_COUNT = (
+    r"(?:\d+(?:\.\d+)?|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|fifty"
+    r"|hundred)"
+)
+_MULTIPLE = (
+    rf"(?:twice|thrice|half|a half|a third|two thirds|a quarter|three quarters|a fifth|a tenth|a ninth|a hundredth"
+    rf"|double|{_COUNT}(?:-fold| times)|an order of magnitude|orders of magnitude)"
+)
+_QUALIFIER = (
+    r"(?:about|nearly|almost|roughly|around|approximately|close to|some|only about|just over|just under|a little over"
+    r"|a little under|well over|well under|more than|less than|up to|over|under)"
+)
+MEASURED_WORDS = [
+    re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?%|\b(?:a few|several|many|\d+(?:\.\d+)?) percent\b", re.I),
+    re.compile(rf"\b{_QUALIFIER}\s+(?:about\s+)?{_MULTIPLE}(?![\w-])", re.I),
+    re.compile(r"\b(?:several|many|a few) times\b", re.I),
+    re.compile(
+        rf"\b(?:twice|half|{_COUNT} times|{_COUNT}-fold)\s+(?:as fast|as slow|as long|faster|slower|longer|shorter"
+        r"|the time|the speed|the rate)\b|\b(?:halve|halves|halved|double|doubles|doubled)\s+(?:the|its|their)\s+"
+        r"(?:time|speed|rate)\b",
+        re.I,
+    ),
+]
 REFERENCE = re.compile(
     r"\(reference:\s+(?P<gpu>[^,()]+),\s+(?P<report>results/[^,\s()]+),\s+(?P<date>\d{4}-\d{2}-\d{2})\)"
 )  # a line may break inside it
@@ -79,11 +115,21 @@ def measured_numbers(text: str) -> list[str]:
     return [m.group(0).strip() for m in WITH_UNIT.finditer(text)] + [m.group(0) for m in RATIO.finditer(text)]
 
 
+def measured_words(text: str) -> list[str]:
+    """The words and sizes of a paragraph that carry a measurement (see the module docstring), in order."""
+    found = [(m.start(), " ".join(m.group(0).split())) for pattern in MEASURED_WORDS for m in pattern.finditer(text)]
+    found += [
+        (m.start(), f"{m['value']} {m['unit']}") for m in SIZE.finditer(text) if not _COMPUTED.search(text[: m.start()])
+    ]
+    return [words for _, words in sorted(found)]
+
+
 def unmarked(paragraph: str) -> list[str]:
-    """The measured numbers of a paragraph that carries neither a reference marker nor ``(data sheet)``."""
+    """The measured numbers, words and sizes of a paragraph that carries neither a reference marker nor
+    ``(data sheet)``."""
     if REFERENCE.search(paragraph) or DATA_SHEET in paragraph:
         return []
-    return measured_numbers(paragraph)
+    return measured_numbers(paragraph) + measured_words(paragraph)
 
 
 def report_numbers(report: Path) -> list[float]:
@@ -151,6 +197,37 @@ def test_the_scanner_sees_measured_numbers_and_their_markers() -> None:
     assert unmarked(marked) == [] and unmarked("HBM moves 3.35 TB/s (data sheet).") == []
 
 
+def test_the_scanner_sees_words_and_sizes_that_carry_a_measurement() -> None:
+    text = (
+        "The floor is about twice the fused one's and fusion gains a few percent, about half, up to about 50%; the "
+        "epilogue path moves nearly four times the bytes, 13% more, several times A's; it ran twice as fast and "
+        "could halve the time; its stages take 40 KiB of the 113 KiB, and 7.5 GB are written."
+    )
+    assert measured_words(text) == [
+        "about twice",
+        "a few percent",
+        "about half",
+        "50%",
+        "nearly four times",
+        "13%",
+        "several times",
+        "twice as fast",
+        "halve the time",
+        "40 KiB",
+        "113 KiB",
+        "7.5 GB",
+    ]
+    for plain in (
+        "a double-buffered K loop, double-double sums, round halves to even, at most half its weight",
+        "B is read twice, cuDNN twice; A is 9 times the input; the tile halves each thread's accumulator",
+        "each row costs 2 (4096 x 256 + 256 x 64) = 2.1 MFLOP against 2 (4096 + 64 + 64) B = 8.4 kB",
+        "16-byte copies, 4 bytes an entry, 2^17 rows, 1 KiB boundaries, 80GB-class, 3.35 TB/s (a rate)",
+    ):
+        assert measured_words(plain) == [] or plain.endswith("(a rate)"), (plain, measured_words(plain))
+    assert measured_words("1 KiB boundaries") == ["1 KiB"]  # a size is a size, even a layout's
+    assert unmarked("It took about twice as long (reference: H100, results/x.md, 2026-11-22).") == []
+
+
 def test_the_scanner_splits_paragraphs_as_a_reader_does() -> None:
     cell = "# Title 2x\nText 1.5x.\n\n- first 3 ms\n- second (data sheet) 4 ms\n  continued 5 ms\n\n| a | 6 ms |\n| b |"
     found = [(p.splitlines()[0], unmarked(p)) for p in paragraphs(cell)]
@@ -181,6 +258,7 @@ def test_a_marker_must_name_a_report_that_holds_its_numbers() -> None:
 def test_measured_numbers_in_prose_are_printed_or_marked(path: Path) -> None:
     problems = offending(path)
     assert not problems, (
-        "measured numbers in the prose must be printed by the notebook, or marked '(reference: <GPU>, "
-        "results/<report>, <YYYY-MM-DD>)' with a report that holds them, or '(data sheet)':\n" + "\n".join(problems)
+        "measured numbers, and the words and sizes that carry one, must be printed by the notebook, or marked "
+        "'(reference: <GPU>, results/<report>, <YYYY-MM-DD>)' with a report that holds them, or '(data sheet)':\n"
+        + "\n".join(problems)
     )

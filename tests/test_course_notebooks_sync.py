@@ -223,7 +223,7 @@ def test_build_is_deterministic_and_check_agrees(tmp_path: Path) -> None:
     root = make_repo(tmp_path, cells)
     assert sorted(check(root)) == [
         "notebooks/1_demo.ipynb: missing",
-        "solutions/1_demo.ipynb: stale (outputs, ids or SOURCE cells)",
+        "solutions/1_demo.ipynb: stale (outputs, ids, stretch marks or SOURCE cells)",
     ]
     assert build(root) == ["wrote solutions/1_demo.ipynb", "wrote notebooks/1_demo.ipynb"]
     first = {folder: (root / folder / "1_demo.ipynb").read_bytes() for folder in ("solutions", "notebooks")}
@@ -269,7 +269,7 @@ def source_repo(tmp_path: Path, header: str) -> Path:
 
 def test_source_cell_refreshed_from_module_with_decorators_and_markers(tmp_path: Path) -> None:
     root = source_repo(tmp_path, "# SOURCE: pkg/kernels.py::scale_kernel")
-    assert "solutions/1_demo.ipynb: stale (outputs, ids or SOURCE cells)" in check(root)
+    assert "solutions/1_demo.ipynb: stale (outputs, ids, stretch marks or SOURCE cells)" in check(root)
     build(root)
     solution = read(root, "solutions").cells[0].source
     body = MODULE[MODULE.index("@functools.lru_cache") : MODULE.index("\n\n\nclass Tile")]
@@ -285,7 +285,7 @@ def test_source_cell_refreshed_from_module_with_decorators_and_markers(tmp_path:
 
     (root / "pkg" / "kernels.py").write_text(MODULE.replace("2 * x", "x + x"))
     assert check(root) == [
-        "solutions/1_demo.ipynb: stale (outputs, ids or SOURCE cells)",
+        "solutions/1_demo.ipynb: stale (outputs, ids, stretch marks or SOURCE cells)",
         "notebooks/1_demo.ipynb: out of date",
     ]
 
@@ -336,3 +336,57 @@ def test_reveal_of_unknown_cell_says_how_to_fix(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(notebooks, "REPO_ROOT", root)
     with pytest.raises(KeyError, match="utilities.notebooks build"):
         notebooks.reveal("1_demo", "nope")
+
+
+# --- stretch sections and the day's clock --------------------------------------------------------------------
+
+
+def test_stretch_sections_are_marked_in_both_notebooks_and_their_reveal_cells(tmp_path: Path) -> None:
+    cells = [
+        nbformat.v4.new_markdown_cell("## 1. Core"),
+        code("a = 1"),
+        nbformat.v4.new_markdown_cell("## 2. Stretch: a lever"),
+        code("# BEGIN SOLUTION\nb = 2\n# END SOLUTION"),
+        nbformat.v4.new_markdown_cell("## Takeaways"),
+        code("print(a)", course={"stretch": True}),  # a stale mark: build removes it
+    ]
+    root = make_repo(tmp_path, cells)
+    build(root)
+    marks = [notebooks.is_stretch(c) for c in read(root, "solutions").cells]
+    assert marks == [False, False, True, True, False, False]
+    exercise = read(root, "notebooks").cells
+    assert [notebooks.is_stretch(c) for c in exercise] == [False, False, True, True, True, False, False]
+    assert "reveal" in exercise[4].metadata.tags
+    kept, _ = notebooks.filled_notebook("1_demo", root, core=True)
+    assert [c.source for c in kept.cells if c.cell_type == "code"] == ["a = 1", "print(a)"]
+    assert len(notebooks.filled_notebook("1_demo", root)[0].cells) == 6  # reveal cell out, stretch cells in
+
+
+def test_a_stretch_heading_inside_a_cell_stops_the_build(tmp_path: Path) -> None:
+    cells = [nbformat.v4.new_markdown_cell("Text of section 1.\n\n## 2. Stretch: a lever"), code("a = 1")]
+    with pytest.raises(NotebookBuildError, match="stretch section begins or ends inside the cell"):
+        build(make_repo(tmp_path, cells))
+
+
+def test_a_clock_line_is_parsed_and_a_missing_one_named() -> None:
+    line = "# 2a. Title\n\n*Core path: 25 min hands-on, sections 1-3. Stretch: 10 min, section 4 (a\nlever).* More."
+    want = notebooks.Clock("2a", True, 25, "sections 1-3", 10, "section 4 (a lever)")
+    assert notebooks.parse_clock("2a", line) == want
+    assert notebooks.parse_clock("4a", "*Optional: 40 min hands-on, not on the core path.*") == notebooks.Clock(
+        "4a", False, 40, "not on the core path"
+    )
+    with pytest.raises(NotebookBuildError, match="0 clock lines"):
+        notebooks.parse_clock("3a", "*Core path, about 40 minutes.*")
+
+
+def test_every_first_cell_holds_a_clock_and_the_readme_agenda_is_made_of_them() -> None:
+    clocks = notebooks.clocks(REPO)
+    assert sorted(clocks) == sorted(p.stem for p in (REPO / "solutions").glob("*.ipynb"))
+    assert sorted(stem for stem, c in clocks.items() if c.core_path) == sorted(notebooks.DAY)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    agenda = notebooks.agenda(REPO)
+    assert notebooks.with_agenda(readme, agenda) == readme, "rebuild: python -m utilities.notebooks build"
+    total = sum(clocks[stem].minutes for stem in notebooks.DAY)
+    assert total <= 270, f"the core path takes {total} min: more than the day's 4 h 30 min"
+    hours, minutes = divmod(total, 60)
+    assert f"| | **core path** | **{hours} h {minutes} min** | | |" in readme

@@ -168,6 +168,10 @@ def test_gemm_traffic_and_roofline():
     assert s.bytes - f.bytes == 2 * 2 * 1024 * 256 and f.flops == 2 * 1024 * 256 * 128
     assert traffic.time_floor(1e12, 1e9, 1.0, 100.0) == pytest.approx(0.01)  # compute: 1e12 / 1e14
     assert traffic.bound_by(1e9, 1e12, 1.0, 100.0) == "memory"
+    ridge = traffic.ridge_point(3.35, 989.5)  # an H100 SXM's data sheet: about 295 FLOP/B
+    assert ridge == pytest.approx(295.4, abs=0.1)
+    assert traffic.bound_by(ridge * 1.01, 1.0, 3.35e-12, 989.5e-12) == "compute"
+    assert traffic.bound_by(ridge * 0.99, 1.0, 3.35e-12, 989.5e-12) == "memory"
     rows = traffic.b2b_prediction(2**17, 576, 64, 128, bandwidth_tbs=3.35, tflops=989.5)
     assert [r["path"] for r in rows] == ["fused", "epilogue", "library"] and rows[0]["bound"] == "memory"
     assert "floor us" in traffic.format_prediction(rows)

@@ -78,18 +78,40 @@ def test_a_kernel_that_dies_gives_an_entry_that_says_so(tmp_path):
     assert entry.error.startswith("the kernel stopped: DeadKernelError")
 
 
-def test_a_cpu_notebook_runs_through(tmp_path):
+def test_the_cpu_notebooks_run_through_core_only(tmp_path):
+    """3a and 4a, their stretch sections skipped (they have none today: the run is the whole notebook)."""
     out = tmp_path / "ws.json"
-    assert workshop.main(["3a", "--json", str(out)]) == 0
+    assert workshop.main(["3a", "4a", "--core", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    [entry] = data["notebooks"]
-    assert entry["notebook"] == "3a_ozaki_numerics" and entry["error"] == "" and entry["wall_s"] > 0
-    assert "| 3a_ozaki_numerics |" in workshop.table([workshop.Entry(**entry)])
+    assert data["command"] == "python -m utilities.workshop 3a 4a --core"
+    entries = data["notebooks"]
+    assert [e["notebook"] for e in entries] == ["3a_ozaki_numerics", "4a_ozaki2_numerics"]
+    assert all(e["error"] == "" and e["core"] and e["wall_s"] > 0 for e in entries), entries
+    assert "| 3a_ozaki_numerics |" in workshop.table([workshop.Entry(**entries[0])])
+
+
+def test_a_core_run_skips_the_stretch_cells(tmp_path):
+    stretch = {"course": {"stretch": True}}
+    root = _tiny_course(tmp_path, ["x = 1", "raise RuntimeError('a stretch cell ran')", "assert x == 1"])
+    for folder in ("solutions", "notebooks"):
+        nb = nbformat.read(root / folder / "9_tiny.ipynb", as_version=4)
+        nb.cells[1].metadata.update(stretch)
+        nbformat.write(nb, root / folder / "9_tiny.ipynb")
+    assert workshop.run_notebook("9_tiny", root=root, core=True).error == ""
+    assert workshop.run_notebook("9_tiny", root=root).error.startswith("code cell 1: RuntimeError")
 
 
 def test_gpu_notebooks_are_skipped_with_a_reason_without_a_gpu():
     chosen, skipped = workshop.notebooks([], gpu=False)
     assert "3a_ozaki_numerics" in chosen and any(s.startswith("1_multipass") for s in skipped)
+
+
+def test_a_core_run_takes_the_day_s_notebooks_in_order():
+    chosen, skipped = workshop.notebooks([], gpu=True, core=True)
+    assert tuple(chosen) == notebooks.DAY and not skipped
+    assert workshop.notebooks(["4a"], gpu=False, core=True)[0] == ["4a_ozaki2_numerics"]  # named: optional or not
+    with pytest.raises(SystemExit):
+        workshop.main(["--core", "--ledger", "x.json"])  # a core run is not a whole notebook's ledger row
 
 
 def test_a_run_through_is_recorded_as_the_filled_exercise_row_of_the_ledger(tmp_path, monkeypatch):

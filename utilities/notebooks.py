@@ -14,11 +14,20 @@ A code cell starting with ``# SOURCE: utilities/ozaki/simt.py::make_slice_rows_k
 rewritten from those top-level definitions of the module (read with ``ast``, never imported).
 A code cell tagged ``exercise-raises`` is tagged ``raises-exception`` in the exercise (for nbval): use it on
 the check cell that raises "not implemented" while the skeleton is untouched.
+A stretch section is a level-2 heading ``## 4. Stretch: ...`` at the top of a markdown cell, to the next level-2
+heading: build marks each of its cells ``"course": {"stretch": true}`` in both notebooks (reveal cells too), so that
+a core-only run (``python -m utilities.workshop --core``) can skip them.
 The way back, for the run-through and the GPU ledger: :func:`filled_notebook` is an exercise with its solutions
 filled in, and :func:`edit_runs` the edits that rebuild each exercise's kernel.
 
-    python -m utilities.notebooks build   # refresh solutions/, write notebooks/
+The day's clock: each notebook's first cell holds its hands-on time in one form (:data:`CLOCK`, e.g.
+``*Core path: 25 min hands-on, sections 1-3. Stretch: 10 min, section 4 (a lever).*``), and build writes the
+README's agenda from them (:func:`agenda`, between :data:`AGENDA_BEGIN` and :data:`AGENDA_END`), in the order of
+:data:`DAY`.
+
+    python -m utilities.notebooks build   # refresh solutions/, write notebooks/ and the README's agenda
     python -m utilities.notebooks check   # exit 1 listing every file that build would change
+    python -m utilities.notebooks agenda  # print the agenda
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import hashlib
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -43,6 +53,7 @@ REVEAL_TAG = "reveal"
 PREDICTION_TAG = "prediction"  # a cell where the attendee writes a prediction: no reveal cell after it
 RAISES_TAG = "exercise-raises"
 EDIT_LINE = "_attendee_edit = 0  # an edit: new code to build, the same result"
+STRETCH = "stretch"  # the key, in a cell's "course" metadata, of a cell in a stretch section
 
 _BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION\s*$")
 _END = re.compile(r"^\s*# END SOLUTION\s*$")
@@ -50,6 +61,26 @@ _ANY_MARKER = re.compile(r"#\s*(BEGIN|END)\s*SOLUTION", re.IGNORECASE)
 _SKELETON = re.compile(r"^(?P<indent>[ \t]*)# SKELETON:(?: (?P<code>.*))?$")
 _SOURCE = re.compile(r"^# SOURCE: (?P<path>[^\s:]+)::(?P<name>[A-Za-z_]\w*)\s*$")
 _MD_MARKER = re.compile(r"<!--\s*(BEGIN|END) SOLUTION\s*-->")
+_SECTION = re.compile(r"^## (?P<title>.*)$")
+# the day: the core path's notebooks in their order (the others are optional)
+DAY = (
+    "0_primer",
+    "2a_epilogue_fusion",
+    "2c_conv_fusion",
+    "2b_back_to_back",
+    "3a_ozaki_numerics",
+    "3b_ozaki_unfused",
+    "3d_ozaki_fused",
+)
+CLOCK = re.compile(
+    r"^\*(?P<path>Core path|Optional): (?P<minutes>\d+) min hands-on, (?P<core>[^*]+?)\."
+    r"(?: Stretch: (?P<stretch_minutes>\d+) min, (?P<stretch>[^*]+?)\.)?\*",
+    re.M,
+)
+README = "README.md"
+AGENDA_BEGIN = "<!-- BEGIN AGENDA: written by python -m utilities.notebooks build from each notebook's first cell -->"
+AGENDA_END = "<!-- END AGENDA -->"
+_STRETCH_TITLE = re.compile(r"^(?:\d+\.\s+)?Stretch\b")
 
 
 class NotebookBuildError(ValueError):
@@ -211,6 +242,50 @@ def refresh_source_cell(source: str, root: Path, where: str = "<cell>") -> str:
     return header + "\n" + "\n\n\n".join(bodies)
 
 
+# --- stretch sections --------------------------------------------------------------------------------------
+
+
+def is_stretch(cell: nbformat.NotebookNode) -> bool:
+    """Whether the cell belongs to a stretch section (its ``"course": {"stretch": true}`` metadata)."""
+    return bool(cell.get("metadata", {}).get("course", {}).get(STRETCH, False))
+
+
+def _set_stretch(cell: nbformat.NotebookNode, stretch: bool) -> None:
+    course = cell.metadata.get("course", {})
+    if stretch:
+        cell.metadata["course"] = {**course, STRETCH: True}
+    elif STRETCH in course:
+        course = {key: value for key, value in course.items() if key != STRETCH}
+        if course:
+            cell.metadata["course"] = course
+        else:
+            del cell.metadata["course"]
+
+
+def mark_stretch(nb: nbformat.NotebookNode, stem: str) -> nbformat.NotebookNode:
+    """Mark the cells of stretch sections (see the module docstring) and unmark every other cell, in place.
+
+    A section starts at a markdown cell whose first line is a level-2 heading; one that starts in the middle of a
+    cell cannot be split from the text above it and stops the build when it changes from core to stretch."""
+    stretch = False
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            lines = cell.source.split("\n")
+            for number, line in enumerate(lines):
+                heading = _SECTION.match(line)
+                if heading is None:
+                    continue
+                starts = _STRETCH_TITLE.match(heading["title"]) is not None
+                if number > 0 and starts != stretch:
+                    raise NotebookBuildError(
+                        f"{_where(stem, index, cell)}, line {number + 1}: a stretch section begins or ends inside "
+                        "the cell: start the heading in a markdown cell of its own"
+                    )
+                stretch = starts
+        _set_stretch(cell, stretch)
+    return nb
+
+
 # --- notebooks ---------------------------------------------------------------------------------------------
 
 
@@ -240,16 +315,16 @@ def clean(nb: nbformat.NotebookNode, stem: str) -> nbformat.NotebookNode:
 
 
 def solution_notebook(nb: nbformat.NotebookNode, stem: str, root: Path = REPO_ROOT) -> nbformat.NotebookNode:
-    """The solution notebook as build stores it: cleaned, module-sourced cells refreshed."""
-    nb = clean(nb, stem)
+    """The solution notebook as build stores it: cleaned, stretch sections marked, module-sourced cells refreshed."""
+    nb = mark_stretch(clean(nb, stem), stem)
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
             cell.source = refresh_source_cell(cell.source, root, _where(stem, index, cell))
     return nb
 
 
-def reveal_cell(stem: str, cell_id: str) -> nbformat.NotebookNode:
-    """The collapsed cell that shows the solution of cell ``cell_id`` when run."""
+def reveal_cell(stem: str, cell_id: str, stretch: bool = False) -> nbformat.NotebookNode:
+    """The collapsed cell that shows the solution of cell ``cell_id`` when run (in a stretch section if ``stretch``)."""
     source = (
         "# Shows the solution of the cell above (your code there stays as it is).\n"
         "from utilities.notebooks import reveal\n\n"
@@ -257,6 +332,7 @@ def reveal_cell(stem: str, cell_id: str) -> nbformat.NotebookNode:
     )
     cell = nbformat.v4.new_code_cell(source, metadata={"jupyter": {"source_hidden": True}, "tags": [REVEAL_TAG]})
     cell.id = f"{cell_id[:57]}-reveal"
+    _set_stretch(cell, stretch)
     return cell
 
 
@@ -280,7 +356,7 @@ def exercise_notebook(solution: nbformat.NotebookNode, stem: str) -> nbformat.No
             cell.metadata.tags = [tag for tag in tags if tag != RAISES_TAG] + ["raises-exception"]
         exercise.cells.append(cell)
         if has_solution and PREDICTION_TAG not in tags:
-            exercise.cells.append(reveal_cell(stem, cell.id))
+            exercise.cells.append(reveal_cell(stem, cell.id, is_stretch(cell)))
     return exercise
 
 
@@ -304,15 +380,16 @@ def read_solution(path: Path, root: Path) -> nbformat.NotebookNode:
 # --- exercises filled with their solutions (the run-through, the ledger) ------------------------------------
 
 
-def filled_cells(stem: str, root: Path = REPO_ROOT) -> list[tuple[str, str, bool]]:
+def filled_cells(stem: str, root: Path = REPO_ROOT, core: bool = False) -> list[tuple[str, str, bool]]:
     """The code cells of ``notebooks/<stem>.ipynb`` as ``(id, source, is_exercise)``, with the solution's source
-    in every cell (reveal cells left out; the solution's prediction cells hold its predictions, not exercises).
-    Raises if a cell of the exercise has no solution twin."""
+    in every cell (reveal cells left out; the solution's prediction cells hold its predictions, not exercises;
+    with ``core``, the cells of stretch sections left out too). Raises if a cell of the exercise has no solution
+    twin."""
     exercise = nbformat.read(root / EXERCISES / f"{stem}.ipynb", as_version=4)
     solution = {cell.get("id"): cell for cell in read_solution(root / SOLUTIONS / f"{stem}.ipynb", root).cells}
     cells = []
     for cell in exercise.cells:
-        if cell.cell_type != "code" or REVEAL_TAG in cell.metadata.get("tags", []):
+        if cell.cell_type != "code" or REVEAL_TAG in cell.metadata.get("tags", []) or (core and is_stretch(cell)):
             continue
         twin = solution.get(cell.get("id"))
         if twin is None:
@@ -345,14 +422,18 @@ def edit_runs(cells: list[tuple[str, str, bool]]) -> list[list[str]]:
     return runs
 
 
-def filled_notebook(stem: str, root: Path = REPO_ROOT) -> tuple[nbformat.NotebookNode, list[list[str]]]:
+def filled_notebook(
+    stem: str, root: Path = REPO_ROOT, core: bool = False
+) -> tuple[nbformat.NotebookNode, list[list[str]]]:
     """``notebooks/<stem>.ipynb`` with the solution's code in every code cell and no reveal cells, and the edit
-    runs (see :func:`edit_runs`)."""
-    cells = filled_cells(stem, root)
+    runs (see :func:`edit_runs`); with ``core``, without the cells of its stretch sections."""
+    cells = filled_cells(stem, root, core)
     nb = nbformat.read(root / EXERCISES / f"{stem}.ipynb", as_version=4)
     source = {cell_id: text for cell_id, text, _ in cells}
     kept = []
     for cell in nb.cells:
+        if core and is_stretch(cell):
+            continue
         if cell.cell_type == "code":
             if cell.get("id") not in source:
                 continue  # a reveal cell
@@ -373,6 +454,9 @@ def plan(root: Path = REPO_ROOT) -> tuple[dict[Path, str], list[Path]]:
         texts[path] = dumps(solution)
         texts[root / EXERCISES / path.name] = dumps(exercise_notebook(solution, path.stem))
     orphans = [path for path in sorted((root / EXERCISES).glob("*.ipynb")) if path.stem not in stems]
+    readme = root / README
+    if readme.is_file() and AGENDA_BEGIN in (text := readme.read_text(encoding="utf-8")):
+        texts[readme] = with_agenda(text, agenda(root))
     return texts, orphans
 
 
@@ -405,7 +489,9 @@ def check(root: Path = REPO_ROOT) -> list[str]:
         if not path.is_file():
             problems.append(f"{name}: missing")
         elif path.read_text(encoding="utf-8") != text:
-            kind = "stale (outputs, ids or SOURCE cells)" if name.parts[0] == SOLUTIONS else "out of date"
+            kind = {SOLUTIONS: "stale (outputs, ids, stretch marks or SOURCE cells)", README: "agenda out of date"}.get(
+                name.parts[0], "out of date"
+            )
             problems.append(f"{name}: {kind}")
     problems += [f"{path.relative_to(root)}: has no solution notebook" for path in orphans]
     return problems
@@ -443,14 +529,96 @@ def reveal(notebook: str, cell_id: str) -> None:
     display(Markdown(f"**{title}**\n\n{fence}python\n{source}\n{fence}"))
 
 
+# --- the day's clock ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Clock:
+    """A notebook's hands-on time, as its first cell states it (see :data:`CLOCK`)."""
+
+    stem: str
+    core_path: bool  # on the core path, or optional
+    minutes: int
+    core: str  # what the minutes cover ("sections 1-3", "all sections")
+    stretch_minutes: int = 0
+    stretch: str = ""  # the stretch sections, "" if none
+
+
+def parse_clock(stem: str, text: str) -> Clock:
+    """The clock of a notebook whose first cell is ``text``; raises naming the form when there is not one."""
+    found = list(CLOCK.finditer(text))
+    if len(found) != 1:
+        raise NotebookBuildError(
+            f"{SOLUTIONS}/{stem}.ipynb, cell 0: {len(found)} clock lines; write one, e.g. '*Core path: 25 min "
+            "hands-on, sections 1-3. Stretch: 10 min, section 4 (a lever).*' or '*Optional: 40 min hands-on, not on "
+            "the core path.*'"
+        )
+    m = found[0]
+    words = {key: " ".join((m[key] or "").split()) for key in ("core", "stretch")}  # a line may break anywhere
+    core_path, stretch_minutes = m["path"] == "Core path", int(m["stretch_minutes"] or 0)
+    return Clock(stem, core_path, int(m["minutes"]), words["core"], stretch_minutes, words["stretch"])
+
+
+def clocks(root: Path = REPO_ROOT) -> dict[str, Clock]:
+    """Every solution notebook's clock, by stem."""
+    found = {}
+    for path in sorted((Path(root) / SOLUTIONS).glob("*.ipynb")):
+        cells = read_solution(path, Path(root)).cells
+        found[path.stem] = parse_clock(path.stem, cells[0].source if cells else "")
+    return found
+
+
+def _duration(minutes: int) -> str:
+    hours, rest = divmod(minutes, 60)
+    return f"{hours} h {rest} min" if hours else f"{rest} min"
+
+
+def agenda(root: Path = REPO_ROOT) -> str:
+    """The README's agenda table: the core path in the order of :data:`DAY`, its total, then the optional notebooks.
+    Raises when the clocks and :data:`DAY` disagree on which notebooks are core."""
+    found = clocks(root)
+    core = sorted(stem for stem, c in found.items() if c.core_path)
+    if sorted(DAY) != core:
+        raise NotebookBuildError(
+            f"the first cells put {core} on the core path, utilities.notebooks.DAY lists {sorted(DAY)}"
+        )
+    rows = ["| order | notebook | hands-on | core | stretch |", "| ---: | --- | ---: | --- | --- |"]
+    for order, stem in enumerate(DAY, start=1):
+        c = found[stem]
+        stretch = f"{c.stretch_minutes} min: {c.stretch}" if c.stretch else ""
+        rows.append(f"| {order} | `{stem}` | {c.minutes} min | {c.core} | {stretch} |".replace("|  |", "| |"))
+    rows.append(f"| | **core path** | **{_duration(sum(found[stem].minutes for stem in DAY))}** | | |")
+    for stem, c in found.items():
+        if not c.core_path:
+            rows.append(f"| | `{stem}` | {c.minutes} min | optional: {c.core} | |")
+    return "\n".join(rows)
+
+
+def with_agenda(readme: str, table: str) -> str:
+    """``readme`` with ``table`` between the agenda markers (unchanged if it has none)."""
+    begin, end = readme.find(AGENDA_BEGIN), readme.find(AGENDA_END)
+    if begin < 0 and end < 0:
+        return readme
+    if begin < 0 or end < begin:
+        raise NotebookBuildError(f"{README}: the agenda markers are unpaired or out of order")
+    return readme[: begin + len(AGENDA_BEGIN)] + "\n\n" + table + "\n\n" + readme[end:]
+
+
 # --- command line ------------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m utilities.notebooks", description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["build", "check"])
+    parser.add_argument("command", choices=["build", "check", "agenda"])
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="repository root (default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.command == "agenda":
+        try:
+            print(agenda(args.root))
+        except NotebookBuildError as error:
+            print(f"agenda error: {error}", file=sys.stderr)
+            return 1
+        return 0
     if args.command == "build":
         try:
             changes = build(args.root)

@@ -3,6 +3,11 @@
 ``probe()`` gathers the facts (GPU through the CUDA driver API, package versions, libmathdx); the small
 pure functions below judge them, so that tests can feed fake machines. ``nvmath.device`` is never imported:
 it raises where there is no CUDA driver.
+
+In a notebook, a preflight that fails also stops every later cell of the kernel before it runs, with one line that
+says why (:func:`stop_later_cells`): a cell run by hand after the stop would otherwise fail on a name the
+preflight's cell never defined (``NameError: name 'cp' is not defined``). A cell that calls ``preflight`` again
+still runs (it probes anew, and a pass lifts the stop), and so does a ``reveal`` cell, which needs no GPU.
 """
 
 from __future__ import annotations
@@ -389,8 +394,74 @@ def judge(facts: Facts, require_gpu: bool = True, require_mathdx: bool = True) -
     return Environment(facts, track_status(facts), tuple(pin_warnings(facts)))
 
 
+# calls that a cell after a failed preflight may still make: the preflight itself, and the solution's reveal
+STILL_RUNS = ("preflight", "reveal")
+_GUARD = "_course_preflight_guard"
+
+
+def stopped_message(problems: list[str]) -> str:
+    """The line every cell after a failed preflight shows instead of running."""
+    first = problems[0].split(" Fix:")[0].rstrip(".") if problems else "the preflight failed"
+    if first.startswith("No NVIDIA GPU"):
+        why = first.split(": ", 1)[1] if ": " in first else "none found"
+        return f"Not run: this cell needs an NVIDIA GPU, and the preflight found none ({why})."
+    return f"Not run: this cell needs what the preflight found missing ({first}). Fix it, then run the preflight again."
+
+
+def _calls(tree: ast.AST, names: tuple[str, ...]) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name in names:
+                return True
+    return False
+
+
+def _ipython() -> object | None:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+def release_later_cells() -> None:
+    """Lift the stop of :func:`stop_later_cells` (nothing to do outside IPython or without one)."""
+    shell = _ipython()
+    if shell is not None:
+        shell.ast_transformers[:] = [t for t in shell.ast_transformers if not getattr(t, _GUARD, False)]
+
+
+def stop_later_cells(message: str) -> bool:
+    """In an IPython kernel, make every later cell fail before it runs, showing ``message`` alone (no traceback),
+    except cells that call one of :data:`STILL_RUNS`; returns whether a kernel was there to stop. The stop is an
+    AST transformer that raises IPython's ``InputRejected``, the one way to refuse a cell before any of it runs."""
+    shell = _ipython()
+    if shell is None:
+        return False
+    from IPython.core.error import InputRejected
+
+    class StoppedByPreflight(InputRejected):
+        def _render_traceback_(self) -> list[str]:
+            return [message]
+
+    class Guard(ast.NodeTransformer):
+        def visit_Module(self, node: ast.Module) -> ast.Module:
+            if _calls(node, STILL_RUNS):
+                return node
+            raise StoppedByPreflight(message)
+
+    guard = Guard()
+    setattr(guard, _GUARD, True)
+    release_later_cells()
+    shell.ast_transformers.append(guard)
+    return True
+
+
 def preflight(require_gpu: bool = True, require_mathdx: bool = True, quiet: bool = False) -> Environment:
-    """Probe this machine, print the table, and fail fast with the fix when the notebook cannot run.
+    """Probe this machine, print the table, and fail fast with the fix when the notebook cannot run; in a notebook
+    the cells after a failed preflight then stop with one line that says why (:func:`stop_later_cells`).
 
     ``require_mathdx`` applies with ``require_gpu`` only: libmathdx serves the GPU kernels.
     """
@@ -400,7 +471,9 @@ def preflight(require_gpu: bool = True, require_mathdx: bool = True, quiet: bool
     except PreflightError:
         if not quiet:
             print(format_table(facts, track_status(facts)))
+        stop_later_cells(stopped_message(problems_for(facts, require_gpu, require_mathdx)))
         raise
+    release_later_cells()
     if not quiet:
         print(environment.table())
     return environment

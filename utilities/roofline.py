@@ -26,6 +26,14 @@ def time_floor(flops: float, nbytes: float, bandwidth_tbs: float, tflops: float)
     return max(nbytes / (bandwidth_tbs * 1e12), flops / (tflops * 1e12))
 
 
+def ridge_point(bandwidth_tbs: float, tflops: float) -> float:
+    """The ridge point in FLOP per byte: the intensity at which the operations and the bytes take equally long.
+    Below it a kernel is memory-bound, above it compute-bound."""
+    if bandwidth_tbs <= 0 or tflops <= 0:
+        raise ValueError("bandwidth and rate must be positive")
+    return tflops / bandwidth_tbs
+
+
 def bound_by(flops: float, nbytes: float, bandwidth_tbs: float, tflops: float) -> str:
     """ "memory" or "compute": which roof sets ``time_floor``."""
     return "memory" if nbytes / (bandwidth_tbs * 1e12) >= flops / (tflops * 1e12) else "compute"

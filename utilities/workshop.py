@@ -3,6 +3,7 @@
     python -m utilities.workshop                        # every exercise notebook this machine can run
     python -m utilities.workshop 3a 4a                  # the notebooks whose name contains one of these
     python -m utilities.workshop --json x.json          # where to write (default: results/<gpu>-workshop.json)
+    python -m utilities.workshop --core                 # the core path: its notebooks, their stretch sections skipped
 
 Each notebook runs in a fresh Jupyter kernel (nbclient, as JupyterLab runs it: no ``%matplotlib agg``), in a
 private folder (``utilities.execution`` says why not in ``notebooks/``). Its exercise cells get the solution's code
@@ -22,6 +23,10 @@ notebook the entry records
 - ``error``: the first cell that raised (the run stops there), or a figure shown as text and not as an image;
   ``traceback``: the whole traceback of that cell.
 
+With ``--core`` every cell of a stretch section is left out (the build marks them; ``utilities.notebooks``), as
+an attendee who follows the agenda skips them, and without names only the core path's notebooks run; ``core`` in
+the entry says so.
+
 Run it after ``./course prebuild``: it measures the day as attendees meet it.
 """
 
@@ -34,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import execution
-from .notebooks import EXERCISES, REPO_ROOT, filled_notebook
+from .notebooks import DAY, EXERCISES, REPO_ROOT, filled_notebook
 
 
 @dataclass
@@ -51,6 +56,7 @@ class Entry:
     traceback: str = ""
     edit_builds: list[tuple[str, float]] = field(default_factory=list)
     course_links: list[str] = field(default_factory=list)
+    core: bool = False  # stretch sections skipped
 
 
 # --- the run ---------------------------------------------------------------------------------------------------
@@ -74,12 +80,12 @@ def _builds(session: execution.Kernel) -> tuple[list[tuple[str, float]], list[st
     return [(str(what), round(float(s), 2)) for what, s in builds], [str(name) for name in linked]
 
 
-def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800) -> Entry:
-    """One notebook in a fresh Jupyter kernel (``timeout``: seconds a cell may take), then its edits; a kernel that
-    dies or does not start gives an entry that says so."""
+def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800, core: bool = False) -> Entry:
+    """One notebook in a fresh Jupyter kernel (``timeout``: seconds a cell may take; ``core``: its stretch sections
+    left out), then its edits; a kernel that dies or does not start gives an entry that says so."""
     started = time.perf_counter()
     try:
-        return _run_notebook(stem, root, timeout)
+        return _run_notebook(stem, root, timeout, core)
     except Exception as exc:  # nbclient's DeadKernelError, a cell past its timeout, a kernel that would not start
         return Entry(
             stem,
@@ -87,11 +93,12 @@ def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800) -> En
             0.0,
             0.0,
             error=f"the kernel stopped: {type(exc).__name__}: {exc}",
+            core=core,
         )
 
 
-def _run_notebook(stem: str, root: Path, timeout: float) -> Entry:
-    nb, edits = filled_notebook(stem, root)
+def _run_notebook(stem: str, root: Path, timeout: float, core: bool) -> Entry:
+    nb, edits = filled_notebook(stem, root, core)
     with execution.Kernel(timeout=timeout, env=execution.kernel_env(root), notebook=nb) as session:
         run = execution.run_all(session)
         error, trace = run.error, run.traceback
@@ -122,13 +129,20 @@ def _run_notebook(stem: str, root: Path, timeout: float) -> Entry:
         traceback=trace,
         edit_builds=edit_builds,
         course_links=linked,
+        core=core,
     )
 
 
-def notebooks(patterns: list[str], gpu: bool, root: Path = REPO_ROOT) -> tuple[list[str], list[str]]:
-    """The exercise notebooks to run (names containing a pattern, all if none) and those skipped, with why."""
+def notebooks(
+    patterns: list[str], gpu: bool, root: Path = REPO_ROOT, core: bool = False
+) -> tuple[list[str], list[str]]:
+    """The exercise notebooks to run (names containing a pattern; all if none, or with ``core`` the core path's,
+    in the day's order) and those skipped, with why."""
     chosen, skipped = [], []
-    for path in sorted((root / EXERCISES).glob("*.ipynb")):
+    paths = sorted((root / EXERCISES).glob("*.ipynb"))
+    if core and not patterns:
+        paths = [root / EXERCISES / f"{stem}.ipynb" for stem in DAY]
+    for path in paths:
         if patterns and not any(p in path.stem for p in patterns):
             continue
         metadata = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
@@ -193,14 +207,21 @@ def main(argv: list[str] | None = None) -> int:
         help="also record each notebook's run as its filled exercise's row of this GPU ledger file",
     )
     parser.add_argument(
+        "--core",
+        action="store_true",
+        help="skip every stretch section; without names, run the core path's notebooks only",
+    )
+    parser.add_argument(
         "--sharing",
         type=int,
         default=1,
         help="run-throughs sharing the GPU at once (recorded in the ledger's rows as 'parallel')",
     )
     args = parser.parse_args(argv)
+    if args.core and args.ledger:
+        parser.error("--ledger records whole notebooks: a --core run skips their stretch sections")
     gpus, problem, _ = probe_gpus()
-    chosen, skipped = notebooks(args.patterns, bool(gpus))
+    chosen, skipped = notebooks(args.patterns, bool(gpus), core=args.core)
     for why in skipped:
         print(f"skipped: {why}: {problem}")
     if args.json:
@@ -212,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = []
     for stem in chosen:
         print(f"{stem}: running ...", flush=True)
-        entries.append(run_notebook(stem))
+        entries.append(run_notebook(stem, core=args.core))
         e = entries[-1]
         print(
             f"{stem}: {e.wall_s:.0f} s, builds {e.build_wait_s:.0f} s (longest {e.longest_build_s:.0f} s), "
@@ -222,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         data = {
             "date": time.strftime("%Y-%m-%d"),
             "gpu": gpus[0].name if gpus else "none",
-            "command": "python -m utilities.workshop " + " ".join(args.patterns),
+            "command": " ".join(["python -m utilities.workshop", *args.patterns] + (["--core"] if args.core else [])),
             "notebooks": [asdict(e) for e in entries],
         }
         path.parent.mkdir(parents=True, exist_ok=True)

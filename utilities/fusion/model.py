@@ -18,9 +18,9 @@ GEMM + bias + ReLU: ``fused`` (and the library's RELU_BIAS epilogue) reads A, B,
 
 from __future__ import annotations
 
-from ..roofline import FP16_BYTES, Traffic, bound_by, format_rows, path_rows, time_floor
+from ..roofline import FP16_BYTES, Traffic, bound_by, format_rows, path_rows, ridge_point, time_floor
 
-# 2a and 2b read the roofline (time_floor, bound_by) through the track's model
+# 2a and 2b read the roofline (time_floor, bound_by, ridge_point) through the track's model
 __all__ = [
     "B2B_PATHS",
     "GEMM_PATHS",
@@ -31,6 +31,7 @@ __all__ = [
     "bound_by",
     "format_prediction",
     "gemm_bias_relu_traffic",
+    "ridge_point",
     "time_floor",
 ]
 
