@@ -134,7 +134,7 @@ def test_the_prebuild_command_exports_and_imports_with_sizes(tmp_path, monkeypat
     out = tmp_path / "course.bundle"
     assert prebuild.main(["--export", str(out), "--max-part-mb", "0.5", "--compare", "--with-ltoir"]) == 0
     printed = capsys.readouterr().out
-    assert "MiB  the bundle: LTO-IR as it is, the rest xz level 9 extreme" in printed
+    assert "MiB  the bundle: LTO-IR as it is, the rest xz level 6 each" in printed
     assert "entries as stored" in printed and "prebuild: bundle: 8 entries" in printed
     assert re.search(r"prebuild: +1 entries, +0.0 MiB: traits and other small values", printed)
     monkeypatch.setenv("COURSE_BUILD_CACHE", str(tmp_path / "fresh"))
