@@ -262,3 +262,14 @@ def test_short_names_keep_offsets_files_and_lines():
     assert sanitizer.short_name(f"{KERNEL}+0x90") == "race_kernel+0x90"
     assert sanitizer.short_name("kernel(float *)+0x90") == "kernel(float *)+0x90"
     assert sanitizer.short_name(textwrap.dedent("x.py:20:" + KERNEL)) == "x.py:20:race_kernel"
+
+
+def test_kernels_arguments_follow_the_course_names(tmp_path):
+    source = "def make_residue(count):\n    return count\n\n\ndef neighbor(m):\n    return m\n"
+    path = tmp_path / "cells.py"
+    path.write_text(source)
+    namespace: dict = {}
+    exec(compile(source, str(path), "exec"), namespace)
+    assert sanitizer.kernels_arguments([namespace["make_residue"], namespace["neighbor"]]) == (
+        "residue=make_residue, neighbor=neighbor"
+    )

@@ -240,6 +240,22 @@ def source_of(fn: Any) -> str:
     return textwrap.dedent(inspect.getsource(python))
 
 
+def def_name(fn: Any) -> str:
+    """The name an exercise function's source defines (under numba's and functools' wrappers)."""
+    return (getattr(fn, "py_func", None) or inspect.unwrap(fn)).__name__
+
+
+def kernels_arguments(functions: Sequence[Any]) -> str:
+    """``Kernels(...)``'s arguments for the exercise factories: ``make_residue`` is ``residue=make_residue``,
+    ``make_conv_kernel`` ``conv=make_conv_kernel``, ``neighbor`` ``neighbor=neighbor`` (the course's names)."""
+    out = []
+    for fn in functions:
+        name = def_name(fn)
+        field = name.removeprefix("make_").removesuffix("_kernel")
+        out.append(f"{field}={name}")
+    return ", ".join(out)
+
+
 def _used_names(source: str) -> list[str]:
     """Names ``source`` reads that it does not define at its top (in first-use order)."""
     tree = ast.parse(source)
