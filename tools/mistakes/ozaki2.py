@@ -161,6 +161,17 @@ MISTAKES = [
     ),
     Mistake(
         RECONSTRUCT_4B,
+        "path",
+        "weights each plane's own value, not its digit u: right for digits read early, wrong for the products",
+        old=_RECONSTRUCT_SUMS,
+        new="""            s1 += float64(planes[t, i, j]) * C1[t]
+            s2 += float64(planes[t, i, j]) * C2[t]
+            s3 += float64(planes[t, i, j]) * C3[t]""",
+        message="not the plane's own value",
+        stage="C",
+    ),
+    Mistake(
+        RECONSTRUCT_4B,
         "hard-coded table",
         "the weights of the first modulus for every digit",
         old="            s1 += u * C1[t]",
