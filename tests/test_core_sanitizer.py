@@ -7,12 +7,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from utilities import checker, sanitizer
 from utilities.checker import CheckFailure, CheckResult
 
+ROOT = Path(__file__).resolve().parent.parent
 KERNEL = "cudapy::__main__::race_kernel[abi:v1,cw51cXTLSUwv1sCUt9Uw1Ek](Array<float, 1, C, mutable, aligned>)"
 SCRIPT = "/tmp/sanitize-1a2b/sanitized_kernel.py"
 
@@ -273,3 +275,58 @@ def test_kernels_arguments_follow_the_course_names(tmp_path):
     assert sanitizer.kernels_arguments([namespace["make_residue"], namespace["neighbor"]]) == (
         "residue=make_residue, neighbor=neighbor"
     )
+
+
+def _tracks_drivers():
+    """(checker, exercise functions, the check's own arguments) of GPU checks whose exercises import on a CPU."""
+    from utilities.conv import check as conv
+    from utilities.conv import simt as conv_simt
+    from utilities.ozaki import check as ozaki
+    from utilities.ozaki import simt as ozaki_simt
+    from utilities.ozaki2 import check as ozaki2
+    from utilities.ozaki2 import simt as ozaki2_simt
+
+    return [
+        (ozaki2._scaling_driver, [ozaki2_simt.make_residue], (), {}),
+        (ozaki2._digits_driver, [ozaki2_simt.make_digit], (), {}),
+        (ozaki2._reconstruction_driver, [ozaki2_simt.make_reconstruct_kernel], (), {}),
+        (ozaki2._gemm_driver, [ozaki2_simt.make_residue, ozaki2_simt.make_digit], (14,), {}),
+        (ozaki._slicing_driver, [ozaki_simt.make_split_digits], (), {}),
+        (ozaki._epilogue_driver, [ozaki_simt.make_epilogue_kernel], (), {}),
+        (ozaki._gemm_driver, [ozaki_simt.make_split_digits, ozaki_simt.make_epilogue_kernel], (7,), {}),
+        (conv._conv_driver, [conv_simt.neighbor], (), {"tile_n": 32}),
+    ]
+
+
+def test_every_drivers_script_compiles_and_its_cpu_imports_resolve():
+    """The scripts a sanitized check writes, from the course's own exercise functions: valid Python, and every import
+    that a CPU can make resolves (the GPU modules are imported on the GPU only)."""
+    for driver, functions, args, kwargs in _tracks_drivers():
+        text = sanitizer.script(functions, driver(functions, *args, **kwargs), sanitizer.PREAMBLE)
+        compile(text, driver.__name__, "exec")
+        for name in map(sanitizer.def_name, functions):
+            assert f"def {name}(" in text, (driver.__name__, name)
+        cpu = [
+            line
+            for line in text.splitlines()
+            if line.startswith(("import ", "from "))
+            and not any(g in line for g in ("cupy", "tensorcore", "buildcache"))
+        ]
+        done = subprocess.run([sys.executable, "-c", "\n".join(cpu)], capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, (driver.__name__, done.stderr[-800:])
+    assert "ConvConfig(tile_n=32, tile_k=64)" in conv_driver_text()
+    assert 'variant="unfused"' in _ozaki_driver_text()
+
+
+def conv_driver_text():
+    from utilities.conv import check as conv
+    from utilities.conv import simt as conv_simt
+
+    return conv._conv_driver([conv_simt.neighbor], tile_n=32)
+
+
+def _ozaki_driver_text():
+    from utilities.ozaki import check as ozaki
+    from utilities.ozaki import simt as ozaki_simt
+
+    return ozaki._gemm_driver([ozaki_simt.make_split_digits], 7)
