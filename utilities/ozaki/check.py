@@ -457,15 +457,15 @@ def check_diagonal_terms(
 ) -> CheckResult:
     """``fn(d, slices)`` lists the products (s, t) on anti-diagonal d, s ascending, both s and t below ``slices``.
 
-    Domain: 1 to 12 slices and every diagonal of the full product, d = 0 .. 2S - 1: Ozaki-I keeps d < S, but from
-    d = S on the bound "both below slices" decides which terms exist (and d = 2S - 1 has none).
+    Domain: 1 to 12 slices and d = 0 .. 2S + 1, the contract's "any d >= 0": Ozaki-I keeps d < S, but from d = S on
+    the bound "both below slices" decides which terms exist (and from d = 2S - 1 on there are none).
     """
     name = "anti-diagonal terms"
     if not list(fn(3, 7)):
         return not_yet(name, "diagonal 3 has no terms")
     count = 0
     for slices in SLICE_COUNTS:
-        for d in range(2 * slices):
+        for d in range(2 * slices + 2):
             got = [tuple(int(i) for i in p) for p in fn(d, slices)]
             want = diagonal_terms_ref(d, slices)
             count += 1
@@ -484,7 +484,7 @@ def check_diagonal_terms(
                     f"stage '{name}': diagonal {d} with {slices} slices gave {plain(got)}, expected "
                     f"{plain(want)}\nhint: {hint}",
                 )
-    return passed(name, count, 0, "1 to 12 slices, every diagonal d = 0 .. 2S - 1 (those past S - 1 too)")
+    return passed(name, count, 0, "1 to 12 slices, every diagonal d = 0 .. 2S + 1 (those past S - 1 too)")
 
 
 # ------------------------------------------------------------------------------------------------------------
