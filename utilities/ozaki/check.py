@@ -230,7 +230,8 @@ def _fp_digits(
     carry: str = "cascade",
 ) -> list[int]:
     """3a's digits, digit by digit in FP64, with one step swappable for a usual mistake (for a hint that names it):
-    ``carry`` is "cascade" (the lowest digit first), "upward" (the top first: a carry does not cascade) or "wrap"."""
+    ``carry`` is "cascade" (the lowest digit first), "upward" (the top first: a carry does not cascade), "wrap", or
+    "positive only" (digits below -128 kept)."""
     t = math.ldexp(x, 7 - e)
     digits = []
     for _ in range(slices - 1):
@@ -240,11 +241,11 @@ def _fp_digits(
     digits.append(last(t))
     if carry == "wrap":
         return [(d + 128) % 256 - 128 for d in digits]
-    order = range(slices - 1, 0, -1) if carry == "cascade" else range(1, slices)
+    order = range(1, slices) if carry == "upward" else range(slices - 1, 0, -1)
     for s in order:
         if digits[s] > 127:
             digits[s], digits[s - 1] = digits[s] - 256, digits[s - 1] + 1
-        elif digits[s] < -128:
+        elif digits[s] < -128 and carry != "positive only":
             digits[s], digits[s - 1] = digits[s] + 256, digits[s - 1] - 1
     return digits
 
@@ -257,11 +258,15 @@ DIGIT_MISTAKES: dict[str, dict[str, Any]] = {
         "last": lambda t: int(math.copysign(math.floor(abs(t) + 0.5), t))
     },
     "the last digit is rounded (to nearest, half to even), not truncated": {"last": math.trunc},
+    "int(t + 0.5) rounds toward zero after the shift, so a negative last digit comes out one too high: round(t) "
+    "rounds to nearest for either sign": {"last": lambda t: int(t + 0.5)},
     "peel the digits off toward zero (math.trunc): floor is not exact for negative x": {"extract": math.floor},
     "carries must cascade: go from the last digit to the first, so that a digit pushed to 128 or -129 by the carry "
     "from below carries on": {"carry": "upward"},
     "carry, do not wrap: a digit above 127 gives 1 to the next more significant digit (256 of its own units), one "
     "below -128 takes 1": {"carry": "wrap"},
+    "carry both ways: a digit below -128 (a negative x's truncated digits reach -255) adds 256 to itself and takes "
+    "1 from the next more significant digit": {"carry": "positive only"},
 }
 
 
@@ -611,6 +616,10 @@ def _epilogue_variant(
     order = range(S) if mistake == "largest weight first" else range(S - 1, -1, -1)
     acc = np.zeros(terms.shape[1:])
     for d in order:
+        if mistake == "accumulated in float32":
+            diagonal = terms[offsets[d] : offsets[d + 1]].sum(axis=0, dtype=np.int64).astype(np.float64)
+            acc = (acc + diagonal * 2.0 ** (-8 * d)).astype(np.float32).astype(np.float64)
+            continue
         if mistake == "one term per diagonal":
             diagonal = terms[d].astype(np.float64) if d < terms.shape[0] else 0.0
         elif mistake == "first term only":
@@ -639,6 +648,8 @@ EPILOGUE_MISTAKES = {
     "largest weight first": "the diagonals were added from the largest weight to the smallest: run d from S - 1 "
     "down to 0, as the reference does, so that the FP64 sum rounds the same way",
     "through float32": "a term passed through float32, which holds 24 bits: convert int32 -> float64 directly",
+    "accumulated in float32": "the diagonals were accumulated in float32, which holds 24 bits: acc must be a "
+    "float64 (acc = 0.0 in a numba kernel is one)",
     "summed in int32": "each diagonal's terms were summed in int32, which wraps past 2^31 - 1: the unfused layout "
     "takes K up to 131071, so a term reaches 2^31 - 2^14 and diagonal d adds d + 1 of them; sum in float64 (exact "
     "here) or int64",
