@@ -330,3 +330,13 @@ def _ozaki_driver_text():
     from utilities.ozaki import simt as ozaki_simt
 
     return ozaki._gemm_driver([ozaki_simt.make_split_digits], 7)
+
+
+def test_a_binary_that_cannot_start_is_reported(tmp_path):
+    fn = _toy_exercise(tmp_path)
+
+    def refuses(line, **kwargs):
+        raise PermissionError(13, "Permission denied", line[0])
+
+    clean, message = sanitizer.sanitize("toy", [fn], "make_kernel(1)", binary=tmp_path / "cs", runner=refuses)
+    assert not clean and "could not start" in message and "chmod +x" in message

@@ -387,6 +387,9 @@ def run(
             except subprocess.TimeoutExpired:
                 reports.append(Report(tool, failed=f"it ran past {timeout:.0f} s"))
                 continue
+            except OSError as error:  # a binary without its executable bit (a wheel unpacked by hand), say
+                reports.append(Report(tool, failed=f"{binary} could not start: {error} (chmod +x it?)"))
+                break
             output = (done.stdout or "") + "\n" + (done.stderr or "")
             report = parse(tool, output)
             if done.returncode not in (0, ERROR_EXIT) or ("Traceback" in output and not report.findings):

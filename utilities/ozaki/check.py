@@ -56,6 +56,8 @@ EPILOGUE_SHAPE = (41, 70)  # wider than the epilogue's 32 x 8 launch block along
 GEMM_SHAPES = ((256, 384, 384), (300, 136, 392))  # 2 x 3 and 3 x 2 tiles of 128 x 128, the second padded
 # The exercise functions each stage depends on (``utilities.checker.unfinished_for``): the shifts are the
 # course's code; the digits come from split_digits; products and diagonals from the products kernels.
+# alpha of either sign, beta 0 (C handed in all NaN: it must not be read) and not: the order of each step shows
+GEMM_SCALARS = ((1.0, 0.0), (0.5, -2.0), (-1.5, 0.0), (-0.75, 1.25))
 GEMM_NEEDS = {
     "exponent shifts of A": (),
     "exponent shifts of B": (),
@@ -78,7 +80,7 @@ DOMAIN_EPILOGUE = (
 )
 DOMAIN_GEMM = (
     "shapes of 2 x 3 and 3 x 2 tiles, one padded; random, spread and adversarial operands; rows near DBL_MAX and "
-    "subnormal rows; a NaN and an Inf in each operand; a C full of NaN when beta = 0"
+    "subnormal rows; a NaN and an Inf in each operand; alpha of either sign, a C full of NaN when beta = 0"
 )
 
 
@@ -813,7 +815,7 @@ def check_ozaki_gemm(
         cases = list(_cases(m, k, n, seed + count, nonfinite=True))
         for case, a, b in cases if adversarial else cases[:2] + cases[-2:]:
             c = rng.standard_normal((m, n))
-            alpha, beta = (1.0, 0.0) if count % 2 == 0 else (0.5, -2.0)
+            alpha, beta = GEMM_SCALARS[count % len(GEMM_SCALARS)]
             label = f"{case} {m}x{n}x{k}, {slices} slices, alpha={alpha}, beta={beta}"
             got = output(run(a, b, np.full_like(c, np.nan) if beta == 0.0 else c.copy(), alpha, beta), "C", label)
             ref = _reference.ozaki_stages(a, b, slices)

@@ -635,6 +635,8 @@ def _late_hint(
     return ""
 
 
+# alpha of either sign, beta 0 (C handed in all NaN: it must not be read) and not: the order of each step shows
+GEMM_SCALARS = ((1.0, 0.0), (0.5, -2.0), (-1.5, 0.0), (-0.75, 1.25))
 GEMM_NEEDS = {
     "exponents of A": (),
     "exponents of B": (),
@@ -667,7 +669,7 @@ def check_ozaki2_gemm(
         pairs.append(("an Inf in a row of A, a NaN in a column of B", *inputs.nonfinite_lines(m, k, n, seed)))
         for case, a, b in pairs:
             c = rng.standard_normal((m, n))
-            alpha, beta = (1.0, 0.0) if cases % 2 == 0 else (0.5, -2.0)
+            alpha, beta = GEMM_SCALARS[cases % len(GEMM_SCALARS)]
             label = f"{case} {m}x{n}x{k}"
             got = output(
                 _call(run, a, b, np.full_like(c, np.nan) if beta == 0.0 else c.copy(), alpha, beta), "C", label
