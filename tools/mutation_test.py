@@ -396,19 +396,26 @@ def digit_exercise() -> tuple[str, Callable, Callable, Callable]:
     return text, build, lambda f, seed=20: check.check_digits(digits_with(f), seed=seed), differs
 
 
-def simulate(step: Any, arrays: tuple[np.ndarray, ...], alpha: float, beta: float, c: np.ndarray) -> np.ndarray:
-    """Launch ``step`` (a kernel taking ``*arrays, alpha, beta, c, out``) in the simulator; out starts all NaN."""
+def simulate(step: Any, arrays: tuple[np.ndarray, ...], alpha: float, beta: float, c: np.ndarray) -> Any:
+    """Launch ``step`` (a kernel taking ``*arrays, alpha, beta, c, out``) in the simulator; out starts all NaN, in a
+    guard band (``utilities.guard``), as the GPU checks' outputs do."""
     from numba import cuda
 
-    out = cuda.to_device(np.full(c.shape, np.nan))
+    from utilities.guard import Canvas
+
+    canvas = Canvas(c.shape, np.float64, fill=np.nan)
+    buffer = cuda.to_device(canvas.buffer)
+    out = buffer[canvas.guard : canvas.guard + canvas.size].reshape(c.shape)
     step.kernel[step.grid, step.block](
         *(cuda.to_device(x) for x in arrays), float(alpha), float(beta), cuda.to_device(c), out
     )
-    return out.copy_to_host()
+    buffer.copy_to_host(canvas.buffer)
+    return canvas.written()
 
 
 def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
     """3b's FP64 epilogue kernel, whole, its Python body run thread by thread (``_ThreadLoopCuda``)."""
+    from utilities.guard import Canvas
     from utilities.operands import NONFINITE_SHIFT
     from utilities.ozaki import check, simt
     from utilities.rounding import epilogue_bound
@@ -426,9 +433,9 @@ def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
         c: np.ndarray,
     ) -> np.ndarray:
         step = simt.epilogue_launch(*c.shape, factory)
-        out = np.full(c.shape, np.nan)
-        step.kernel[step.grid, step.block](terms, offsets, e, f, float(alpha), float(beta), c, out)
-        return out
+        canvas = Canvas(c.shape, np.float64, fill=np.nan)  # in a guard band, as the GPU check's output
+        step.kernel[step.grid, step.block](terms, offsets, e, f, float(alpha), float(beta), c, canvas.out)
+        return canvas.written()
 
     def differs(factory: Any) -> bool:
         rng = np.random.default_rng(16)
@@ -442,8 +449,8 @@ def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
                 c = rng.standard_normal((m, n))
                 for alpha, beta in ((1.0, 0.0), (0.75, -1.25)):
                     want = check.epilogue_reference(terms, offsets, e, f, alpha, beta, c)
-                    got = launch(
-                        factory, terms, offsets, e, f, alpha, beta, np.full_like(c, np.nan) if beta == 0 else c
+                    got = np.asarray(
+                        launch(factory, terms, offsets, e, f, alpha, beta, np.full_like(c, np.nan) if beta == 0 else c)
                     )
                     finite = np.isfinite(want)
                     bound = epilogue_bound(want - beta * c, c, alpha, beta)
@@ -491,7 +498,7 @@ def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
             for (alpha, beta), planes in itertools.product(((1.0, 0.0), (0.75, -1.25)), (st.digits, st.products)):
                 want = reference.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
                 c_arg = np.full_like(c, np.nan) if beta == 0 else c
-                got = launch(factory, planes, st.mu, st.nu, a, b, alpha, beta, c_arg)
+                got = np.asarray(launch(factory, planes, st.mu, st.nu, a, b, alpha, beta, c_arg))
                 finite = np.isfinite(want)
                 if not np.array_equal(got[~finite], want[~finite], equal_nan=True):
                     return True
