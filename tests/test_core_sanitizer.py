@@ -340,3 +340,18 @@ def test_a_binary_that_cannot_start_is_reported(tmp_path):
 
     clean, message = sanitizer.sanitize("toy", [fn], "make_kernel(1)", binary=tmp_path / "cs", runner=refuses)
     assert not clean and "could not start" in message and "chmod +x" in message
+
+
+def test_a_local_name_that_a_notebook_global_shadows_is_not_rebuilt(tmp_path):
+    """Notebook 4b holds a global ``a`` (a CuPy array) while its reconstruction kernel assigns a local ``a``: only
+    the names a function reads as globals are rebuilt."""
+    source = (
+        "import math\n\n\ndef make_kernel(count):\n    def kernel(a, b):\n        c = a + b\n"
+        "        a = math.floor(c)\n        return a * count\n\n    return kernel\n"
+    )
+    path = tmp_path / "cell.py"
+    path.write_text(source)
+    namespace: dict = {"__name__": "__main__", "a": object(), "c": object(), "count": object()}
+    exec(compile(source, str(path), "exec"), namespace)
+    text = sanitizer.script([namespace["make_kernel"]], "print(make_kernel(2)(1.5, 2.0))")
+    assert "import math" in text and "a = " not in text.split("def make_kernel")[0]

@@ -21,12 +21,14 @@ from the check's own time.
 from __future__ import annotations
 
 import ast
+import builtins
 import importlib
 import inspect
 import os
 import re
 import shutil
 import subprocess
+import symtable
 import sys
 import tempfile
 import textwrap
@@ -257,14 +259,23 @@ def kernels_arguments(functions: Sequence[Any]) -> str:
 
 
 def _used_names(source: str) -> list[str]:
-    """Names ``source`` reads that it does not define at its top (in first-use order)."""
-    tree = ast.parse(source)
-    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef)}
+    """The global names ``source`` reads (in first-use order): those its top level reads without binding them
+    (decorators, defaults, annotations) and those its functions read as globals (``symtable``: a local, a parameter
+    or a variable of an enclosing function is not one, whatever the notebook holds under that name)."""
+    table = symtable.symtable(source, "<exercise>", "exec")
     seen: dict[str, None] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in defined:
-            seen.setdefault(node.id)
-    return list(seen)
+    for symbol in table.get_symbols():
+        if symbol.is_referenced() and not symbol.is_assigned() and not symbol.is_imported():
+            seen.setdefault(symbol.get_name())
+    pending = list(table.get_children())
+    while pending:
+        child = pending.pop(0)
+        if isinstance(child, symtable.Function):
+            for name in child.get_globals():
+                seen.setdefault(name)
+        pending += child.get_children()
+    defined = {n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    return [name for name in seen if name not in defined and not hasattr(builtins, name)]
 
 
 def _importable(module: str, qualname: str, obj: Any) -> bool:
@@ -328,7 +339,7 @@ def script(functions: Sequence[Any], driver: str, preamble: str = "") -> str:
         bodies[name] = text
         namespace = python.__globals__
         for used in _used_names(text):
-            if used in defined or used in bodies or hasattr(__builtins__, used) or used in dir(__builtins__):
+            if used in defined or used in bodies:
                 continue
             if used not in namespace:
                 continue  # a local of a nested function, or a name only the driver provides
