@@ -4,7 +4,8 @@ the correct alternatives pass. One of each kind the issue names: a rounding or a
 hint would misname (an int8 digit array is no DBL_MAX overflow), an int32 sum that only K = 131071 shows, a float32
 accumulator, C read although beta = 0, a write outside the output, a bound on the loop that only some d show.
 
-3a's functions are built from the solution's source as ``tools/mutation_test.py`` builds them; 3b's epilogue is a
+3a's functions and 3b's digits are built from the solution's source as ``tools/mutation_test.py`` builds them (the
+device function compiled for the CPU, where a division by zero raises instead of giving inf); 3b's epilogue is a
 NumPy stand-in for the kernel (the checker takes any function of its contract), so that every seed runs in seconds.
 """
 
@@ -58,6 +59,10 @@ WRONG = [
                     old="        elif digits[s] < -128:\n            digits[s] += 256\n"
                         "            digits[s - 1] -= 1\n",
                     new="", message="carry both ways"),
+    mutants.Mistake("3b split_digits (device function)", "float underflow",
+                    "v scaled in two steps, the second a division by 2.0 ** e: 0 for a subnormal row's shift",
+                    old="v = math.ldexp(x, int(8 * SLICES - 1 - e))", new="v = math.ldexp(x, 8 * SLICES - 1) / 2.0**e",
+                    message="underflowed to 0", stage=mutants.RUNNING),  # compiled for the CPU a division by 0 raises
     mutants.Mistake(TERMS, "edge", "bounds s by the slices but not t = d - s",
                     old="return [(s, d - s) for s in range(d + 1) if s < slices and d - s < slices]",
                     new="return [(s, d - s) for s in range(min(d, slices - 1) + 1)]",
