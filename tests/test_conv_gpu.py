@@ -9,6 +9,7 @@ import pytest
 
 from utilities.conv import check as ccheck
 from utilities.conv import reference as ref
+from utilities.guard import Canvas
 
 pytestmark = pytest.mark.gpu
 
@@ -33,14 +34,24 @@ def gpu():
 
 
 def runner(cp, plan):
-    """NumPy in and out around a plan, into a NaN-poisoned output."""
+    """NumPy in and out around a plan, into a NaN-poisoned output inside a guard band."""
 
     def run(x, w, bias):
         s = ref.shape_of(x, w)
-        out = cp.full((s.batch, s.height, s.width, s.c_out), np.nan, cp.float16)
-        return cp.asnumpy(plan(*(cp.asarray(v) for v in (x, w, bias)), out=out))
+        out = Canvas((s.batch, s.height, s.width, s.c_out), cp.float16, xp=cp, fill=np.nan)
+        plan(*(cp.asarray(v) for v in (x, w, bias)), out=out.out)
+        return out.written()
 
     return run
+
+
+def test_the_check_shape_passes_at_both_block_widths(gpu):
+    """The notebook's check: the course's kernel with blocks 64 and 32 output channels wide, from a guard band."""
+    cp, tc, _ = gpu
+    shape = ccheck.CONV_SHAPE
+    for cfg in (tc.ConvConfig.for_shape(shape), tc.ConvConfig(tile_n=32, tile_k=64)):
+        run = runner(cp, tc.Conv3x3(shape, cfg=cfg))
+        assert ccheck.check_conv(run, shape=shape, tile_n=cfg.tile_n, seed=12).status == "passed"
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.label)

@@ -56,3 +56,32 @@ def test_values_print_plain_and_infinities_compare_exactly():
         with pytest.raises(CheckFailure):  # a bound, even an infinite one, never excuses a non-finite entry
             checker.compare("z", np.array(got), np.array([np.inf, -np.inf, np.nan]), bound=np.inf)
     assert checker.plain((np.int64(2), np.float64(0.5))) == "(2, 0.5)"
+
+
+@pytest.mark.parametrize(
+    ("error", "cause"),
+    [
+        (OverflowError("Python integer 200 out of bounds for int8"), "does not fit its type"),
+        (OverflowError("Python int too large to convert to C long"), "does not fit its type"),
+        (OverflowError("int too big to convert"), "does not fit its type"),
+        (OverflowError("math range error"), "beyond DBL_MAX"),
+        (OverflowError((34, "Numerical result out of range")), "beyond DBL_MAX"),
+        (OverflowError("cannot convert float infinity to integer"), "beyond DBL_MAX"),
+        (OverflowError("something else"), "does not fit its type: the traceback"),
+    ],
+)
+def test_an_overflow_is_told_by_its_kind_integer_or_float(error, cause):
+    hint = checker.explain_error(error)
+    assert cause in hint
+    if "DBL_MAX" not in cause:
+        assert "DBL_MAX" not in hint and "ldexp" not in hint, "an integer overflow gets no hint about doubles"
+
+
+def test_an_integer_overflow_in_the_attendees_code_is_not_sent_to_ldexp():
+    def digits_in_int8(x, e, slices):  # NumPy 2 refuses np.int8(200): an OverflowError about an integer
+        return [int(np.int8(200))] * slices
+
+    with pytest.raises(CheckFailure) as info:
+        check.check_slice_number(digits_in_int8)
+    assert info.value.stage == "running your code" and "does not fit its type" in str(info.value)
+    assert "ldexp" not in str(info.value)

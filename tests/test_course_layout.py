@@ -23,6 +23,8 @@ ROLES = ("reference", "check", "model", "figures", "tensorcore", "benchmarks")  
 LESSONS = ("primer",)
 CORE = (
     "checker",
+    "guard",
+    "sanitizer",
     "bench",
     "report",
     "plots",

@@ -208,7 +208,8 @@ def b2b_kernel(mistake: str | None = None):
 def test_a_correct_kernel_passes(batched, capsys):
     run, stages = b2b_kernel()
     result = fcheck.check_back_to_back(run, stages=stages, batched=batched, shape=SMALL, seed=1)
-    assert result.status == "passed" and result.cases == len(ref.B2B_CASES) + 1  # and an Inf and a -Inf in C1
+    # the cases, a negative alpha0, a C1 that cancels alpha1 D0 B1, an Inf and a -Inf in C1
+    assert result.status == "passed" and result.cases == len(ref.B2B_CASES) + 3
     assert "passed" in capsys.readouterr().out
 
 

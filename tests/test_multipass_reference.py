@@ -7,7 +7,7 @@ import pytest
 
 from utilities import checker
 from utilities import multipass as mp
-from utilities.checker import PLACEHOLDER
+from utilities.checker import PLACEHOLDER, CheckFailure
 from utilities.multipass import check
 
 
@@ -296,3 +296,21 @@ def test_a_skipped_phase_loses_the_nan_and_the_inf():
         cases=[check.NONFINITE],
         seed=4,
     )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_a_store_before_c_fails_with_its_place(seed):
+    """A phase loop whose first block stores its tile one row early writes before C: the guard band names it."""
+    from utilities.guard import Canvas
+
+    phase_k = 4 * mp.PASS_K["int8"]
+
+    def run(a, bt):
+        c = Canvas((a.shape[0], bt.shape[0]), np.int32, fill=0)
+        c.out[...] = emulate(a, bt, phase_k)
+        c.buffer[c.guard - bt.shape[0] : c.guard] = 0  # row -1
+        return c.written()
+
+    with pytest.raises(CheckFailure) as info:
+        check.check_pass_gemm(run, "int8", phase_k=phase_k, shapes=SHAPES, seed=seed)
+    assert info.value.stage == "C" and "32 entries before the output of shape (64, 32), at (-1, 31)" in str(info.value)

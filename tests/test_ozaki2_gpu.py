@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from utilities import inputs, precision
+from utilities.guard import Canvas
 from utilities.ozaki2 import check
 from utilities.ozaki2 import reference as ref
 
@@ -28,12 +29,13 @@ def gpu():
 
 
 def runner(cp, plan):
-    """``run`` and ``stages`` for ``check.check_ozaki2_gemm``: C into a poisoned buffer, and every stage the plan
-    keeps (the int32 products only where it keeps all of them)."""
+    """``run`` and ``stages`` for ``check.check_ozaki2_gemm``: C into a poisoned buffer inside a guard band, and every
+    stage the plan keeps (the int32 products only where it keeps all of them)."""
 
     def run(a, b, c, alpha, beta):
-        out = cp.full(c.shape, np.nan)
-        return cp.asnumpy(plan(cp.asarray(a), cp.asarray(b), cp.asarray(c), alpha, beta, out=out))
+        out = Canvas(c.shape, cp.float64, xp=cp, fill=np.nan)  # poisoned, inside a guard band
+        plan(cp.asarray(a), cp.asarray(b), cp.asarray(c), alpha, beta, out=out.out)
+        return out.written()
 
     def stages():
         n = plan.count
@@ -64,8 +66,11 @@ def test_every_design_gives_the_same_stages(gpu, options):
 
 
 def test_stage_runners_pass_their_checkers(gpu):
+    """Every launch path the checkers use: the residue function's own values and the row kernel, the digits, the
+    reconstruction from digits (early) and from the int32 products (late), each output inside a guard band."""
     _, T = gpu
-    assert check.check_scaling(lambda x, n: T.residues_on_gpu(x, n), seed=3).status == "passed"
+    values = T.residue_values_on_gpu
+    assert check.check_scaling(lambda x, n: T.residues_on_gpu(x, n), values=values, seed=3).status == "passed"
     assert check.check_digits(lambda p: T.digits_on_gpu(p), seed=4).status == "passed"
     assert check.check_reconstruction(lambda *args: T.reconstruct_on_gpu(*args), seed=5).status == "passed"
 

@@ -247,11 +247,17 @@ def test_reference_passes_every_checker():
         mu = ref.scale_exponents(x, 1, count)
         return mu, ref.residues(ref.to_integers(x, mu, 1), count)
 
-    assert check.check_scaling(scaling, seed=3)
+    def values(w, count):
+        return np.stack([ref.residue(w, p) for p in ref.crt(count).moduli])
+
+    assert check.check_scaling(scaling, values=values, seed=3)
     assert check.check_digits(lambda products: ref.reduce_products(products, products.shape[0]), seed=4)
-    assert check.check_reconstruction(
-        lambda u, mu, nu, a, b, al, be, c: ref.reconstruct(u, mu, nu, u.shape[0], al, be, c, a, b), seed=5
-    )
+
+    def reconstruction(planes, mu, nu, a, b, al, be, c):  # both paths: digits, or the int32 products to reduce
+        u = ref.reduce_products(planes, planes.shape[0]) if planes.dtype == np.int32 else planes
+        return ref.reconstruct(u, mu, nu, u.shape[0], al, be, c, a, b)
+
+    assert check.check_reconstruction(reconstruction, seed=5)
 
 
 def _fp64_residue(x, p):

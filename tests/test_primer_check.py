@@ -117,3 +117,22 @@ def test_inventory_counts_bytes_from_the_tile():
     labels = inventory((64, 32, 16), 64, in_bytes=1, acc_bytes=4, depth=3)
     assert labels["a_tile"] == "A tile 64 x 16: 1 KiB" and labels["b_tile"] == "B tile 16 x 32: 512 B"
     assert labels["stages"] == "3 stages: 4.5 KiB a block" and labels["fragment"].startswith("acc: 32 values")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_a_store_outside_c_fails_with_its_place(seed):
+    """A kernel whose last block stores one row too far writes past C: held in a guard band, the check names it,
+    though every entry of C is right (issue 35: before, only the block order could show such a store)."""
+    from utilities.guard import Canvas
+
+    def run(a, b):
+        c = Canvas((SHAPE[0], SHAPE[1]), np.float32, fill=np.nan)
+        c.out[...] = product(a, b)
+        c.buffer[c.guard + c.size : c.guard + c.size + SHAPE[1]] = 0.0  # row m: one row past the last
+        return c.written()
+
+    with pytest.raises(CheckFailure) as info:
+        check.check_tile_gemm(run, shape=SHAPE, tile=TILE, seed=seed)
+    assert info.value.stage == "C" and "384 entries after the output of shape (256, 384), at (256, 0)" in str(
+        info.value
+    )

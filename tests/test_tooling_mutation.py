@@ -185,6 +185,48 @@ def test_a_mistake_applies_once_and_a_message_counts():
     assert mutants.judge(same, TOY, _build, strong, (0, 1)).status == "accepted"
 
 
+def test_only_the_checkers_verdict_for_the_right_stage_rejects_a_mistake():
+    """An exception the checker only passes on (stage "running your code": NumPy refusing np.int8(128.0) in a
+    harness, say) is no verdict, unless the mistake says that raising is its symptom; a named stage must match."""
+    toy = mutants.Mistake("toy", "edge", "adds 2", old="x * k + 1", new="x * k + 2")
+
+    def passes_an_exception_on(fn, seed=0):
+        if fn(2, 3) != 6:
+            raise CheckFailure(mutants.RUNNING, "stage 'running your code': OverflowError: out of bounds for int8")
+
+    def names_a_stage(fn, seed=0):
+        if fn(2, 3) != 6:
+            raise CheckFailure("digits (batch 1)", "stage 'digits (batch 1)': 1 of 1 entries wrong")
+
+    assert mutants.judge(toy, TOY, _build, passes_an_exception_on, (0, 1)).status == "wrong stage"
+    raising = mutants.Mistake("toy", "edge", "adds 2", old="x * k + 1", new="x * k + 2", stage=mutants.RUNNING)
+    assert mutants.judge(raising, TOY, _build, passes_an_exception_on, (0, 1)).status == "rejected"
+    assert mutants.judge(toy, TOY, _build, names_a_stage, (0, 1)).status == "rejected"
+    digits = mutants.Mistake("toy", "edge", "adds 2", old="x * k + 1", new="x * k + 2", stage="digits")
+    assert mutants.judge(digits, TOY, _build, names_a_stage, (0,)).status == "rejected"
+    other = mutants.Mistake("toy", "edge", "adds 2", old="x * k + 1", new="x * k + 2", stage="residues")
+    assert mutants.judge(other, TOY, _build, names_a_stage, (0,)).status == "wrong stage"
+
+
+def test_the_gpu_tool_counts_a_mistake_only_by_a_checkfailure_of_its_stage():
+    gpu = _gpu_tool()
+    mistake = gpu.Planned("edge", "w", "src", message="tie", stage="residue(w, t)")
+    assert gpu.semantic_status(mistake, ("rejected", "stage 'residue(w, t)': ... tie", 1.0, "residue(w, t)"))[0] == (
+        "rejected"
+    )
+    assert gpu.semantic_status(mistake, ("rejected", "stage 'residues': ... tie", 1.0, "residues"))[0] == "wrong stage"
+    assert gpu.semantic_status(mistake, ("rejected", "OverflowError: int8", 1.0, ""))[0] == "error"
+    assert gpu.semantic_status(mistake, ("rejected", "stage 'residue(w, t)': x", 1.0, "residue(w, t)"))[0] == (
+        "misnamed"
+    )
+    assert gpu.semantic_status(mistake, ("timed out", "killed", 240.0, ""))[0] == "timed out"
+    assert gpu.semantic_status(mistake, ("passed", "", 1.0, ""))[0] == "missed"
+    assert gpu.semantic_status(mistake, None)[0] == "not run"
+    alternative = gpu.Planned("alternative", "w", "src")
+    assert gpu.semantic_status(alternative, ("passed", "", 1.0, ""))[0] == "accepted"
+    assert gpu.semantic_status(alternative, ("rejected", "x", 1.0, "C"))[0] == "false alarm"
+
+
 def test_the_committed_scores_cover_every_exercise_and_show_no_hole():
     data = json.loads((ROOT / "results" / "mutation-cpu.json").read_text())
     tool = _tool()

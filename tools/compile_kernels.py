@@ -73,6 +73,10 @@ KERNELS = {
         (f64_2d, i64_2d, i32_3d, i32_1d),
     ),
     "ozaki2 digits_kernel, 15 moduli": (kernels2.make_digits_kernel(15), (i32_1d, types.int64, u8_1d)),
+    "ozaki2 residue_values_kernel, 20 moduli (the checker's)": (
+        kernels2.make_residue_values_kernel(20),
+        (f64_1d, types.float64[:, ::1]),
+    ),
     "ozaki2 reconstruct_kernel, 15 moduli": (
         kernels2.make_reconstruct_kernel(15),
         (types.uint8[:, :, ::1], i32_1d, i32_1d, f64_2d, f64_2d, types.float64, types.float64, f64_2d, f64_2d),

@@ -14,10 +14,13 @@ mutant as an attendee would edit and re-run: the exercise cell with one change, 
 - semantic: every ``MISTAKES`` entry of ``tools/mistakes/*.py`` for the exercise, and every ``CORRECT`` one
   (an alternative, which must pass).
 
-A mutant is rejected when the check cell raises (``CheckFailure`` names the stage; another error counts too, as
-the attendee sees it at once), survives when the check passes, and times out past ``--timeout`` seconds: the
-process is then killed and started again from the next mutant, as it is after a CUDA error that leaves the context
-unusable. A survivor is not proven to change a result (no wider differential test runs on the GPU): review each.
+A syntactic mutant is rejected when the check cell raises (``CheckFailure`` names the stage; another error counts
+too, as the attendee sees it at once), survives when the check passes, and times out past ``--timeout`` seconds:
+the process is then killed and started again from the next mutant, as it is after a CUDA error that leaves the
+context unusable. A survivor is not proven to change a result (no wider differential test runs on the GPU): review
+each. A semantic mistake is rejected only by the checker's own verdict: a ``CheckFailure`` of the stage the mistake
+breaks (``utilities.mutants.sort_rejection``) whose message names it; any other error, or a time-out, is reported as
+what it is.
 Kernels go through the build cache (``utilities.machinery.buildcache.install()``), so after ``./course prebuild``
 only the mutated kernel compiles. Results: ``results/mutation-gpu.json``, in the form of ``mutation-cpu.json``.
 """
@@ -103,6 +106,7 @@ class Planned:
     what: str
     source: str
     message: str = ""
+    stage: str = ""
 
     @property
     def alternative(self) -> bool:
@@ -132,7 +136,8 @@ def plan_mutants(name: str, source: str, max_mutants: int) -> tuple[list[Planned
     for item in mutants.for_exercise(mistakes, name) + mutants.for_exercise(alternatives, name):
         kind = item.kind if isinstance(item, mutants.Mistake) else "alternative"
         try:
-            planned.append(Planned(kind, item.what, item.apply(source), getattr(item, "message", "")))
+            message, stage = getattr(item, "message", ""), getattr(item, "stage", "")
+            planned.append(Planned(kind, item.what, item.apply(source), message, stage))
         except ValueError as error:
             broken.append(str(error))
     return planned, broken
@@ -206,20 +211,22 @@ def worker(plan_path: Path, out_dir: Path) -> int:
     except Exception:  # the report says so
         gpu = "unknown"
 
-    def attempt(cell: str) -> tuple[str, str, BaseException | None]:
-        """(status, message, error) of one edit: the cell, then the check."""
+    def attempt(cell: str) -> tuple[str, str, str, BaseException | None]:
+        """(status, message, stage, error) of one edit: the cell, then the check; ``stage`` is the CheckFailure's
+        ("" for any other error)."""
         error = _error_of(shell.run_cell(cell, silent=False))
         if error is not None:
-            return "rejected", f"the exercise cell raised {type(error).__name__}: {error}"[:800], error
+            return "rejected", f"the exercise cell raised {type(error).__name__}: {error}"[:800], "", error
         error = _error_of(shell.run_cell(plan["check"], silent=False))
         if error is None:
-            return "passed", "", None
-        how = "" if type(error).__name__ == "CheckFailure" else f"{type(error).__name__}: "
-        return "rejected", (how + str(error))[:1500], error
+            return "passed", "", "", None
+        verdict = type(error).__name__ == "CheckFailure"
+        how = "" if verdict else f"{type(error).__name__}: "
+        return "rejected", (how + str(error))[:1500], getattr(error, "stage", "") if verdict else "", error
 
     if plan["start"] == 0:
         started = time.perf_counter()
-        status, message, _ = attempt(plan["cell"])
+        status, message, _, _ = attempt(plan["cell"])
         emit(event="baseline", status=status, message=message, gpu=gpu, seconds=time.perf_counter() - started)
         if status != "passed":
             return 2
@@ -227,8 +234,9 @@ def worker(plan_path: Path, out_dir: Path) -> int:
         mutant = plan["mutants"][index]
         (out_dir / "progress").write_text(json.dumps({"index": index, "since": time.time()}))
         started = time.perf_counter()
-        status, message, error = attempt(mutant["source"])
-        emit(event="mutant", index=index, status=status, message=message, seconds=time.perf_counter() - started)
+        status, message, stage, error = attempt(mutant["source"])
+        seconds = time.perf_counter() - started
+        emit(event="mutant", index=index, status=status, message=message, stage=stage, seconds=seconds)
         if error is not None and cuda_error_name(error) in STICKY_CUDA_ERRORS:
             return 3
     (out_dir / "progress").write_text(json.dumps({"index": None}))
@@ -252,7 +260,7 @@ class Job:
     folder: Path
     process: subprocess.Popen | None = None
     start: int = 0
-    outcome: dict[int, tuple[str, str, float]] | None = None
+    outcome: dict[int, tuple[str, str, float, str]] | None = None  # status, message, seconds, CheckFailure's stage
     baseline: str = ""
     gpu: str = ""
     failure: str = ""
@@ -321,7 +329,7 @@ def run_jobs(jobs: list[Job], parallel: int, timeout: float, setup_timeout: floa
         for job in list(active):
             done = {e["index"]: e for e in job.events() if e["event"] == "mutant"}
             for index, e in done.items():
-                job.outcome[index] = (e["status"], e["message"], e["seconds"])
+                job.outcome[index] = (e["status"], e["message"], e["seconds"], e.get("stage", ""))
             index, since = job.running_since()
             code = job.process.poll()
             over = timeout if index is not None else setup_timeout
@@ -329,7 +337,7 @@ def run_jobs(jobs: list[Job], parallel: int, timeout: float, setup_timeout: floa
                 job.kill()
                 code = -9
                 if index is not None:
-                    job.outcome[index] = ("timed out", f"killed after {over:.0f} s", over)
+                    job.outcome[index] = ("timed out", f"killed after {over:.0f} s", over, "")
                 else:
                     job.failure = f"the setup or the baseline ran past {over:.0f} s"
             if code is None:
@@ -340,7 +348,7 @@ def run_jobs(jobs: list[Job], parallel: int, timeout: float, setup_timeout: floa
                 elif e["event"] == "setup failed":
                     job.failure = f"setup cell {e['cell']} failed: {e['error']}"
             if index is not None and index not in job.outcome:  # the process died on this mutant
-                job.outcome[index] = ("rejected", f"the process died (exit {code}): a crash the attendee sees", 0.0)
+                job.outcome[index] = ("rejected", f"the process died (exit {code}): a crash the attendee sees", 0.0, "")
             rest = [i for i in range(len(job.planned)) if i not in job.outcome]
             active.remove(job)
             if rest and not job.failure and job.baseline.startswith("passed"):
@@ -350,24 +358,32 @@ def run_jobs(jobs: list[Job], parallel: int, timeout: float, setup_timeout: floa
                 job.failure = job.failure or f"the baseline did not pass: {job.baseline or 'no result'}"
 
 
+def semantic_status(p: Planned, outcome: tuple[str, str, float, str] | None) -> tuple[str, str]:
+    """(status, message) of a semantic mutant from its outcome: an alternative is ``accepted`` or a ``false alarm``;
+    a mistake is ``rejected`` only by a CheckFailure of its stage that names it (``utilities.mutants``), else
+    ``wrong stage``, ``misnamed``, ``error`` (another exception, or the process died), ``timed out``, ``missed``."""
+    if outcome is None:
+        return "not run", ""
+    status, message, _, stage = outcome
+    if p.alternative:
+        return ("accepted" if status == "passed" else "false alarm"), message
+    if status == "passed":
+        return "missed", message
+    if status == "timed out":
+        return "timed out", message
+    if not stage:  # not a CheckFailure: the exercise cell raised, another exception, or the process died
+        return "error", message
+    return mutants.sort_rejection(p, [(stage, message)]), message
+
+
 def entry(job: Job) -> dict[str, Any]:
     """The exercise's entry of ``results/mutation-gpu.json``."""
     outcome = job.outcome or {}
     syntactic = [(p, outcome.get(i)) for i, p in enumerate(job.planned) if not p.semantic]
     survived = [p for p, o in syntactic if o and o[0] == "passed"]
     rejected = [p for p, o in syntactic if o and o[0] in ("rejected", "timed out")]
-    verdicts = []
-    for i, p in enumerate(job.planned):
-        if not p.semantic:
-            continue
-        status, message, _ = outcome.get(i, ("not run", "", 0.0))
-        if p.alternative:
-            status = {"passed": "accepted", "not run": "not run"}.get(status, "false alarm")
-        elif status in ("rejected", "timed out"):
-            status = "rejected" if p.message in message else "misnamed"
-        elif status == "passed":
-            status = "missed"
-        verdicts.append(mutants.Verdict(job.name, p.kind, p.what, status, message))
+    verdicts = [mutants.Verdict(job.name, p.kind, p.what, *semantic_status(p, outcome.get(i)))
+                for i, p in enumerate(job.planned) if p.semantic]  # fmt: skip
     semantic = mutants.SemanticScore(
         job.name, [v for v in verdicts if v.kind != "alternative"], [v for v in verdicts if v.kind == "alternative"]
     )

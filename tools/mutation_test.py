@@ -22,6 +22,7 @@ Python body once per thread in a plain loop (``_ThreadLoopCuda``: the same resul
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -309,9 +310,16 @@ def neighbor_exercise() -> tuple[str, Callable, Callable, Callable]:
     return text, build, lambda fn: check.check_neighbor(fn, seed=21), differs
 
 
+def device_byte(v: float) -> int:
+    """What the kernels store of a device function's double v in an int8: ``int32_of`` (the low word of
+    v + 1.5 2^52, v rounded) and the byte store keep v modulo 256, as two's complement."""
+    return (int(np.rint(v)) + 128) % 256 - 128
+
+
 def residue_device_exercise() -> tuple[str, Callable, Callable, Callable]:
-    """4b's device function ``residue(w, t)``, through its Python body: the course's scaling and split
-    (``x = h 2^40 + l``, ``w = h (2^40 mod p) + l``), the attendee's reduction of w."""
+    """4b's device function ``residue(w, t)``, through its Python body: its own values (``values``), then the
+    course's scaling and split (``x = h 2^40 + l``, ``w = h (2^40 mod p) + l``) with the attendee's reduction of w,
+    each residue stored as the device stores it (:func:`device_byte`)."""
     from utilities.ozaki2 import check, reference, simt
 
     text, build = module_exercise(simt, "make_residue", device=True)
@@ -326,7 +334,7 @@ def residue_device_exercise() -> tuple[str, Callable, Callable, Callable]:
             res = np.array(
                 [
                     [
-                        [residue(float(hv * k40[t] + lv), t) for hv, lv in zip(hr, lr, strict=True)]
+                        [device_byte(residue(float(hv * k40[t] + lv), t)) for hv, lv in zip(hr, lr, strict=True)]
                         for hr, lr in zip(h, low, strict=True)
                     ]
                     for t in range(count)
@@ -336,6 +344,13 @@ def residue_device_exercise() -> tuple[str, Callable, Callable, Callable]:
             return mu, res
 
         return scaling
+
+    def values_with(factory: Any) -> Callable[[np.ndarray, int], np.ndarray]:
+        def values(w: np.ndarray, count: int) -> np.ndarray:
+            residue = factory(count)
+            return np.array([[residue(float(v), t) for v in w] for t in range(count)], np.float64)
+
+        return values
 
     def differs(factory: Any) -> bool:
         rng = np.random.default_rng(7)
@@ -347,7 +362,10 @@ def residue_device_exercise() -> tuple[str, Callable, Callable, Callable]:
                 return True
         return False
 
-    return text, build, lambda f: check.check_scaling(scaling_with(f), shape=(5, 24), seed=15), differs
+    def run_check(f: Any, seed: int = 15) -> Any:
+        return check.check_scaling(scaling_with(f), shape=(5, 24), values=values_with(f), seed=seed)
+
+    return text, build, run_check, differs
 
 
 def digit_exercise() -> tuple[str, Callable, Callable, Callable]:
@@ -375,22 +393,29 @@ def digit_exercise() -> tuple[str, Callable, Callable, Callable]:
         digit = factory(count)
         return any(digit(float(x), t) != want[t, i] for t in range(count) for i, x in enumerate(v))
 
-    return text, build, lambda f: check.check_digits(digits_with(f), seed=20), differs
+    return text, build, lambda f, seed=20: check.check_digits(digits_with(f), seed=seed), differs
 
 
-def simulate(step: Any, arrays: tuple[np.ndarray, ...], alpha: float, beta: float, c: np.ndarray) -> np.ndarray:
-    """Launch ``step`` (a kernel taking ``*arrays, alpha, beta, c, out``) in the simulator; out starts all NaN."""
+def simulate(step: Any, arrays: tuple[np.ndarray, ...], alpha: float, beta: float, c: np.ndarray) -> Any:
+    """Launch ``step`` (a kernel taking ``*arrays, alpha, beta, c, out``) in the simulator; out starts all NaN, in a
+    guard band (``utilities.guard``), as the GPU checks' outputs do."""
     from numba import cuda
 
-    out = cuda.to_device(np.full(c.shape, np.nan))
+    from utilities.guard import Canvas
+
+    canvas = Canvas(c.shape, np.float64, fill=np.nan)
+    buffer = cuda.to_device(canvas.buffer)
+    out = buffer[canvas.guard : canvas.guard + canvas.size].reshape(c.shape)
     step.kernel[step.grid, step.block](
         *(cuda.to_device(x) for x in arrays), float(alpha), float(beta), cuda.to_device(c), out
     )
-    return out.copy_to_host()
+    buffer.copy_to_host(canvas.buffer)
+    return canvas.written()
 
 
 def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
     """3b's FP64 epilogue kernel, whole, its Python body run thread by thread (``_ThreadLoopCuda``)."""
+    from utilities.guard import Canvas
     from utilities.operands import NONFINITE_SHIFT
     from utilities.ozaki import check, simt
     from utilities.rounding import epilogue_bound
@@ -408,9 +433,9 @@ def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
         c: np.ndarray,
     ) -> np.ndarray:
         step = simt.epilogue_launch(*c.shape, factory)
-        out = np.full(c.shape, np.nan)
-        step.kernel[step.grid, step.block](terms, offsets, e, f, float(alpha), float(beta), c, out)
-        return out
+        canvas = Canvas(c.shape, np.float64, fill=np.nan)  # in a guard band, as the GPU check's output
+        step.kernel[step.grid, step.block](terms, offsets, e, f, float(alpha), float(beta), c, canvas.out)
+        return canvas.written()
 
     def differs(factory: Any) -> bool:
         rng = np.random.default_rng(16)
@@ -424,8 +449,8 @@ def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
                 c = rng.standard_normal((m, n))
                 for alpha, beta in ((1.0, 0.0), (0.75, -1.25)):
                     want = check.epilogue_reference(terms, offsets, e, f, alpha, beta, c)
-                    got = launch(
-                        factory, terms, offsets, e, f, alpha, beta, np.full_like(c, np.nan) if beta == 0 else c
+                    got = np.asarray(
+                        launch(factory, terms, offsets, e, f, alpha, beta, np.full_like(c, np.nan) if beta == 0 else c)
                     )
                     finite = np.isfinite(want)
                     bound = epilogue_bound(want - beta * c, c, alpha, beta)
@@ -449,7 +474,7 @@ def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
 
     def launch(
         factory: Any,
-        digits: np.ndarray,
+        planes: np.ndarray,
         mu: np.ndarray,
         nu: np.ndarray,
         a: np.ndarray,
@@ -458,8 +483,9 @@ def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
         beta: float,
         c: np.ndarray,
     ) -> np.ndarray:
-        step = simt.reconstruct_launch(*c.shape, digits.shape[0], factory)
-        return simulate(step, (digits, mu, nu, a, b), alpha, beta, c)
+        late = planes.dtype == np.int32  # the plan's digits="late": the kernel reduces the int32 products itself
+        step = simt.reconstruct_launch(*c.shape, planes.shape[0], factory, from_products=late)
+        return simulate(step, (planes, mu, nu, a, b), alpha, beta, c)
 
     def differs(factory: Any) -> bool:
         rng = np.random.default_rng(18)
@@ -469,10 +495,10 @@ def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
             a[2, 3], b[5, 4] = np.inf, np.nan
             st = reference.ozaki2_stages(a, b, count)
             c = rng.standard_normal((7, 9))
-            for alpha, beta in ((1.0, 0.0), (0.75, -1.25)):
+            for (alpha, beta), planes in itertools.product(((1.0, 0.0), (0.75, -1.25)), (st.digits, st.products)):
                 want = reference.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
                 c_arg = np.full_like(c, np.nan) if beta == 0 else c
-                got = launch(factory, st.digits, st.mu, st.nu, a, b, alpha, beta, c_arg)
+                got = np.asarray(launch(factory, planes, st.mu, st.nu, a, b, alpha, beta, c_arg))
                 finite = np.isfinite(want)
                 if not np.array_equal(got[~finite], want[~finite], equal_nan=True):
                     return True
@@ -481,7 +507,10 @@ def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
                     return True
         return False
 
-    return text, build, lambda f: check.check_reconstruction(lambda *args: launch(f, *args), seed=19), differs
+    def run_check(f: Any, seed: int = 19) -> Any:
+        return check.check_reconstruction(lambda *args: launch(f, *args), seed=seed)
+
+    return text, build, run_check, differs
 
 
 EXERCISES: dict[str, Callable[[], tuple[str, Callable, Callable, Callable]]] = {

@@ -23,7 +23,9 @@ The house has four floors, and an import never climbs (``tests/test_course_layou
    aligned copies and cp.async intrinsics: the only code that reaches into nvmath-python's and numba-cuda's
    internals, behind the version pins of ``machinery.versions``. It imports nothing else of the course.
 2. the core, what more than one track needs. Importable with NumPy and Matplotlib alone: ``checker`` (how
-   checkers compare and report, the placeholder marker), ``bench`` (timing, records, tables), ``report`` (the GPU
+   checkers compare and report, the placeholder marker), ``guard`` (outputs written inside a poisoned guard band,
+   so that a write outside them is placed), ``sanitizer`` (an exercise's kernels run under compute-sanitizer, its
+   reports read), ``bench`` (timing, records, tables), ``report`` (the GPU
    report), ``plots``, ``peaks``, ``inputs``, ``exact`` (double-double products), ``errors`` (error measures,
    sampled errors), ``rounding`` (unit roundoffs, gamma, shared error bounds), ``roofline`` (operations, bytes and
    the floor they set), ``precision`` (the emulations' precision search), ``smem`` (shared-memory segments),

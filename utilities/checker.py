@@ -17,10 +17,19 @@ failure is diagnosed by its cause where the cause can be told from the symptom: 
 the C handed in was NaN says "C was read although beta = 0" (:func:`c_read_when_beta_is_zero`); a CUDA error raised
 while running the attendee's kernel says what in a kernel causes it (:func:`explain_error`).
 
+A result handed back inside a guard band (``utilities.guard``: the output allocated in the middle of a poisoned
+canvas) is read with :func:`output`, which fails the stage, naming the place, when the code wrote outside it.
+
 A checker declared with :func:`checker` takes ``exercise=``: the attendee's functions (kernel factories) whose
 source an exercise notebook marked with :data:`PLACEHOLDER` lines. A failure is reported as unfinished only
 while a TODO region that the failing stage depends on still holds its placeholder: a wrong first stage is
-reported as wrong even while later regions are untouched.
+reported as wrong even while later regions are untouched. A GPU checker declared with a ``driver`` also takes
+``sanitize=True``: after a pass it runs the exercise functions through the driver under compute-sanitizer
+(``utilities.sanitizer``) and fails naming the race or the bad access it reports.
+
+A hint is a tested hypothesis: a checker names a cause only when it re-ran the reference with the suspected
+mistake and got the attendee's result, or classified the failing entry (an integer or a float overflow, a tap
+inside the image or in its padding); otherwise its message names the stage and the first wrong entries alone.
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .guard import Written
 
 # The marker that ends every skeleton line of an exercise notebook (``utilities.notebooks`` writes it).
 PLACEHOLDER = "# placeholder: your code replaces this line"
@@ -164,6 +175,30 @@ def _hint(hint: str) -> str:
     return f"\nhint: {hint}" if hint else ""
 
 
+OUTSIDE_HINT = (
+    "a store that nothing bounds: check `if row < m and col < n` (the output's own shape, not a tile's) before "
+    "each write, take each tile's offset from the right block index, and store a partial last tile entry by entry; "
+    "a write past the output lands in memory that belongs to something else (on a GPU: often the next row's first "
+    "entries, which the block that owns them may or may not overwrite later)"
+)
+
+
+def output(value: Any, stage: str, case: str = "") -> np.ndarray:
+    """The attendee's result as an array. A :class:`~utilities.guard.Written` (an output that lived in a guard
+    band) fails ``stage`` with the place of every entry written outside it."""
+    if isinstance(value, tuple):
+        return tuple(output(v, stage, case) for v in value)  # type: ignore[return-value]
+    if isinstance(value, Written):
+        outside = value.outside()
+        if outside:
+            on = f" on input '{case}'" if case else ""
+            raise CheckFailure(
+                stage, f"stage '{stage}'{on}: your code wrote outside its output: {outside}\nhint: {OUTSIDE_HINT}"
+            )
+        return value.value
+    return np.asarray(value)
+
+
 def untouched(got: Any, poison: float | int = 0) -> bool:
     """True when every entry still holds ``poison`` (what an unfinished skeleton leaves behind)."""
     got = np.asarray(got)
@@ -281,10 +316,7 @@ def explain_error(error: BaseException) -> str:
         return hint
     kind = type(error).__name__
     if isinstance(error, OverflowError):
-        return (
-            "a value beyond DBL_MAX: a power of two such as 2.0 ** n overflows for n > 1023 (rows at the ends of "
-            "the FP64 range need shifts from -1073 to 1025); math.ldexp(x, n) scales in one exact step"
-        )
+        return overflow_hint(error)
     if isinstance(error, ZeroDivisionError):
         return (
             "a division by zero: a divisor that underflowed to 0 (2.0 ** n is 0 for n < -1074; rows at the ends "
@@ -302,6 +334,36 @@ def explain_error(error: BaseException) -> str:
             "that is not defined in the kernel)"
         )
     return "the traceback above this message ends in the line of your code that raised"
+
+
+# What an OverflowError's message says about its cause: an integer that does not fit its type (NumPy refusing
+# np.int8(200), a Python int past int64), or a double past DBL_MAX (2.0 ** 1100, math.ldexp, math.exp).
+_INTEGER_OVERFLOW = re.compile(
+    r"out of bounds for u?int\d+|too (large|big) to convert|int too big|Python int too large|"
+    r"cannot fit 'int'|can't convert negative (int|value) to unsigned|overflow in (integer|int)",
+    re.I,
+)
+_FLOAT_OVERFLOW = re.compile(r"math range error|Numerical result out of range|\(34,|float infinity", re.I)
+
+
+def overflow_hint(error: OverflowError) -> str:
+    """The hint of an OverflowError, by the kind its message names: an integer past its type's range, or a double
+    past DBL_MAX; neither named, no guess."""
+    text = str(error)
+    match = _INTEGER_OVERFLOW.search(text)
+    if match:
+        return (
+            f"an integer does not fit its type ({match.group(0)}): a value kept in too narrow an integer (an int8 "
+            "or uint8 array for values beyond [-128, 127] or [0, 255], an int32 or int64 sum that outgrows it); "
+            "keep the value in the type its range needs (int64, or Python ints / float64 for sums beyond 2^63), "
+            "and narrow it only where it is known to fit"
+        )
+    if _FLOAT_OVERFLOW.search(text):
+        return (
+            "a value beyond DBL_MAX: a power of two such as 2.0 ** n overflows for n > 1023 (rows at the ends of "
+            "the FP64 range need shifts from -1073 to 1025); math.ldexp(x, n) scales in one exact step"
+        )
+    return "a value that does not fit its type: the traceback above this message ends in the line that raised"
 
 
 _TODO = re.compile(r"^\s*# TODO\b(?P<text>.*)$")
@@ -384,9 +446,10 @@ def _exercises(fn: Any, exercise: Any) -> list[Any]:
 
 
 def checker(
-    name: str, needs: Mapping[str, Any] | None = None
+    name: str, needs: Mapping[str, Any] | None = None, driver: Callable[..., str] | None = None
 ) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
-    """Declare a checker: it gains an ``exercise=`` keyword (the attendee's functions, in pipeline order).
+    """Declare a checker: it gains an ``exercise=`` keyword (the attendee's functions, in pipeline order), and with a
+    ``driver`` a ``sanitize=`` keyword.
 
     - A :class:`CheckFailure` of a stage whose TODO regions (``needs``, see :func:`unfinished_for`) still hold a
       placeholder is reported as "not implemented yet" instead of raised.
@@ -394,11 +457,23 @@ def checker(
       with the exception's type and message (the traceback stays chained to it).
     - "Not implemented yet" (an all-zero result, say) stands only while some exercise function still holds its
       placeholder: code without one that leaves its result unwritten is wrong, and is reported as such.
+    - ``sanitize=True`` (checkers with a ``driver``): after a pass, ``driver(exercise, *args, **kwargs)`` gives the
+      code that builds the plan with the exercise functions and runs it once at the check's shape; it runs under
+      compute-sanitizer (:func:`sanitize_exercise`), and a race or a bad access fails the stage "sanitizer".
     """
 
     def wrap(body: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
         @functools.wraps(body)
-        def run(fn: Any, *args: Any, exercise: Any = None, **kwargs: Any) -> CheckResult:
+        def run(fn: Any, *args: Any, exercise: Any = None, sanitize: bool = False, **kwargs: Any) -> CheckResult:
+            if sanitize and driver is None:
+                raise TypeError(f"{name} has no sanitizer run: it checks no kernel of yours")
+            result = _run(fn, *args, exercise=exercise, **kwargs)
+            if sanitize and result.status == "passed" and exercise is not None:
+                given = [f for f in (exercise if isinstance(exercise, list | tuple) else [exercise]) if f is not None]
+                sanitize_exercise(name, given, driver(given, *args, **kwargs))
+            return result
+
+        def _run(fn: Any, *args: Any, exercise: Any = None, **kwargs: Any) -> CheckResult:
             functions = _exercises(fn, exercise)
             try:
                 result = body(fn, *args, **kwargs)
@@ -426,3 +501,14 @@ def checker(
         return run
 
     return wrap
+
+
+def sanitize_exercise(name: str, functions: Sequence[Any], driver: str, **options: Any) -> None:
+    """Run ``functions`` through ``driver`` under compute-sanitizer; raise :class:`CheckFailure` (stage
+    "sanitizer") naming what it found, print one line otherwise (also when the tool is missing)."""
+    from . import sanitizer
+
+    clean, message = sanitizer.sanitize(name, functions, driver, **options)
+    if not clean:
+        raise CheckFailure("sanitizer", f"stage 'sanitizer' of {name}: compute-sanitizer reported\n{message}")
+    print(message)

@@ -15,8 +15,14 @@ A **semantic** mutant is a realistic wrong implementation, written as data (:cla
 in the exercise's solution source, and what goes wrong); a correct alternative implementation likewise
 (:class:`Alternative`), which the checker must accept. ``tools/mistakes/<track>.py`` hold them as ``MISTAKES`` and
 ``CORRECT`` lists (:func:`load_mistakes`); ``tools/mutation_test.py`` runs every CPU exercise's mutants of both
-kinds (a mistake counts as rejected only when every seed rejects it, with a message that names it), and
-``tools/mutation_gpu.py`` the GPU exercises'.
+kinds (a mistake counts as rejected only when every seed rejects it, by the checker's own verdict for the stage the
+mistake breaks, with a message that names it), and ``tools/mutation_gpu.py`` the GPU exercises'.
+
+The checker's own verdict: a :class:`~utilities.checker.CheckFailure` of the mistake's ``stage`` (by default any
+stage but "running your code"). An exception in the attendee's code that the checker only passes on (NumPy 2
+refusing ``np.int8(128.0)`` in a test's harness, say) is not a verdict: a mistake whose only symptom it is counts as
+"wrong stage", not as rejected. A mistake that really does raise (a power of two that overflows) says so with
+``stage=RUNNING``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+RUNNING = "running your code"  # the stage of an exception in the attendee's code (``utilities.checker``)
 
 _BEGIN = re.compile(r"^\s*# BEGIN SOLUTION\s*$")
 _END = re.compile(r"^\s*# END SOLUTION\s*$")
@@ -155,7 +163,8 @@ class Mistake:
     ``exercise`` names it as the mutation tools do (``"3a slice_number"``; a name without the tool's parenthesised
     suffix matches too), ``kind`` sorts it (``edge``, ``hard-coded count``, ``swapped axes``, ``rounding order``,
     ``beta = 0``, ...), ``what`` says what goes wrong. ``message``, when given, is a piece of text the checker's
-    message must hold: the rejection must name the mistake, not only happen.
+    message must hold: the rejection must name the mistake, not only happen. ``stage``, when given, is the stage
+    the rejection must name (:func:`counts_as_verdict`); without it any stage but :data:`RUNNING` counts.
     """
 
     exercise: str
@@ -164,6 +173,7 @@ class Mistake:
     old: str
     new: str
     message: str = ""
+    stage: str = ""
 
     def apply(self, source: str) -> str:
         return replace_once(source, self.old, self.new, f"{self.exercise}: {self.what}")
@@ -277,13 +287,26 @@ def evaluate(
 # ------------------------------------------------------------------------------------------------------------
 
 
+def stage_name(stage: str) -> str:
+    """A failure's stage without its detail: ``"d1"`` for ``"d1 (batch 2)"``."""
+    return stage.split(" (")[0].strip()
+
+
+def counts_as_verdict(stage: str, want: str = "") -> bool:
+    """Whether a CheckFailure of ``stage`` is the checker's verdict on a mistake that breaks stage ``want`` ("":
+    any stage but :data:`RUNNING`, whose failures only pass an exception on)."""
+    return stage_name(stage) == want if want else stage_name(stage) != RUNNING
+
+
 @dataclass
 class Verdict:
     """What a checker did with one semantic mutant over the seeds.
 
-    Mistakes: ``rejected`` (every seed, with the mistake's message text), ``misnamed`` (every seed, but a message
-    without that text), ``some seeds``, ``missed``, ``does not build`` or ``error`` (the check itself raised
-    something other than CheckFailure). Alternatives: ``accepted`` (every seed) or ``false alarm``.
+    Mistakes: ``rejected`` (every seed, by a verdict of the right stage, with the mistake's message text),
+    ``misnamed`` (every seed, the right stage, but a message without that text), ``wrong stage`` (every seed, but
+    by a failure of another stage: an exception passed on, say), ``some seeds``, ``missed``, ``does not build`` or
+    ``error`` (the check itself raised something other than CheckFailure). Alternatives: ``accepted`` (every seed)
+    or ``false alarm``.
     """
 
     exercise: str
@@ -336,25 +359,37 @@ def judge(
         obj = build(item.apply(source))
     except Exception as error:
         return Verdict(item.exercise, kind, item.what, "does not build", f"{type(error).__name__}: {error}")
-    failures: list[str] = []
+    failures: list[CheckFailure] = []
     for seed in _seeds_for(check, seeds):
         try:
             run_check(check, obj, seed)
         except CheckFailure as failure:
-            failures.append(str(failure))
+            failures.append(failure)
         except Exception as error:
             return Verdict(item.exercise, kind, item.what, "error", f"{type(error).__name__}: {error}")
     tried = len(_seeds_for(check, seeds))
     if isinstance(item, Alternative):
         return Verdict(
-            item.exercise, kind, item.what, "false alarm" if failures else "accepted", failures[0] if failures else ""
+            item.exercise,
+            kind,
+            item.what,
+            "false alarm" if failures else "accepted",
+            str(failures[0]) if failures else "",
         )
     if not failures:
         return Verdict(item.exercise, kind, item.what, "missed")
     if len(failures) < tried:
         return Verdict(item.exercise, kind, item.what, "some seeds", f"{len(failures)} of {tried}: {failures[0]}")
-    named = all(item.message in text for text in failures)
-    return Verdict(item.exercise, kind, item.what, "rejected" if named else "misnamed", failures[0])
+    return Verdict(item.exercise, kind, item.what, sort_rejection(item, failures), str(failures[0]))
+
+
+def sort_rejection(item: Mistake, failures: list[Any]) -> str:
+    """``rejected``, ``wrong stage`` or ``misnamed`` for a mistake that every seed rejected with ``failures``
+    (CheckFailures, or ``(stage, message)`` pairs from the GPU tool)."""
+    pairs = [(f.stage, str(f)) if hasattr(f, "stage") else (f[0], f[1]) for f in failures]
+    if not all(counts_as_verdict(stage, getattr(item, "stage", "")) for stage, _ in pairs):
+        return "wrong stage"
+    return "rejected" if all(item.message in text for _, text in pairs) else "misnamed"
 
 
 @dataclass

@@ -26,6 +26,15 @@ MISTAKES = [
             old="return m + (r - 1) * width + (s - 1)", new="return m + (s - 1) * width + (r - 1)"),
     Mistake(NEIGHBOR, "edge", "the padding reads pixel 0 instead of nothing",
             old="        return -1\n", new="        return 0\n"),
+    Mistake(NEIGHBOR, "direction", "the filter applied flipped: tap (r, s) reads (h - r + 1, w - s + 1)",
+            old="    if h + r - 1 < 0 or h + r - 1 >= height or w + s - 1 < 0 or w + s - 1 >= width:\n"
+                "        return -1\n    return m + (r - 1) * width + (s - 1)",
+            new="    if h - r + 1 < 0 or h - r + 1 >= height or w - s + 1 < 0 or w - s + 1 >= width:\n"
+                "        return -1\n    return m - (r - 1) * width - (s - 1)",
+            message="the wrong direction", stage="index map"),
+    Mistake(EPILOGUE, "hard-coded count", "a block width of 64 hard-coded in the bias's column offset",
+            old="float32(bias[col0 + col])", new="float32(bias[cuda.blockIdx.y * 64 + col])",
+            message="hard-coded", stage="out"),
     Mistake(EPILOGUE, "rounding order", "the FP32 sum rounded to FP16 before the bias and the ReLU",
             old="v = result[i] + float32(bias[col0 + col])",
             new="tile[i] = result[i]\n                v = float32(tile[i]) + float32(bias[col0 + col])"),

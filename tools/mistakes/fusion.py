@@ -28,6 +28,13 @@ MISTAKES = [
             message="C1 added without beta1"),
     Mistake("2b b2b", "order", "scales C1 by alpha1 too", old=_D1,
             new="x = alpha1 * (r1[i] + beta1 * float32(c_part[i]))", message="alpha1 also scales C1"),
+    Mistake("2b b2b", "order", "applies ReLU before alpha0 (seen with a negative alpha0)",
+            old="x = alpha0 * r0[i]\n            d0_tile[i] = x if x > 0 else float32(0)",
+            new="x = r0[i] if r0[i] > 0 else float32(0)\n            d0_tile[i] = alpha0 * x",
+            message="ReLU applied before alpha0", stage="d0"),
+    Mistake("2b b2b", "rounding order", "rounds alpha1 * acc1 to FP16 before adding beta1 * C1", old=_D1,
+            new="x = float32(np.float16(alpha1 * r1[i])) + beta1 * float32(c_part[i])",
+            message="rounded to FP16 before beta1", stage="d1"),
     Mistake("2b b2b", "missing", "forgets the second ReLU",
             old="out[i] = x if x > 0 else float32(0)\n                #",  # the branch that reads C1
             new="out[i] = x\n                #", message="ReLU missing in the second epilogue"),

@@ -5,7 +5,7 @@ mutation tools run every mistake through the exercise's own checker on several s
 for 3a and 3b's device function and epilogue, ``tools/mutation_gpu.py`` on a GPU for 3b's products, 3c and 3d).
 """
 
-from utilities.mutants import Alternative, Mistake
+from utilities.mutants import RUNNING, Alternative, Mistake
 
 _SCALE = "t = math.ldexp(x, 7 - e)"
 _CARRY = "    for s in range(slices - 1, 0, -1):"
@@ -13,11 +13,11 @@ _CARRY = "    for s in range(slices - 1, 0, -1):"
 MISTAKES = [
     # 3a: one number's digits
     Mistake("3a slice_number", "edge", "scales by 2.0 ** (7 - e), which overflows for a subnormal row's shift",
-            old=_SCALE, new="t = x * 2.0 ** (7 - e)", message="math.ldexp"),
+            old=_SCALE, new="t = x * 2.0 ** (7 - e)", message="math.ldexp", stage=RUNNING),
     Mistake("3a slice_number", "edge", "divides by 2.0 ** (e - 7), which underflows to 0 for a subnormal row's shift",
-            old=_SCALE, new="t = x / 2.0 ** (e - 7)", message="underflowed to 0"),
+            old=_SCALE, new="t = x / 2.0 ** (e - 7)", message="underflowed to 0", stage=RUNNING),
     Mistake("3a slice_number", "edge", "scales by 2^7 / 2^e: 2.0 ** e overflows for a shift of 1025",
-            old=_SCALE, new="t = x * 128.0 / 2.0**e", message="math.ldexp"),
+            old=_SCALE, new="t = x * 128.0 / 2.0**e", message="math.ldexp", stage=RUNNING),
     Mistake("3a slice_number", "edge", "returns zeros early for an x below one unit of the last digit (half a unit "
             "already rounds to +-1)", old="    digits = []\n",
             new="    if abs(t) * 256.0 ** (slices - 1) < 1:\n        return [0] * slices\n    digits = []\n",
@@ -61,7 +61,7 @@ MISTAKES = [
     # 3b: the FP64 epilogue
     Mistake("3b epilogue", "hard-coded count", "adds 7 diagonals whatever the count",
             old="for d in range(offsets.shape[0] - 2, -1, -1):", new="for d in range(6, -1, -1):",
-            message="hard-coded"),
+            message="hard-coded", stage=RUNNING),  # past the offsets of fewer slices: an IndexError, named
     Mistake("3b epilogue", "rounding order", "adds the diagonals from the largest weight to the smallest",
             old="for d in range(offsets.shape[0] - 2, -1, -1):", new="for d in range(offsets.shape[0] - 1):",
             message="largest weight"),
@@ -73,7 +73,7 @@ MISTAKES = [
             old="for t in range(offsets[d], offsets[d + 1]):", new="for t in range(offsets[d], offsets[d] + 1):",
             message="first term"),
     Mistake("3b epilogue", "swapped axes", "reads the terms at (j, i)", old="terms[t, i, j]", new="terms[t, j, i]",
-            message="swapped"),
+            message="swapped", stage=RUNNING),  # a 41 x 70 output: past the terms' rows, an IndexError, named
     Mistake("3b epilogue", "rounding order", "adds every term into acc at its weight instead of each diagonal's "
             "exact sum", old="                diagonal += float64(terms[t, i, j])\n            acc += diagonal * "
             "math.ldexp(1.0, -8 * d)", new="                acc += float64(terms[t, i, j]) * math.ldexp(1.0, -8 * d)",

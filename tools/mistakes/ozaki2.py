@@ -8,26 +8,7 @@ must reject it on every seed, naming it. An alternative is another exact route t
 
 from __future__ import annotations
 
-try:
-    from utilities.mutants import Alternative, Mistake
-except ImportError:  # the mutation framework adds these two; until then the same fields
-    from dataclasses import dataclass
-
-    @dataclass(frozen=True)
-    class Mistake:
-        exercise: str
-        kind: str
-        what: str
-        old: str
-        new: str
-
-    @dataclass(frozen=True)
-    class Alternative:
-        exercise: str
-        what: str
-        old: str
-        new: str
-
+from utilities.mutants import RUNNING, Alternative, Mistake
 
 RESIDUE_4A = "4a symmetric_residue"
 CRT_4A = "4a crt_reconstruct"
@@ -106,6 +87,8 @@ MISTAKES = [
         "the moduli loop hard-coded for 14 moduli",
         old="for t in range(count):",
         new="for t in range(14):",
+        message="hard-coded count",
+        stage=RUNNING,  # past the digits of fewer moduli: an IndexError, which the checker names
     ),
     Mistake(
         CRT_4A,
@@ -127,6 +110,8 @@ MISTAKES = [
         "no fix for the tie of p = 256: w / p = n + 1/2 rounds to even and leaves 128",
         old=_RESIDUE_4B_FIX,
         new="",
+        message="at a tie",
+        stage="residue(w, t)",  # a byte store turns 128 into the right -128: only the function's own value shows it
     ),
     Mistake(
         RESIDUE_4B,
@@ -176,6 +161,17 @@ MISTAKES = [
     ),
     Mistake(
         RECONSTRUCT_4B,
+        "path",
+        "weights each plane's own value, not its digit u: right for digits read early, wrong for the products",
+        old=_RECONSTRUCT_SUMS,
+        new="""            s1 += float64(planes[t, i, j]) * C1[t]
+            s2 += float64(planes[t, i, j]) * C2[t]
+            s3 += float64(planes[t, i, j]) * C3[t]""",
+        message="not the plane's own value",
+        stage="C",
+    ),
+    Mistake(
+        RECONSTRUCT_4B,
         "hard-coded table",
         "the weights of the first modulus for every digit",
         old="            s1 += u * C1[t]",
@@ -198,9 +194,9 @@ CORRECT = [
     ),
     Alternative(
         RESIDUE_4A,
-        "Python ints, exact at any size",
+        "Python ints, exact at any size, over x.flat (any shape)",
         old=_RESIDUE_4A_BODY,
-        new="    return np.array([(int(v) - lo) % p + lo for v in x], dtype=np.float64)",
+        new="    return np.array([(int(v) - lo) % p + lo for v in x.flat], dtype=np.float64).reshape(x.shape)",
     ),
     Alternative(
         CRT_4A,

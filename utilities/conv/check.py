@@ -25,10 +25,20 @@ from typing import Any
 
 import numpy as np
 
-from ..checker import CheckFailure, CheckResult, checker, compare, fresh_seed, not_yet, passed, untouched
+from .. import sanitizer
+from ..checker import CheckFailure, CheckResult, checker, compare, fresh_seed, not_yet, output, passed, untouched
 from ..rounding import gemm_bias_relu_ref, relu
 from . import reference as ref
 
+CONTRACT_NEIGHBOR = (
+    "m: a flat output pixel (b H + h) W + w of any batch, 0 <= m < B H W; r, s in 0..2; height, width >= 1; "
+    "returns the flat input pixel tap (r, s) reads, (b, h + r - 1, w + s - 1), or -1 where that lies in the padding"
+)
+CONTRACT_CONV = (
+    "x (B, H, W, C_in), w (3, 3, C_in, C_out) as (r, s, c_in, c_out), bias (C_out,): FP16, C-contiguous; C_in and "
+    "C_out multiples of 32, B H W a multiple of the row tile; returns relu(conv3x3(x, w) + bias), (B, H, W, C_out) "
+    "FP16, the FP32 accumulator rounded once; the plan's block may be 64 or 32 output channels wide"
+)
 # (batch, height, width): odd sizes, a single row and a single column, and images smaller than a row tile
 NEIGHBOR_GEOMETRIES = ((2, 5, 7), (1, 1, 1), (3, 4, 1), (2, 1, 6), (1, 3, 3))
 CONV_SHAPE = ref.ConvShape(2, 24, 24, 64, 128)  # 9 row tiles of 128 pixels, starting mid-row; 2 column tiles of 64
@@ -55,9 +65,43 @@ def _neighbor_hint(got: int, want: int, m: int, r: int, s: int, height: int, wid
     return "tap (r, s) of pixel (b, h, w) reads (b, h + r - 1, w + s - 1), whose flat index is m + (r - 1) W + (s - 1)"
 
 
+def _flipped(shape: ref.ConvShape, padding_as_is: bool) -> np.ndarray:
+    """The index map of a filter applied in the wrong direction: tap (r, s) reads (h - r + 1, w - s + 1), with its
+    own padding (``padding_as_is=False``: the whole map mirrored) or with the right one (the bounds checked as
+    for (h + r - 1, w + s - 1), only the offset mirrored)."""
+    want = ref.neighbor_table(shape)
+    m = np.arange(shape.m)[:, None]
+    r, s = np.divmod(np.arange(ref.TAPS), 3)
+    if padding_as_is:
+        return np.where(want == -1, -1, m - (r[None, :] - 1) * shape.width - (s[None, :] - 1))
+    return ref.neighbor_table(shape)[:, (2 - r) * 3 + (2 - s)]
+
+
+def _table_hint(results: Sequence[tuple[ref.ConvShape, np.ndarray, np.ndarray]]) -> str:
+    """A hint for a map that is wrong as a whole, tested on every geometry: the filter applied in the wrong direction
+    (mirrored with its padding, or only its offset), r and s swapped. "" when none reproduces every entry."""
+    tests = {
+        "the wrong direction: tap (r, s) must read pixel (h + r - 1, w + s - 1), so tap (0, 0) is above and to the "
+        "left; your map reads (h - r + 1, w - s + 1), the filter flipped (a correlation turned into a convolution)": (
+            lambda shape: _flipped(shape, False),
+            lambda shape: _flipped(shape, True),
+        ),
+        "r and s are swapped: r moves along the height (a whole image row, width pixels), s along the width": (
+            lambda shape: ref.neighbor_table(shape)[:, [3 * (t % 3) + t // 3 for t in range(ref.TAPS)]],
+        ),
+    }
+    for hint, tables in tests.items():
+        for table in tables:
+            if all(np.array_equal(got, table(shape)) for shape, got, _ in results):
+                return hint
+    return ""
+
+
 @checker("index map")
 def check_neighbor(fn: Callable[..., int], *, seed: int | None = None) -> CheckResult:
-    """``fn(m, r, s, height, width)``: the input pixel tap (r, s) of output pixel m reads, or -1 in the padding."""
+    """``fn(m, r, s, height, width)``: the input pixel tap (r, s) of output pixel m reads, or -1 in the padding.
+    Contract: :data:`CONTRACT_NEIGHBOR`. A map wrong as a whole (a flipped filter, r and s swapped) is named by a
+    test on every geometry before the first wrong entry is classified (a tap inside the image or in its padding)."""
     name, seed = "index map", fresh_seed(seed)
     rng = np.random.default_rng(seed)
     f = _python(fn)
@@ -71,13 +115,14 @@ def check_neighbor(fn: Callable[..., int], *, seed: int | None = None) -> CheckR
         results.append((shape, got, ref.neighbor_table(shape)))
     if all(np.array_equal(got, np.arange(s.m)[:, None].repeat(ref.TAPS, 1)) for s, got, _ in results):
         return not_yet(name, "every tap reads the pixel itself, as the skeleton does")
+    whole = _table_hint(results)
     for shape, got, want in results:
         bad = np.argwhere(got != want)
         if len(bad):
             m, t = (int(v) for v in bad[0])
             r, s = divmod(t, 3)
             b, h, w = shape.pixel(m)
-            hint = _neighbor_hint(int(got[m, t]), int(want[m, t]), m, r, s, shape.height, shape.width)
+            hint = whole or _neighbor_hint(int(got[m, t]), int(want[m, t]), m, r, s, shape.height, shape.width)
             raise CheckFailure(
                 "index map",
                 f"stage 'index map' on {shape.batch} images of {shape.height} x {shape.width}: pixel m = {m} "
@@ -87,11 +132,14 @@ def check_neighbor(fn: Callable[..., int], *, seed: int | None = None) -> CheckR
     return passed(name, len(results), seed)
 
 
-def _candidates(x: ref.ConvInputs, r: ref.ConvReference) -> dict[str, np.ndarray]:
-    """Results of the usual mistakes, on the reference's pixels."""
+def _candidates(x: ref.ConvInputs, r: ref.ConvReference, tile_n: int | None = None) -> dict[str, np.ndarray]:
+    """Results of the usual mistakes, on the reference's pixels (``tile_n``: the plan's block width)."""
     bias = x.bias.astype(np.float64)
     swapped = ref.conv_ref(x.x, x.w.transpose(1, 0, 2, 3), x.bias, r.rows).out
+    flipped = ref.conv_ref(x.x, np.ascontiguousarray(x.w[::-1, ::-1]), x.bias, r.rows).out
     out = {
+        "the wrong direction: the filter was applied flipped, tap (r, s) reading (h - r + 1, w - s + 1); tap (r, s) "
+        "reads pixel (h + r - 1, w + s - 1), so tap (0, 0) is above and to the left": flipped,
         "ReLU missing: out = relu(acc + bias)": r.conv + bias,
         "bias and ReLU missing: the epilogue stores the accumulator as it is": r.conv,
         "bias missing: out = relu(acc + bias[c]), with c the output channel": relu(r.conv),
@@ -107,6 +155,14 @@ def _candidates(x: ref.ConvInputs, r: ref.ConvReference) -> dict[str, np.ndarray
             out[f"bias indexed by the column within a {tile}-wide block tile: add the block's column offset"] = relu(
                 r.conv + local
             )
+    if tile_n is not None and tile_n != 64:  # a column offset of 64 per block, hard-coded, where blocks are narrower
+        cols = np.arange(n)
+        wide = 64 * (cols // tile_n) + cols % tile_n  # past the bias from block 2 on: unknown there (NaN)
+        read = np.where(wide < n, bias[np.minimum(wide, n - 1)], np.nan)
+        out[
+            f"a block width of 64 hard-coded in the column offset: this plan's blocks are {tile_n} wide, so block j "
+            "starts at column j * TN (take TN from the block GEMM, MM.size)"
+        ] = relu(r.conv + read)
     return out
 
 
@@ -123,7 +179,9 @@ def _border_hint(bad: np.ndarray) -> str:
     return ""
 
 
-def _hint(got: np.ndarray, x: ref.ConvInputs, r: ref.ConvReference, bound: np.ndarray) -> str:
+def _hint(
+    got: np.ndarray, x: ref.ConvInputs, r: ref.ConvReference, bound: np.ndarray, tile_n: int | None = None
+) -> str:
     """The usual mistake that ``got`` matches, else where the wrong outputs lie; "" when every output is right
     (the mistakes' results are computed only then)."""
     with np.errstate(invalid="ignore"):
@@ -131,38 +189,62 @@ def _hint(got: np.ndarray, x: ref.ConvInputs, r: ref.ConvReference, bound: np.nd
     if not bad.any():
         return ""
     flat, flat_bound = got.reshape(-1, got.shape[-1]).astype(np.float64), bound.reshape(-1, got.shape[-1])
-    for text, value in _candidates(x, r).items():
-        near = np.abs(flat - value) <= flat_bound + 4 * ref.U16 * np.abs(value)
-        differs = ~(np.abs(value - r.out) <= flat_bound)
+    for text, value in _candidates(x, r, tile_n).items():
+        known = ~np.isnan(value)  # NaN: entries where the mistake's result is not known (it read outside an array)
+        with np.errstate(invalid="ignore"):
+            near = (np.abs(flat - value) <= flat_bound + 4 * ref.U16 * np.abs(value)) | ~known
+            differs = ~(np.abs(value - r.out) <= flat_bound) & known
         if near.mean() > 0.99 and differs.mean() > 0.01:
             return text
     return _border_hint(bad)
 
 
-@checker("3x3 convolution + bias + ReLU")
+def _shape_text(shape: Any) -> str:
+    """A shape dataclass as the code that builds it (for a sanitizer script)."""
+    fields = ", ".join(f"{k}={v}" for k, v in vars(shape).items())
+    return f"ref.{type(shape).__name__}({fields})"
+
+
+def _conv_driver(functions: Sequence[Any], *args: Any, shape: ref.ConvShape = CONV_SHAPE, **kwargs: Any) -> str:
+    tile_n = kwargs.get("tile_n")
+    cfg = f"ConvConfig(tile_n={tile_n}, tile_k=64)" if tile_n else "None"
+    return f"""
+        import cupy as cp
+        from utilities.conv import reference as ref
+        from utilities.conv.tensorcore import Conv3x3, ConvConfig, Kernels
+        shape = {_shape_text(shape)}
+        plan = Conv3x3(shape, cfg={cfg}, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
+        plan(*(cp.asarray(v) for v in ref.conv_inputs(shape, "random", 0).args()))
+        cp.cuda.runtime.deviceSynchronize()
+        """
+
+
+@checker("3x3 convolution + bias + ReLU", driver=_conv_driver)
 def check_conv(
     run: Callable[..., Any],
     *,
     shape: ref.ConvShape = CONV_SHAPE,
     fused: bool = True,
+    tile_n: int | None = None,
     seed: int | None = None,
     cases: Sequence[str] = ref.CONV_CASES,
 ) -> CheckResult:
     """``run(x, w, bias)`` returns ``relu(conv3x3(x, w) + bias)`` (NHWC, FP16, as NumPy); ``fused=False`` allows the
-    unfused path's one rounding more."""
+    unfused path's one rounding more. Contract: :data:`CONTRACT_CONV`; ``tile_n``, the width of the plan's block,
+    labels the messages (a notebook checks a plan of each width, so that no index depends on one)."""
     name, seed = "3x3 convolution + bias + ReLU", fresh_seed(seed)
     count = 0
     dims = (shape.batch, shape.height, shape.width, shape.c_out)
     for x in ref.conv_cases(shape, seed, tuple(cases)):
-        got = np.asarray(run(*(v.copy() for v in x.args())))
+        label = f"{x.name}, {shape.label}" + (f", blocks {tile_n} channels wide" if tile_n else "")
+        got = output(run(*(v.copy() for v in x.args())), "out", label)
         r = ref.conv_ref(*x.args())
         if count == 0 and (untouched(got) or untouched(got, float("nan"))):
             return not_yet(name, "the output is all zero or was not written")
-        label = f"{x.name}, {shape.label}"
         if got.shape == dims and got.dtype != np.float16:
             raise CheckFailure("out", f"stage 'out' on input '{label}': dtype {got.dtype}, expected float16")
         want, bound = r.out.reshape(dims), (r.bound if fused else r.bound_unfused).reshape(dims)
-        hint = _hint(got, x, r, bound) if got.shape == dims else ""
+        hint = _hint(got, x, r, bound, tile_n) if got.shape == dims else ""
         compare("out", got, want, bound=bound, names=NAMES, hint=hint, case=label)
         count += 1
     return passed(name, count, seed)
@@ -211,7 +293,20 @@ def _b2b_hint(got: np.ndarray, want: np.ndarray, bound: np.ndarray, candidates: 
 B2B_NEEDS = {"d0": 1}  # D0 is written by the first TODO region; D1 needs them all
 
 
-@checker("back-to-back convolutions", needs=B2B_NEEDS)
+def _b2b_driver(functions: Sequence[Any], *args: Any, shape: ref.B2BShape = B2B_SHAPE, **kwargs: Any) -> str:
+    return f"""
+        import cupy as cp
+        from utilities.conv import reference as ref
+        from utilities.conv.tensorcore import Kernels
+        from utilities.conv.tensorcore_persistent import ConvB2B
+        shape = {_shape_text(shape)}
+        plan = ConvB2B(shape, keep_d0=True, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
+        plan(*(cp.asarray(v) for v in ref.b2b_inputs(shape, "random", 0).args()))
+        cp.cuda.runtime.deviceSynchronize()
+        """
+
+
+@checker("back-to-back convolutions", needs=B2B_NEEDS, driver=_b2b_driver)
 def check_conv_b2b(
     run: Callable[..., Any],
     *,
@@ -231,7 +326,7 @@ def check_conv_b2b(
     count = 0
     dims = (shape.batch, shape.height, shape.width)
     for x in ref.b2b_cases(shape, seed, tuple(cases)):
-        got = np.asarray(run(*(v.copy() for v in x.args())))
+        got = output(run(*(v.copy() for v in x.args())), "d1", f"{x.name}, {shape.label}")
         kept = {k: np.asarray(v) for k, v in (stages() if stages is not None else {}).items()}
         if count == 0:
             if "d0" in kept and (untouched(kept["d0"]) or untouched(kept["d0"], float("nan"))):

@@ -13,17 +13,24 @@ Domain, fed on every run beside the random inputs:
   bias that dominates, a bias that nearly cancels the sum (the FP32 accumulator rounded to FP16 before the bias
   shows), and non-finite values: a NaN in A, an Inf in B, +-Inf and NaN in the bias (ReLU of NaN may be NaN or 0);
 - back-to-back GEMM: the plan's shape, batched or not, the cases of ``reference.B2B_CASES`` with a C1 full of NaN
-  when beta1 = 0 (it must not be read: the failure then says "C1 was read although beta1 = 0"), and an Inf and a
-  -Inf in C1 with beta1 != 0.
+  when beta1 = 0 (it must not be read: the failure then says "C1 was read although beta1 = 0"), a negative alpha0
+  (ReLU before alpha0 shows), a C1 that cancels alpha1 D0 B1 to 2^-11 of it (a rounding to FP16 before beta1 C1 is
+  added shows), and an Inf and a -Inf in C1 with beta1 != 0. With D0 kept, D1 is held to the 1x1 GEMM of the
+  GPU's own D0 within the second stage's rounding alone (``reference.d1_from_d0``), not D0's error besides.
+
+Outputs handed back from a guard band (``utilities.guard``) fail the stage when the kernel wrote outside them. A
+hint names a mistake only when its result, computed, matches the kernel's (``_diagnose``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .. import sanitizer
 from ..checker import (
     CheckFailure,
     CheckResult,
@@ -32,6 +39,7 @@ from ..checker import (
     compare,
     fresh_seed,
     not_yet,
+    output,
     passed,
     untouched,
 )
@@ -103,6 +111,8 @@ def _d0_candidates(x: ref.B2BInputs, r: ref.B2BReference) -> dict[str, np.ndarra
     return {
         "ReLU missing in the first epilogue: D0 = relu(alpha0 * acc)": a * r.p0,
         "alpha0 missing: D0 = relu(alpha0 * acc)": ref.relu(r.p0),
+        "ReLU applied before alpha0: alpha0 * relu(acc) (with a negative alpha0 the order shows): scale first, "
+        "then ReLU": a * ref.relu(r.p0),
         "alpha0 applied twice": ref.relu(a * a * r.p0),
         "alpha1 used instead of alpha0": ref.relu(float(x.alpha1) * r.p0),
     }
@@ -112,8 +122,12 @@ def _d1_candidates(x: ref.B2BInputs, r: ref.B2BReference) -> dict[str, np.ndarra
     a0, a1, b1 = float(x.alpha0), float(x.alpha1), float(x.beta1)
     y0b1 = r.d0 @ x.b1.astype(np.float64)
     c = x.c1.astype(np.float64)
+    with np.errstate(over="ignore"):
+        early = (a1 * y0b1).astype(np.float16).astype(np.float64)
     out = {
         "ReLU missing in the second epilogue: D1 = relu(alpha1 * acc + beta1 * C1)": r.p1,
+        "alpha1 * acc1 was rounded to FP16 before beta1 * C1 was added (where beta1 C1 cancels it, that rounding "
+        "shows): add in FP32 and round once, at the store": ref.relu(early + b1 * c),
         "beta1*C1 missing: D1 = relu(alpha1 * acc + beta1 * C1)": ref.relu(a1 * y0b1),
         "C1 added without beta1": ref.relu(a1 * y0b1 + c),
         "alpha1 missing: D1 = relu(alpha1 * acc + beta1 * C1)": ref.relu(y0b1 + b1 * c),
@@ -135,12 +149,21 @@ def _b2b_not_written(got: np.ndarray, kept: dict[str, np.ndarray]) -> str:
     return ""
 
 
+def _own_d0(x: ref.B2BInputs, r: ref.B2BReference, d0: np.ndarray) -> ref.B2BReference:
+    """``r`` with D1's stage from the GPU's own D0 (``reference.d1_from_d0``): D1's bound is then the second stage's
+    rounding alone, not D0's error besides, so a rounding at the wrong step of the second epilogue shows."""
+    p1, d1, bound = ref.d1_from_d0(d0, x.b1, x.c1, x.alpha1, x.beta1)
+    return dataclasses.replace(r, d0=d0.astype(np.float64), p1=p1, d1=d1, bound_d1=bound)
+
+
 def _check_b2b_case(x: ref.B2BInputs, got: np.ndarray, kept: dict[str, np.ndarray], batched: bool, label: str) -> None:
     r = ref.b2b_ref(*x.args())
     got = np.asarray(got)
     names = ("batch", "row", "col") if batched else ("row", "col")
     batches = range(x.a0.shape[0]) if batched else [None]
     stages = [("d0", kept.get("d0"), r.d0, r.bound_d0, _d0_candidates)] if "d0" in kept else []
+    if "d0" in kept and np.shape(kept["d0"]) == r.d0.shape:
+        r = _own_d0(x, r, np.asarray(kept["d0"]))  # D0 passed first: D1 is held to its own stage's bound
     stages.append(("d1", got, r.d1, r.bound_d1, _d1_candidates))
     for stage, value, want, bound, candidates in stages:
         value = np.asarray(value)
@@ -157,7 +180,7 @@ def _check_b2b_case(x: ref.B2BInputs, got: np.ndarray, kept: dict[str, np.ndarra
             rb = r if b is None else ref.B2BReference(*(getattr(r, f)[b] for f in r.__dataclass_fields__))
             hint = _diagnose(g, bd, candidates(xb, rb), w, stage.upper())
             if b is not None and not hint:
-                other = next((o for o in batches if o != b and _within(g, want[o], bd)), None)
+                other = next((o for o in batches if o != b and _within(g, want[o], bound[o])), None)
                 if other is not None:
                     hint = f"batch {b} holds the result of batch {other}: offset every operand by the batch index"
             where = stage if b is None else f"{stage} (batch {b})"
@@ -183,7 +206,23 @@ def _only(bound: np.ndarray, b: int) -> np.ndarray:
 B2B_NEEDS = {"d0": 1}
 
 
-@checker("back-to-back GEMM", needs=B2B_NEEDS)
+def _b2b_driver(functions: Sequence[Any], *args: Any, shape: Sequence[int] = B2B_SHAPE, **kwargs: Any) -> str:
+    batch = kwargs.get("batch", BATCH) if kwargs.get("batched") else None
+    return f"""
+        import cupy as cp
+        from utilities.fusion import reference as ref
+        from utilities.fusion.tensorcore import BackToBack, Kernels
+        shape = {tuple(int(v) for v in shape)}
+        x = ref.b2b_inputs(*shape, "random", 0, {batch})
+        kernels = Kernels({sanitizer.kernels_arguments(functions)})
+        plan = BackToBack(*shape, batch={batch}, keep_d0=True, kernels=kernels)
+        for beta1 in (0.0, -0.5):  # both epilogues: C1 read and not
+            plan(*(cp.asarray(v) for v in x.args()[:4]), -0.75, 1.25, beta1)
+        cp.cuda.runtime.deviceSynchronize()
+        """
+
+
+@checker("back-to-back GEMM", needs=B2B_NEEDS, driver=_b2b_driver)
 def check_back_to_back(
     run: Callable[..., Any],
     *,
@@ -204,14 +243,14 @@ def check_back_to_back(
     m, k0, n0, n1 = (int(s) for s in shape)
     count = 0
     inputs = list(ref.b2b_cases(m, k0, n0, n1, seed, batch if batched else None, tuple(cases)))
-    inputs.append(_infinite_c1(inputs[0]))
+    inputs += [*b2b_corners(inputs[0], seed), _infinite_c1(inputs[0])]
     for x in inputs:
         handed = x.args()
         if float(x.beta1) == 0.0:  # C1 must not be read: hand it over full of NaN
             handed = (*handed[:3], np.full_like(x.c1, np.nan), *handed[4:])
-        got = np.asarray(run(*(a.copy() if isinstance(a, np.ndarray) else a for a in handed)))
-        kept = {k: np.asarray(v) for k, v in (stages() if stages is not None else {}).items()}
         label = f"{x.name} {m}x{k0}x{n0}x{n1}"
+        got = output(run(*(a.copy() if isinstance(a, np.ndarray) else a for a in handed)), "d1", label)
+        kept = {k: np.asarray(v) for k, v in (stages() if stages is not None else {}).items()}
         if float(x.beta1) == 0.0:
 
             def rerun(x: ref.B2BInputs = x) -> Any:
@@ -230,6 +269,24 @@ def check_back_to_back(
         count += 1
     domain = f"shape (m, k0, n0, n1) = {(m, k0, n0, n1)}; cases {', '.join(x.name for x in inputs)}"
     return passed(name, count, seed, domain)
+
+
+def b2b_corners(x: ref.B2BInputs, seed: int) -> list[ref.B2BInputs]:
+    """Inputs that make the order of each epilogue's steps visible (beside ``reference.B2B_CASES``):
+
+    - a negative alpha0: D0 = relu(alpha0 acc0) is nonzero where acc0 < 0, so ReLU before alpha0 shows;
+    - a C1 that cancels alpha1 D0 B1 (C1 = -(alpha1 / beta1) D0 B1 from D0 as the GPU rounds it, itself rounded
+      to FP16): D1 is about 2^-11 of its terms, so rounding alpha1 acc1 to FP16 before adding beta1 C1 shows.
+    """
+    rng = np.random.default_rng(seed)
+    negative = dataclasses.replace(x, name="a negative alpha0", alpha0=-0.75, alpha1=1.25, beta1=-0.5)
+    alpha1, beta1 = 1.5, -0.75
+    d0, _ = ref.b2b_fp16(x.a0, x.b0, x.b1, x.c1, 0.75, alpha1, beta1)
+    target = alpha1 * (d0.astype(np.float64) @ x.b1.astype(np.float64))
+    c1 = (target / -beta1 * (1.0 + np.ldexp(rng.uniform(-1.0, 1.0, target.shape), -12))).astype(np.float16)
+    cancelling = dataclasses.replace(x, name="beta1 C1 cancels alpha1 D0 B1", c1=c1, alpha0=0.75, alpha1=alpha1,
+                                     beta1=beta1)  # fmt: skip
+    return [negative, cancelling]
 
 
 def _infinite_c1(x: ref.B2BInputs) -> ref.B2BInputs:
@@ -299,7 +356,20 @@ def gemm_corners(m: int, n: int, k: int, seed: int) -> list[ref.GemmInputs]:
     return [cancelling, ref.GemmInputs(NONFINITE, a, b, bias)]
 
 
-@checker("GEMM + bias + ReLU")
+def _gemm_driver(functions: Sequence[Any], *args: Any, shape: Sequence[int] = GEMM_SHAPE, **kwargs: Any) -> str:
+    m, n, k = (int(v) for v in shape)
+    return f"""
+        import cupy as cp
+        from utilities.fusion import reference as ref
+        from utilities.fusion.tensorcore import GemmBiasRelu, Kernels
+        x = ref.gemm_inputs({m}, {n}, {k}, "random", 0)
+        plan = GemmBiasRelu({m}, {n}, {k}, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
+        plan(*(cp.asarray(v) for v in x.args()))
+        cp.cuda.runtime.deviceSynchronize()
+        """
+
+
+@checker("GEMM + bias + ReLU", driver=_gemm_driver)
 def check_gemm_bias_relu(
     run: Callable[..., Any],
     *,
@@ -313,7 +383,7 @@ def check_gemm_bias_relu(
     count = 0
     inputs = [*ref.gemm_cases(m, n, k, seed, tuple(cases)), *gemm_corners(m, n, k, seed)]
     for x in inputs:
-        got = np.asarray(run(x.a.copy(), x.b.copy(), x.bias.copy()))
+        got = output(run(x.a.copy(), x.b.copy(), x.bias.copy()), "out", f"{x.name} {m}x{n}x{k}")
         with np.errstate(over="ignore", invalid="ignore"):
             want, bound = ref.gemm_bias_relu_ref(*x.args())
         if count == 0 and (untouched(got) or untouched(got, float("nan"))):

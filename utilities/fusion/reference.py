@@ -115,6 +115,25 @@ def b2b_ref(
     return B2BReference(p0, d0, p1, d1, bound0, bound1)
 
 
+def d1_from_d0(
+    d0: np.ndarray, b1: np.ndarray, c1: np.ndarray, alpha1: float, beta1: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """D1's FP64 reference from a GPU's own D0 (FP16), and its bound: the second stage's rounding alone.
+
+    ``b2b_bound``'s stage 1 with E0 = 0: the GPU's D1 comes from the D0 it holds, so D0's own error is no excuse
+    for D1's. ``x = D0 @ B1`` (exact products of FP16 in FP32, summed in any order: ``gamma_N0 |D0| @ |B1|``),
+    ``alpha1 x + beta1 c`` in FP32 (``2 U32 (|alpha1 x| + |beta1 c|)``), ReLU, and the FP16 rounding
+    (``U16 |d1| + ETA16``), times ``SAFETY``. Returns (p1, d1, bound)."""
+    d064, b164, c64 = as_f64(d0), as_f64(b1), as_f64(c1)
+    al1, be1 = abs(float(alpha1)), abs(float(beta1))
+    x = d064 @ b164
+    x_abs = np.abs(d064) @ np.abs(b164)
+    p1 = float(alpha1) * x + float(beta1) * c64
+    d1 = relu(p1)
+    e1 = al1 * fp32_dot_bound(b164.shape[-2]) * x_abs + 2 * U32 * (al1 * x_abs + be1 * np.abs(c64))
+    return p1, d1, SAFETY * (e1 + U16 * (d1 + e1) + ETA16)
+
+
 def b2b_fp16(
     a0: np.ndarray,
     b0: np.ndarray,

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checker import CheckResult, checker, compare, fresh_seed, not_yet, passed, plain, untouched
+from .. import sanitizer
+from ..checker import CheckResult, checker, compare, fresh_seed, not_yet, output, passed, plain, untouched
 from .reference import CASES, fp32_bound, operands, phase_products, reference
 
 NONFINITE = "a NaN in A's last phase, an Inf in B's first"
@@ -69,7 +70,21 @@ def _diagnose(got: np.ndarray, parts: np.ndarray, bound: np.ndarray | None = Non
     )
 
 
-@checker("multi-pass tile GEMM")
+def _driver(functions: Sequence[Any], dtype: str = "int8", *args: Any, **kwargs: Any) -> str:
+    return f"""
+        import cupy as cp
+        from utilities import multipass as mp
+        from utilities.multipass.reference import operands
+        from utilities.multipass.tensorcore import Kernels, PassGemm
+        cfg = mp.PassConfig("{dtype}", fused=2)
+        m, n, k = 256, 256, 3 * cfg.phase_k  # two block rows and columns, three phases
+        a, bt = operands("random", m, n, k, "{dtype}", 0)
+        PassGemm(m, n, k, cfg, kernels=Kernels({sanitizer.kernels_arguments(functions)}))(cp.asarray(a), cp.asarray(bt))
+        cp.cuda.runtime.deviceSynchronize()
+        """
+
+
+@checker("multi-pass tile GEMM", driver=_driver)
 def check_pass_gemm(
     run: Callable[[np.ndarray, np.ndarray], Any],
     dtype: str = "int8",
@@ -94,7 +109,7 @@ def check_pass_gemm(
     for m, n, k in shapes:
         for case in cases:
             a, bt = gemm_operands(case, m, n, k, dtype, seed + count)
-            got = np.asarray(run(a, bt))
+            got = output(run(a, bt), "C", f"{case} {m}x{n}x{k}")
             want = reference(a, bt)
             if count == 0 and want.any() and (untouched(got) or untouched(got, float("nan"))):
                 return not_yet(name, "C is all zero or was not written")

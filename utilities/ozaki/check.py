@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import inputs
+from .. import inputs, sanitizer
 from ..checker import (
     CheckFailure,
     CheckResult,
@@ -34,6 +34,7 @@ from ..checker import (
     compare,
     fresh_seed,
     not_yet,
+    output,
     passed,
     plain,
     untouched,
@@ -55,6 +56,8 @@ EPILOGUE_SHAPE = (41, 70)  # wider than the epilogue's 32 x 8 launch block along
 GEMM_SHAPES = ((256, 384, 384), (300, 136, 392))  # 2 x 3 and 3 x 2 tiles of 128 x 128, the second padded
 # The exercise functions each stage depends on (``utilities.checker.unfinished_for``): the shifts are the
 # course's code; the digits come from split_digits; products and diagonals from the products kernels.
+# alpha of either sign, beta 0 (C handed in all NaN: it must not be read) and not: the order of each step shows
+GEMM_SCALARS = ((1.0, 0.0), (0.5, -2.0), (-1.5, 0.0), (-0.75, 1.25))
 GEMM_NEEDS = {
     "exponent shifts of A": (),
     "exponent shifts of B": (),
@@ -72,12 +75,59 @@ DOMAIN_SLICING = DOMAIN_DIGITS + "; zero rows, signed zeros, NaN and Inf rows (t
 DOMAIN_EPILOGUE = (
     "1 to 12 slices in both layouts (S(S+1)/2 products, S diagonals); a 41 x 70 output (wider than a 32 x 8 block "
     "along each axis); shifts at both ends of the FP64 range; NaN sentinels in e and f; diagonal sums near 2^30; "
-    "alpha and beta, a C full of NaN when beta = 0"
+    "unfused terms of K = 131071 (2^31 - 2^14), whose diagonal sums pass 2^31; alpha negative and not, a C full "
+    "of NaN when beta = 0, a C that cancels alpha times the sum"
 )
 DOMAIN_GEMM = (
     "shapes of 2 x 3 and 3 x 2 tiles, one padded; random, spread and adversarial operands; rows near DBL_MAX and "
-    "subnormal rows; a NaN and an Inf in each operand; a C full of NaN when beta = 0"
+    "subnormal rows; a NaN and an Inf in each operand; alpha of either sign, a C full of NaN when beta = 0"
 )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Drivers of the sanitizer runs (``sanitize=True``): the exercise functions' kernels once, at the checks' shapes
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _slicing_driver(functions: Sequence[Any], *args: Any, **kwargs: Any) -> str:
+    f = sanitizer.def_name(functions[0])
+    return f"""
+        from utilities import inputs
+        from utilities.ozaki.tensorcore import slice_rows_on_gpu
+        for slices in (7, 12):
+            slice_rows_on_gpu(inputs.exponent_spread(13, 300, 2.0, slices), slices, {f})
+        """
+
+
+def _epilogue_driver(functions: Sequence[Any], *args: Any, **kwargs: Any) -> str:
+    f = sanitizer.def_name(functions[0])
+    return f"""
+        import numpy as np
+        from utilities.ozaki.check import unfused_offsets
+        from utilities.ozaki.tensorcore import epilogue_on_gpu
+        rng = np.random.default_rng(0)
+        offsets = unfused_offsets(7)
+        terms = rng.integers(-2**24, 2**24, (int(offsets[-1]), 41, 70)).astype(np.int32)
+        e, f = rng.integers(-40, 41, 41).astype(np.int32), rng.integers(-40, 41, 70).astype(np.int32)
+        epilogue_on_gpu(terms, offsets, e, f, -1.5, 0.75, np.ones((41, 70)), epilogue_factory={f})
+        """
+
+
+def _gemm_driver(functions: Sequence[Any], *args: Any, **kwargs: Any) -> str:
+    names = [sanitizer.def_name(fn) for fn in functions]
+    variant = "fused" if "make_fused_kernel" in names else "partial" if "make_diagonals_kernel" in names else "unfused"
+    slices = int(args[0]) if args else int(kwargs.get("slices", 7))
+    m, n, k = (kwargs.get("shapes") or GEMM_SHAPES)[-1]
+    return f"""
+        import cupy as cp
+        from utilities import inputs
+        from utilities.ozaki.tensorcore import Kernels, OzakiGemm
+        a, b = cp.asarray(inputs.normal({m}, {k}, 1)), cp.asarray(inputs.normal({k}, {n}, 2))
+        plan = OzakiGemm({m}, {n}, {k}, slices={slices}, variant="{variant}",
+                         kernels=Kernels({sanitizer.kernels_arguments(functions)}))
+        plan(a, b, cp.ones(({m}, {n})), -1.5, 0.75)
+        cp.cuda.runtime.deviceSynchronize()
+        """
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -182,7 +232,8 @@ def _fp_digits(
     carry: str = "cascade",
 ) -> list[int]:
     """3a's digits, digit by digit in FP64, with one step swappable for a usual mistake (for a hint that names it):
-    ``carry`` is "cascade" (the lowest digit first), "upward" (the top first: a carry does not cascade) or "wrap"."""
+    ``carry`` is "cascade" (the lowest digit first), "upward" (the top first: a carry does not cascade), "wrap", or
+    "positive only" (digits below -128 kept)."""
     t = math.ldexp(x, 7 - e)
     digits = []
     for _ in range(slices - 1):
@@ -192,11 +243,11 @@ def _fp_digits(
     digits.append(last(t))
     if carry == "wrap":
         return [(d + 128) % 256 - 128 for d in digits]
-    order = range(slices - 1, 0, -1) if carry == "cascade" else range(1, slices)
+    order = range(1, slices) if carry == "upward" else range(slices - 1, 0, -1)
     for s in order:
         if digits[s] > 127:
             digits[s], digits[s - 1] = digits[s] - 256, digits[s - 1] + 1
-        elif digits[s] < -128:
+        elif digits[s] < -128 and carry != "positive only":
             digits[s], digits[s - 1] = digits[s] + 256, digits[s - 1] - 1
     return digits
 
@@ -209,30 +260,62 @@ DIGIT_MISTAKES: dict[str, dict[str, Any]] = {
         "last": lambda t: int(math.copysign(math.floor(abs(t) + 0.5), t))
     },
     "the last digit is rounded (to nearest, half to even), not truncated": {"last": math.trunc},
+    "int(t + 0.5) rounds toward zero after the shift, so a negative last digit comes out one too high: round(t) "
+    "rounds to nearest for either sign": {"last": lambda t: int(t + 0.5)},
     "peel the digits off toward zero (math.trunc): floor is not exact for negative x": {"extract": math.floor},
     "carries must cascade: go from the last digit to the first, so that a digit pushed to 128 or -129 by the carry "
     "from below carries on": {"carry": "upward"},
     "carry, do not wrap: a digit above 127 gives 1 to the next more significant digit (256 of its own units), one "
     "below -128 takes 1": {"carry": "wrap"},
+    "carry both ways: a digit below -128 (a negative x's truncated digits reach -255) adds 256 to itself and takes "
+    "1 from the next more significant digit": {"carry": "positive only"},
 }
 
 
-def _digits_diagnosis(wrong: Sequence[tuple[Sequence[int], float, int]], slices: int) -> str:
-    """The hints of the usual mistakes that explain every ``(got digits, x, e)`` of ``wrong``, or ""."""
+def probe_points(slices: int) -> list[tuple[float, int]]:
+    """(x, e) pairs that tell the usual digit mistakes apart: ties of the last digit and cascading carries, both
+    signs, at ``slices`` and at one and two slices (each a row of shift 0, so e = 0)."""
+    points = []
+    for count in sorted({1, 2, slices}):
+        for row, values in corner_rows(count):
+            if "ties" in row or "cascade" in row or "limits" in row:
+                points += [(float(v), count) for v in values if v != 0.9]
+    return [(x, count) for x, count in points] + [(-x, count) for x, count in points]
+
+
+def _digits_diagnosis(
+    wrong: Sequence[tuple[Sequence[int], float, int]],
+    slices: int,
+    probe: Callable[[float, int, int], Sequence[int]] | None = None,
+) -> str:
+    """The hints of the usual mistakes that explain every ``(got digits, x, e)`` of ``wrong``, or "".
+
+    Each mistake is a hypothesis tested by recomputing the digits with it (``_fp_digits``). When several explain
+    the wrong entries and ``probe`` (the attendee's ``fn(x, e, slices)``) is given, each survivor is tested again
+    on :func:`probe_points`, where the mistakes differ: only those that give the attendee's digits there too are
+    named (floor is named only for code that peels digits like floor, not for code using trunc)."""
     wrong = [([int(d) for d in got], float(x), int(e)) for got, x, e in wrong]
     if all(not any(got) and 0 < abs(x) <= _unit(slices, e) for got, x, e in wrong):
         return (
             "all digits zero for a nonzero x: an x far below its row maximum has zero digits, but its last digit is "
             "rounded, not truncated, so it is +-1 from half a unit up: no shortcut that returns zeros for small |x|"
         )
-    hints = []
+    found = []
     for hint, change in DIGIT_MISTAKES.items():
         try:
             if all(_fp_digits(x, e, slices, **change) == got for got, x, e in wrong):
-                hints.append(hint)
+                found.append((hint, change))
         except (OverflowError, ValueError):
             continue
-    return "; or: ".join(hints)  # one entry may fit two mistakes: name both
+    if probe is not None and found:
+        points = probe_points(slices)
+        seen = [(x, count, [int(d) for d in probe(x, 0, count)]) for x, count in points]
+        found = [
+            (hint, change)
+            for hint, change in found
+            if all(_fp_digits(x, 0, count, **change) == got for x, count, got in seen)
+        ]
+    return "; or: ".join(hint for hint, _ in found)  # one entry may fit two mistakes: name both
 
 
 def _digits_hint(row: str, slices: int) -> str:
@@ -320,9 +403,10 @@ def _cases(m: int, k: int, n: int, seed: int, nonfinite: bool = False) -> Iterab
         yield from _nonfinite_pairs(m, k, n, seed)
 
 
-def _stage_fn_result(fn: Callable[..., Any], *args: Any) -> Any:
-    out = fn(*args)
-    return tuple(np.asarray(o) for o in out) if isinstance(out, tuple) else np.asarray(out)
+def _stage_fn_result(fn: Callable[..., Any], *args: Any, stage: str = "result") -> Any:
+    """``fn(*args)`` as arrays (a tuple stays a tuple); an output from a guard band fails ``stage`` when written
+    outside (``utilities.checker.output``)."""
+    return output(fn(*args), stage)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -364,7 +448,7 @@ def check_slice_number(fn: Callable[[float, int, int], Sequence[int]], *, seed: 
                 "count",
             )
         if not np.array_equal(got, want):
-            hint = _digits_diagnosis([(got, x, e)], slices) or _digits_hint(row, slices)
+            hint = _digits_diagnosis([(got, x, e)], slices, probe=fn) or _digits_hint(row, slices)
             compare("digits of one number", got, want, names=("digit",), case=label, hint=hint)
     return passed(name, len(cases), seed, DOMAIN_DIGITS)
 
@@ -380,15 +464,15 @@ def check_diagonal_terms(
 ) -> CheckResult:
     """``fn(d, slices)`` lists the products (s, t) on anti-diagonal d, s ascending, both s and t below ``slices``.
 
-    Domain: 1 to 12 slices and every diagonal of the full product, d = 0 .. 2S - 1: Ozaki-I keeps d < S, but from
-    d = S on the bound "both below slices" decides which terms exist (and d = 2S - 1 has none).
+    Domain: 1 to 12 slices and d = 0 .. 2S + 1, the contract's "any d >= 0": Ozaki-I keeps d < S, but from d = S on
+    the bound "both below slices" decides which terms exist (and from d = 2S - 1 on there are none).
     """
     name = "anti-diagonal terms"
     if not list(fn(3, 7)):
         return not_yet(name, "diagonal 3 has no terms")
     count = 0
     for slices in SLICE_COUNTS:
-        for d in range(2 * slices):
+        for d in range(2 * slices + 2):
             got = [tuple(int(i) for i in p) for p in fn(d, slices)]
             want = diagonal_terms_ref(d, slices)
             count += 1
@@ -407,7 +491,7 @@ def check_diagonal_terms(
                     f"stage '{name}': diagonal {d} with {slices} slices gave {plain(got)}, expected "
                     f"{plain(want)}\nhint: {hint}",
                 )
-    return passed(name, count, 0, "1 to 12 slices, every diagonal d = 0 .. 2S - 1 (those past S - 1 too)")
+    return passed(name, count, 0, "1 to 12 slices, every diagonal d = 0 .. 2S + 1 (those past S - 1 too)")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -415,7 +499,7 @@ def check_diagonal_terms(
 # ------------------------------------------------------------------------------------------------------------
 
 
-@checker("slicing")
+@checker("slicing", driver=_slicing_driver)
 def check_slicing(
     fn: Callable[[np.ndarray, int], tuple[Any, Any]],
     slices: int | Sequence[int] = SLICE_COUNTS,
@@ -435,7 +519,7 @@ def check_slicing(
         corners, rows = corner_matrix(s)
         cases = [("corner rows", corners, rows), *((c, a, None) for c, a, _ in _cases(13, 40, 5, seed + s, True))]
         for case, a, labels in cases:
-            got_slices, got_e = _stage_fn_result(fn, a, s)
+            got_slices, got_e = _stage_fn_result(fn, a, s, stage="slices")
             want_slices, want_e = _slicing.slice_rows(a, s)
             if count == 0 and untouched(got_slices):
                 return not_yet(name, "every digit is zero")
@@ -478,7 +562,7 @@ def check_diagonals(
     count = 0
     for case, a, b in _cases(33, 96, 40, seed):
         st = _reference.ozaki_stages(a, b, slices)
-        got = _stage_fn_result(fn, st.a_slices, st.b_slices)
+        got = _stage_fn_result(fn, st.a_slices, st.b_slices, stage="anti-diagonal sums")
         if count == 0 and st.diagonals.any() and untouched(got):
             return not_yet(name, "every diagonal is zero")
         compare(
@@ -534,6 +618,10 @@ def _epilogue_variant(
     order = range(S) if mistake == "largest weight first" else range(S - 1, -1, -1)
     acc = np.zeros(terms.shape[1:])
     for d in order:
+        if mistake == "accumulated in float32":
+            diagonal = terms[offsets[d] : offsets[d + 1]].sum(axis=0, dtype=np.int64).astype(np.float64)
+            acc = (acc + diagonal * 2.0 ** (-8 * d)).astype(np.float32).astype(np.float64)
+            continue
         if mistake == "one term per diagonal":
             diagonal = terms[d].astype(np.float64) if d < terms.shape[0] else 0.0
         elif mistake == "first term only":
@@ -542,6 +630,9 @@ def _epilogue_variant(
             chosen = terms[offsets[d] : offsets[d + 1]]
             if mistake == "through float32":
                 diagonal = chosen.astype(np.float32).astype(np.float64).sum(axis=0)
+            elif mistake == "summed in int32":
+                exact = chosen.sum(axis=0, dtype=np.int64)
+                diagonal = ((exact + 2**31) % 2**32 - 2**31).astype(np.float64)  # what an int32 accumulator keeps
             else:
                 diagonal = chosen.sum(axis=0, dtype=np.int64).astype(np.float64)
         acc = acc + diagonal * 2.0 ** (-8 * d)
@@ -559,6 +650,11 @@ EPILOGUE_MISTAKES = {
     "largest weight first": "the diagonals were added from the largest weight to the smallest: run d from S - 1 "
     "down to 0, as the reference does, so that the FP64 sum rounds the same way",
     "through float32": "a term passed through float32, which holds 24 bits: convert int32 -> float64 directly",
+    "accumulated in float32": "the diagonals were accumulated in float32, which holds 24 bits: acc must be a "
+    "float64 (acc = 0.0 in a numba kernel is one)",
+    "summed in int32": "each diagonal's terms were summed in int32, which wraps past 2^31 - 1: the unfused layout "
+    "takes K up to 131071, so a term reaches 2^31 - 2^14 and diagonal d adds d + 1 of them; sum in float64 (exact "
+    "here) or int64",
     "one term per diagonal": "terms[d] was taken as diagonal d: in the unfused layout diagonal d has d + 1 terms, "
     "terms offsets[d] .. offsets[d + 1] - 1; add them all",
     "first term only": "only the first term of each diagonal was added: loop t from offsets[d] to offsets[d + 1] - 1",
@@ -622,10 +718,31 @@ def _epilogue_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray, np.nda
                 normal.f,
             )
         )
+        cases.append(
+            (
+                f"unfused terms of K = {UNFUSED_MAX_K} (up to 2^31 - 2^14): diagonal sums past 2^31, {s} slices",
+                _largest_unfused_terms(s, m, n, rng),
+                unfused_offsets(s),
+                normal.e,
+                normal.f,
+            )
+        )
     return cases
 
 
-@checker("FP64 epilogue")
+UNFUSED_MAX_K = _products.max_k_int32(1, 1)  # the unfused layout's plans accept K up to 131071
+
+
+def _largest_unfused_terms(slices: int, m: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Products as large as K = 131071 makes them (|A_s @ B_t| <= K 2^14 = 2^31 - 2^14), one sign per entry, so
+    that every diagonal of two or more terms sums past int32's range (the terms themselves are exact int32)."""
+    top = UNFUSED_MAX_K * 2**14
+    sign = rng.choice(np.array([-1, 1]), (1, m, n))
+    count = int(unfused_offsets(slices)[-1])
+    return (sign * rng.integers(top - 2**24, top + 1, (count, m, n))).astype(np.int32)
+
+
+@checker("FP64 epilogue", driver=_epilogue_driver)
 def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckResult:
     """``fn(terms, offsets, e, f, alpha, beta, c)`` returns C (float64): terms (T, m, n) int32, diagonal d's terms
     are ``terms[offsets[d]:offsets[d + 1]]``, S = len(offsets) - 1.
@@ -636,11 +753,18 @@ def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckR
     rng = np.random.default_rng(seed)
     scalars = [(1.0, 0.0), (-1.5, 0.75), (0.5, 0.0), (3.0, -1.0)]
     count = 0
-    for index, (case, terms, offsets, e, f) in enumerate(_epilogue_cases(seed)):
+    cases = _epilogue_cases(seed)
+    cases.append(("C cancels alpha times the sum to 2^-30 of it, " + cases[6][0], *cases[6][1:]))
+    for index, (case, terms, offsets, e, f) in enumerate(cases):
         alpha, beta = scalars[index % len(scalars)]
         c = rng.standard_normal((e.shape[0], f.shape[0]))
+        if case.startswith("C cancels"):
+            alpha, beta = -1.5, 0.75
+            with np.errstate(invalid="ignore", over="ignore"):
+                x = epilogue_reference(terms, offsets, e, f, alpha, 0.0, c)
+            c = np.where(np.isfinite(x), -x * (1.0 + np.ldexp(rng.uniform(-1, 1, x.shape), -30)) / beta, c)
         c_arg = np.full_like(c, np.nan) if beta == 0.0 else c.copy()  # with beta = 0, C must not be read
-        got = _stage_fn_result(fn, terms, offsets, e, f, alpha, beta, c_arg)
+        got = _stage_fn_result(fn, terms, offsets, e, f, alpha, beta, c_arg, stage=name)
         want = epilogue_reference(terms, offsets, e, f, alpha, beta, c)
         if count == 0 and want.any() and untouched(got):
             return not_yet(name, "C is all zero")
@@ -667,7 +791,7 @@ def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckR
 _STAGE_ORDER = ["a_slices", "b_slices", "products", "diagonals"]
 
 
-@checker("Ozaki-I GEMM", needs=GEMM_NEEDS)
+@checker("Ozaki-I GEMM", needs=GEMM_NEEDS, driver=_gemm_driver)
 def check_ozaki_gemm(
     run: Callable[..., Any],
     slices: int = 7,
@@ -691,12 +815,12 @@ def check_ozaki_gemm(
         cases = list(_cases(m, k, n, seed + count, nonfinite=True))
         for case, a, b in cases if adversarial else cases[:2] + cases[-2:]:
             c = rng.standard_normal((m, n))
-            alpha, beta = (1.0, 0.0) if count % 2 == 0 else (0.5, -2.0)
-            got = np.asarray(run(a, b, np.full_like(c, np.nan) if beta == 0.0 else c.copy(), alpha, beta))
+            alpha, beta = GEMM_SCALARS[count % len(GEMM_SCALARS)]
+            label = f"{case} {m}x{n}x{k}, {slices} slices, alpha={alpha}, beta={beta}"
+            got = output(run(a, b, np.full_like(c, np.nan) if beta == 0.0 else c.copy(), alpha, beta), "C", label)
             ref = _reference.ozaki_stages(a, b, slices)
             want = reconstruct(ref.diagonals, ref.e, ref.f, alpha, beta, c)
             kept = stages() if stages is not None else {}
-            label = f"{case} {m}x{n}x{k}, {slices} slices, alpha={alpha}, beta={beta}"
             if beta == 0.0:  # before "not written": a C that was read makes an all-NaN result too
 
                 def rerun(a=a, b=b, c=c, alpha=alpha) -> Any:

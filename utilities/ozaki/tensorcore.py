@@ -28,6 +28,7 @@ from nvmath.device.common import make_tensor
 from nvmath.device.cublasdx_numba import pipeline_extensions
 
 from .. import plans
+from ..guard import Canvas, Written
 from ..machinery import launch, pipelines
 from ..operands import require_fp64_gemm
 from ..smem import ceil_to
@@ -391,16 +392,18 @@ class OzakiGemm:
 
 def slice_rows_on_gpu(
     a: np.ndarray, slices: int, split_digits_factory: Callable[[int], Any] | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Stage 1 alone, for the checkers: the row slices (S, m, k) and shifts (m,) of a host matrix, on the GPU."""
+) -> tuple[Written, Written]:
+    """Stage 1 alone, for the checkers: the row slices (S, m, k) and shifts (m,) of a host matrix, on the GPU, each
+    from a guard band (``utilities.guard``)."""
     m, k = a.shape
     kp = ceil_to(k, 128)
-    words = cp.zeros((slices, m, kp // 4), dtype=cp.int32)
-    e = cp.zeros(m, dtype=cp.int32)
+    words = Canvas((slices, m, kp // 4), cp.int32, xp=cp, fill=0)  # in a guard band: a stray write shows
+    e = Canvas((m,), cp.int32, xp=cp, fill=0)
     threads = plain.ROWS_THREADS
     kernel = plain.make_slice_rows_kernel(k, kp, slices, threads, split_digits_factory or plain.make_split_digits)
-    launch.launch(kernel, m, threads, 0, cp.asarray(a, dtype=cp.float64), words, e)
-    return cp.asnumpy(words.view(cp.int8)[:, :, :k]), cp.asnumpy(e)
+    launch.launch(kernel, m, threads, 0, cp.asarray(a, dtype=cp.float64), words.out, e.out)
+    planes = words.written()
+    return Written(planes.value.view(np.int8)[:, :, :k], planes.breaches), e.written()
 
 
 def epilogue_on_gpu(
@@ -412,12 +415,14 @@ def epilogue_on_gpu(
     beta: float,
     c: np.ndarray,
     epilogue_factory: Callable[[], Any] | None = None,
-) -> np.ndarray:
+) -> Written:
     """Stage 3 alone, for the checkers: C from the int32 terms (T, m, n), diagonal d's being
-    ``terms[offsets[d]:offsets[d + 1]]`` (the unfused products or the partial variant's diagonals), on the GPU."""
+    ``terms[offsets[d]:offsets[d + 1]]`` (the unfused products or the partial variant's diagonals), on the GPU,
+    from a guard band."""
     _, m, n = terms.shape
-    out = cp.full((m, n), np.nan)
+    out = Canvas((m, n), cp.float64, xp=cp, fill=np.nan)  # in a guard band: a stray write shows
     step = plain.epilogue_launch(m, n, epilogue_factory)
     args = (cp.asarray(terms), cp.asarray(offsets, dtype=cp.int32), cp.asarray(e), cp.asarray(f))
-    launch.launch(step.kernel, step.grid, step.block, 0, *args, np.float64(alpha), np.float64(beta), cp.asarray(c), out)
-    return cp.asnumpy(out)
+    scalars = (np.float64(alpha), np.float64(beta))
+    launch.launch(step.kernel, step.grid, step.block, 0, *args, *scalars, cp.asarray(c), out.out)
+    return out.written()

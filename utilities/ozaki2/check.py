@@ -5,22 +5,29 @@ compared within its last rounding (``c_bound``): a GPU fuses multiply-adds, and 
 sums in another order. Each checker states its domain below and feeds the domain's corners on every run, beside
 fresh random inputs (so that a verdict does not depend on the seed):
 
-- ``check_residue`` (4a): float64 integers below 2^62, every modulus; corners: 0, +-1, both ends of the range and
-  one past them, multiples of p and their neighbours, integers just past 2^53 and near 2^61 (where ``x - lo``
-  already rounds in FP64), the largest double below 2^62;
-- ``check_crt`` (4a): every count the plans accept (2..20); integers 0, +-1, +-2^t (the scaling's limit) and near
-  it, small ones;
-- ``check_scaling`` (4b, the residue device function inside the course's row kernel): 2 and 20 moduli (every
-  modulus; the smallest and the largest scaling); rows of random, spread-out and adversarial inputs, a row whose
-  largest entry is DBL_MAX, a row of subnormals only, rows holding NaN or Inf, a width that is no multiple of 16;
+- ``check_residue`` (4a): x of any shape (1-D, 2-D and 3-D fed), float64 integers below 2^62, every modulus;
+  corners: 0, +-1, both ends of the range and one past them, multiples of p and their neighbours, integers just
+  past 2^53 and near 2^61 (where ``x - lo`` already rounds in FP64), the largest double below 2^62;
+- ``check_crt`` (4a): every count the plans accept (2..20), digits with 1, 2 and 3 trailing axes; integers 0, +-1,
+  +-2^t (the scaling's limit) and near it, small ones;
+- ``check_scaling`` (4b, the residue device function): its own values on w of its whole domain (|w| < 2^47, every
+  tie of p = 256: a byte store would turn a wrong 128 into the right -128), then inside the course's row kernel at
+  2 and 20 moduli (every modulus; the smallest and the largest scaling); rows of random, spread-out and adversarial
+  inputs, a row whose largest entry is DBL_MAX, a row of subnormals only, rows holding NaN or Inf, a width that is
+  no multiple of 16;
 - ``check_digits`` (4b): every modulus; int32 products: random, 0, +-1, +-(2^31 - 1), -2^31, multiples of p
   and their neighbours;
-- ``check_reconstruction`` (4b): 2 and 6 moduli (P below 2^53), 7 (the first whose P is a double-double), 15 and
-  20; a NaN in B, an Inf in A, zero columns, row maxima near DBL_MAX and subnormal; alpha and beta, with an all-NaN
-  C when beta = 0 (it must not be read);
-- ``check_ozaki2_gemm`` (4b, the plan end to end): exponents, residues, products, digits, then C.
+- ``check_reconstruction`` (4b): both paths the plan serves, digits read early (uint8) and late (the int32
+  products, reduced in the kernel); 2 and 6 moduli (P below 2^53), 7 (the first whose P is a double-double), 15 and
+  20; a NaN in B, an Inf in A, zero columns, row maxima near DBL_MAX and subnormal; alpha negative and not, beta 0
+  with an all-NaN C (it must not be read) and not, a C that cancels alpha A'B' to 2^-30 of it;
+- ``check_ozaki2_gemm`` (4b, the plan end to end, each variant the notebook builds): exponents, residues, products,
+  digits, then C.
 
-Messages name the stage, the first wrong indices and values, and what most likely went wrong.
+Results handed back inside a guard band (``utilities.guard``) fail the stage when the code wrote outside them.
+Messages name the stage and the first wrong indices and values; a hint names a cause only where the checker tested
+it (the tie of p = 256 on the device function's own values, each digit mistake on the wrong digits themselves, the
+raw products weighted instead of their digits by a second run).
 """
 
 from __future__ import annotations
@@ -30,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import inputs
-from ..checker import CheckFailure, CheckResult, checker, compare, fresh_seed, not_yet, passed, untouched
+from .. import inputs, sanitizer
+from ..checker import CheckFailure, CheckResult, checker, compare, fresh_seed, not_yet, output, passed, untouched
 from ..rounding import epilogue_bound
 from . import reference as ref
 
@@ -59,20 +66,51 @@ def _rounded_by_fp64(x: np.ndarray, got: np.ndarray, want: np.ndarray) -> bool:
     return bool(wrong.any()) and bool((np.abs(x[wrong]) > 2.0**53 - 512).all())
 
 
+CONTRACT_RESIDUE = (
+    "x: a float64 array of any shape holding integers, |x| < 2^62; p: one of reference.MODULI; returns x's shape, "
+    "each residue in reference.residue_range(p) (float64, or an integer dtype)"
+)
+
+
+def _on_shape(fn: Callable[..., Any], layout: str, stage: str, contract: str, *args: Any) -> Any:
+    """``fn(*args)``; where it raises on an input shaped other than the first one fed (which ran), the failure says
+    so: code that works on one shape only, where the contract allows any."""
+    try:
+        return fn(*args)
+    except Exception as error:
+        if layout in ("1-D", "2-D trailing", ""):
+            raise
+        raise CheckFailure(
+            stage,
+            f"stage '{stage}' on a {layout} input: {type(error).__name__}: {error}\nhint: your code ran on the first "
+            f"shape and raised on this one: it depends on one shape, and the contract allows any ({contract}); use "
+            "array operations over the whole array (or x.flat and a reshape), not a loop over the first axis",
+        ) from error
+
+
+def _shapes(x: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """``x`` as the contract allows it: 1-D, and its first entries as 2-D and 3-D arrays."""
+    return [("1-D", x), ("2-D", x[:4000].reshape(40, 100)), ("3-D", x[-24:].reshape(2, 3, 4))]
+
+
 @checker("symmetric residue")
 def check_residue(fn: Callable[[np.ndarray, int], Any], *, seed: int | None = None) -> CheckResult:
-    """``fn(x, p)`` returns the residues of the integer-valued float64 array x (|x| < 2^62) modulo p, each in
-    ``reference.residue_range(p)``, as an array of x's shape."""
+    """``fn(x, p)`` returns the residues of x modulo p. Contract: :data:`CONTRACT_RESIDUE` (fed: every modulus,
+    1-D, 2-D and 3-D x)."""
     name, seed = "symmetric residue", fresh_seed(seed)
     rng = np.random.default_rng(seed)
     runs = []
     for p in ref.MODULI:
-        x = _integers(rng, p)
-        runs.append((p, x, np.asarray(fn(x.copy(), p)), ref.residue(x, p)))
-    if all(untouched(got) for _, _, got, _ in runs):
+        whole = _integers(rng, p)
+        for layout, x in _shapes(whole):
+            got = output(_on_shape(fn, layout, "residues", CONTRACT_RESIDUE, x.copy(), p), "residues", f"p = {p}")
+            runs.append((p, x, got, ref.residue(x, p), layout))
+    if all(untouched(got) for _, _, got, _, _ in runs):
         return not_yet(name, "every residue is zero")
-    for p, x, got, want in runs:
+    for p, x, got, want, layout in runs:
         lo, hi = ref.residue_range(p)
+        if got.shape != want.shape:
+            compare("residues", got, want, case=f"p = {p}, {layout} x", hint=f"the contract: {CONTRACT_RESIDUE}")
         got = got.astype(np.float64) if got.dtype.kind in "iu" else got
         hint = (
             f"x mod p, then into [{lo}, {hi}]: np.mod of an int64 array (x.astype(np.int64): exact below 2^63) "
@@ -86,8 +124,9 @@ def check_residue(fn: Callable[[np.ndarray, int], Any], *, seed: int | None = No
             )
         elif got.shape == want.shape and np.all(np.mod(got - want, p) == 0):
             hint = f"the right class modulo {p}, the wrong representative: bring each residue into [{lo}, {hi}]"
-        compare("residues", got, want, names=("entry",), case=f"p = {p}", hint=hint)
-    return passed(name, len(runs), seed)
+        names = ("entry",) if got.ndim == 1 else None
+        compare("residues", got, want, names=names, case=f"p = {p}, {layout} x", hint=hint)
+    return passed(name, len(runs), seed, CONTRACT_RESIDUE)
 
 
 def _bounded_products(
@@ -136,6 +175,12 @@ def c_bound(
         return epilogue_bound(want - beta * c, c, alpha, beta) + 4 * U * np.abs(want) + low
 
 
+CONTRACT_CRT = (
+    "digits: uint8 (count, ...), any trailing shape, digit t in [0, p_t); count: 2..20; returns float64 of "
+    "digits.shape[1:], the integers X with |X| <= 2^t (reference.crt(count).t)"
+)
+
+
 @checker("CRT reconstruction")
 def check_crt(
     fn: Callable[[np.ndarray, int], Any],
@@ -143,15 +188,19 @@ def check_crt(
     *,
     seed: int | None = None,
 ) -> CheckResult:
-    """``fn(digits, count)`` returns the integers X (float64) whose CRT digits (count, ...) are given, |X| <= 2^t;
-    every count the plans accept."""
+    """``fn(digits, count)`` returns the integers whose CRT digits are given. Contract: :data:`CONTRACT_CRT` (fed:
+    every count the plans accept, trailing shapes of 1, 2 and 3 axes)."""
     name, seed = "CRT reconstruction", fresh_seed(seed)
     rng = np.random.default_rng(seed)
     cases = 0
     for count in counts:
-        for case, x in _bounded_products(count, rng):
-            want = np.array([[float(v) for v in row] for row in x])
-            got = np.asarray(fn(digits_of(x, count), count))
+        bounded = list(_bounded_products(count, rng))
+        near = bounded[-1][1]
+        bounded += [("near the limit, 1-D", near.reshape(-1)), ("near the limit, 3-D", near.reshape(2, 3, 9))]
+        for case, x in bounded:
+            want = np.array([float(v) for v in x.ravel()]).reshape(x.shape)
+            layout = f"{x.ndim}-D trailing"
+            got = output(_on_shape(fn, layout, "integers", CONTRACT_CRT, digits_of(x, count), count), "integers", case)
             if cases == 0 and untouched(got):
                 return not_yet(name, "every integer is zero")
             compare(
@@ -159,13 +208,14 @@ def check_crt(
                 got,
                 want,
                 bound=reconstruction_bound(want, count),
-                names=("row", "col"),
+                names=("row", "col") if want.ndim == 2 else None,
                 case=f"{case}, {count} moduli",
                 hint="three sums of u_t c1_t, u_t c2_t, u_t c3_t, t = 0, 1, ...; q = floor(s1 + 1/2); "
-                "X = ((s1 - q) + s2 + s3) P: the fractional part of sum u_t / p_t, times P",
+                "X = ((s1 - q) + s2 + s3) P: the fractional part of sum u_t / p_t, times P"
+                + ("" if got.shape == want.shape else f"; the contract: {CONTRACT_CRT}"),
             )
             cases += 1
-    return passed(name, cases, seed)
+    return passed(name, cases, seed, CONTRACT_CRT)
 
 
 def _corner_rows(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -201,7 +251,7 @@ def _launch_failure(error: Exception) -> CheckFailure | None:
             "alive than that. Keep it to a few doubles: no arrays, no conversions of large doubles to int64 "
             "(math.floor, int(...): beyond 2^63 they overflow, and they cost registers); round_near keeps it in FP64",
         )
-    if "ILLEGAL_ADDRESS" in text or "out of bounds" in text.lower():
+    if "ILLEGAL_ADDRESS" in text or (isinstance(error, IndexError) and "out of bounds" in text.lower()):
         return CheckFailure(
             "running your code",
             f"stage 'running your code': the kernel read or wrote outside an array ({text.strip()})\nhint: the "
@@ -220,20 +270,131 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
         raise
 
 
-@checker("scaling and residues")
+CONTRACT_RESIDUE_DEVICE = (
+    "residue(w, t): w an integer-valued double, |w| < 2^47; t a modulus index below the count; returns a double in "
+    "reference.residue_range(P[t]) (up to HI[t]: 127 for p = 256), w's residue"
+)
+
+
+def residue_arguments(rng: np.random.Generator, size: int = 600) -> np.ndarray:
+    """Values w of the device function's domain (|w| < 2^47): random magnitudes, both ends, multiples of every
+    modulus and their neighbours, and every tie of p = 256 that a double can hold near them (w = (n + 1/2) 256)."""
+    w = np.trunc(np.ldexp(rng.standard_normal(size), rng.integers(0, 46, size)))
+    halves = 256.0 * np.array([0.5, 1.5, 2.5, 7.5, 2.0**38 + 0.5, 2.0**38 - 0.5, 12345.5])
+    multiples = np.array([float(p) * v for p in ref.MODULI for v in (1, -1, 3, 2.0**30 + 1)])
+    ends = np.array([0.0, 1.0, -1.0, 2.0**47 - 1, -(2.0**47) + 1, 2.0**46, -(2.0**46)])
+    return np.concatenate([w, halves, -halves, multiples, multiples + 1, multiples - 1, ends])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Drivers of the sanitizer runs (``sanitize=True``): the exercise functions' kernels once, at the checks' shapes
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _scaling_driver(functions: Sequence[Any], *args: Any, **kwargs: Any) -> str:
+    f = sanitizer.def_name(functions[0])
+    return f"""
+        import numpy as np
+        from utilities import inputs
+        from utilities.ozaki2.tensorcore import residue_values_on_gpu, residues_on_gpu
+        for count in (2, 20):
+            residues_on_gpu(inputs.normal(23, 130, count), count, residue_factory={f})
+            residue_values_on_gpu(np.arange(-600.0, 600.0), count, residue_factory={f})
+        """
+
+
+def _digits_driver(functions: Sequence[Any], *args: Any, **kwargs: Any) -> str:
+    f = sanitizer.def_name(functions[0])
+    return f"""
+        import numpy as np
+        from utilities.ozaki2.tensorcore import digits_on_gpu
+        products = np.random.default_rng(0).integers(-2**31, 2**31, (20, 5, 40)).astype(np.int32)
+        digits_on_gpu(products, digit_factory={f})
+        """
+
+
+def _reconstruction_driver(functions: Sequence[Any], *args: Any, **kwargs: Any) -> str:
+    f = sanitizer.def_name(functions[0])
+    return f"""
+        import numpy as np
+        from utilities import inputs
+        from utilities.ozaki2 import reference as ref
+        from utilities.ozaki2.tensorcore import reconstruct_on_gpu
+        a, b = inputs.normal(19, 90, 1), inputs.normal(90, 21, 2)
+        st = ref.ozaki2_stages(a, b, 14)
+        c = np.ones((19, 21))
+        for planes in (st.digits, st.products):  # digits read early, and late from the int32 products
+            reconstruct_on_gpu(planes, st.mu, st.nu, a, b, -1.5, 0.75, c, reconstruct_factory={f})
+        """
+
+
+def _gemm_driver(functions: Sequence[Any], *args: Any, **kwargs: Any) -> str:
+    return f"""
+        import cupy as cp
+        from utilities import inputs
+        from utilities.ozaki2.tensorcore import Kernels, Ozaki2Gemm
+        a, b = cp.asarray(inputs.normal(120, 200, 1)), cp.asarray(inputs.normal(200, 136, 2))
+        for digits in ("early", "late"):
+            Ozaki2Gemm(120, 136, 200, 14, Kernels({sanitizer.kernels_arguments(functions)}), digits=digits)(a, b)
+        cp.cuda.runtime.deviceSynchronize()
+        """
+
+
+def _residue_values_hint(w: np.ndarray, got: np.ndarray, want: np.ndarray, moduli: np.ndarray) -> str:
+    """The cause of wrong residue values, where one is tested: the tie of p = 256, or the wrong representative."""
+    wrong = got != want
+    if not wrong.any():
+        return ""
+    p = np.broadcast_to(moduli[:, None], got.shape)
+    ties = (p == 256) & (np.abs(np.mod(w[None, :], 256.0) - 128.0) == 0)
+    if np.all(ties[wrong]) and np.all(got[wrong] == 128.0):
+        return (
+            "every wrong residue is 128 = HI + 1 for p = 256, at a tie (w / p = n + 1/2, which round_near rounds to "
+            "even): where the result passes HI[t], subtract P[t] once more. In a byte 128 wraps to -128, so the "
+            "residues the kernels store hide it: the check reads the device function's own value"
+        )
+    off = got[wrong] - want[wrong]
+    if np.all(np.mod(off, p[wrong]) == 0) and np.all(np.abs(off) <= p[wrong]):
+        return "the right class modulo p, the wrong representative: bring each residue into [LO[t], HI[t]]"
+    if np.all(np.mod(off, p[wrong]) == 0):
+        return (
+            "a multiple of p was subtracted, but not the one nearest to w (some residues lie several p away): "
+            "round_near(w * INV[t]) with the t-th modulus's own 1/p"
+        )
+    return "w minus the multiple of P[t] nearest to it: round_near(w * INV[t]) * P[t], then the tie fix"
+
+
+def _check_values(values: Callable[[np.ndarray, int], Any], count: int, rng: np.random.Generator) -> None:
+    """The device function's own doubles, before any byte store (the residue planes would hide a 128)."""
+    w = residue_arguments(rng)
+    moduli = np.array(ref.crt(count).moduli, np.float64)
+    want = np.stack([ref.residue(w, int(p)) for p in moduli])
+    got = output(_call(values, w.copy(), count), "residue(w, t)", f"{count} moduli")
+    hint = _residue_values_hint(w, got, want, moduli) if got.shape == want.shape else CONTRACT_RESIDUE_DEVICE
+    compare("residue(w, t)", got, want, names=("modulus", "entry"), case=f"{count} moduli", hint=hint)
+
+
+@checker("scaling and residues", driver=_scaling_driver)
 def check_scaling(
     fn: Callable[[np.ndarray, int], tuple[Any, Any]],
     counts: Sequence[int] = SCALING_COUNTS,
     *,
     shape: tuple[int, int] = (23, 130),
+    values: Callable[[np.ndarray, int], Any] | None = None,
     seed: int | None = None,
 ) -> CheckResult:
-    """``fn(x, count)`` returns ``(mu (m,) int32, residues (count, m, k) int8)`` for the rows of x (m, k = shape)."""
+    """``fn(x, count)`` returns ``(mu (m,) int32, residues (count, m, k) int8)`` for the rows of x (m, k = shape),
+    through the row kernel; ``values(w, count)`` (count, size) float64 the device function's own results on the
+    values w, every modulus (:data:`CONTRACT_RESIDUE_DEVICE`): a byte store hides a residue of 128 for p = 256, so
+    the values are compared first, exactly."""
     name, seed = "scaling and residues", fresh_seed(seed)
     cases = 0
+    rng = np.random.default_rng(seed)
     for count in counts:
+        if values is not None:
+            _check_values(values, count, rng)
         for case, x in _matrices(*shape, seed + count):
-            mu, res = (np.asarray(v) for v in _call(fn, x.copy(), count))
+            mu, res = output(_call(fn, x.copy(), count), "residues", f"{case}, {count} moduli")
             want_mu = ref.scale_exponents(x, 1, count)
             want_res = ref.residues(ref.to_integers(x, want_mu, 1), count)
             if cases == 0 and untouched(res):
@@ -261,7 +422,7 @@ def check_scaling(
                     )
             compare("residues", res, want_res, names=("modulus", "row", "col"), case=label, hint=hint)
             cases += 1
-    return passed(name, cases, seed)
+    return passed(name, cases, seed, CONTRACT_RESIDUE_DEVICE if values is not None else "")
 
 
 def _products(count: int, rng: np.random.Generator, shape: tuple[int, int] = (5, 40)) -> np.ndarray:
@@ -289,7 +450,31 @@ def _products(count: int, rng: np.random.Generator, shape: tuple[int, int] = (5,
     return x.astype(np.int32)
 
 
-@checker("CRT digits")
+def _digits_hint(products: np.ndarray, got: np.ndarray, want: np.ndarray, count: int) -> str:
+    """The mistake that explains every wrong digit, each tested on the wrong entries themselves: the product's
+    residue without Y[t]; a negative u kept (it wraps in the byte to 256 + u, where u = digit - p); u = 0 moved to
+    p; another representative of the right class. "" when none explains them all."""
+    wrong = got != want
+    if not wrong.any():
+        return ""
+    moduli = np.broadcast_to(np.array(ref.crt(count).moduli, np.int64)[:, None, None], got.shape)
+    residues = np.mod(products.astype(np.int64), moduli)
+    if np.all(got[wrong] == residues[wrong]):
+        return "these are the residues of the products: the digit also multiplies by Y[t] (mod p)"
+    kept_negative = np.mod(want - moduli, 256)  # the byte of u = digit - p, a negative u not brought up
+    if np.all((want[wrong] > 0) & (got[wrong] == kept_negative[wrong])):
+        return (
+            "each wrong digit is 256 + u for the negative u = digit - p: a negative u reached the byte, where it "
+            "wrapped around; digits must lie in [0, p): add P[t] where u < 0"
+        )
+    if np.all((want[wrong] == 0) & (got[wrong] == moduli[wrong])):
+        return "a digit of p where it is 0: add P[t] only where u < 0 (u = 0 stays 0), so that digits lie in [0, p)"
+    if np.all(np.mod(got[wrong] - want[wrong], moduli[wrong]) == 0):
+        return "the right class modulo p, outside [0, p): bring each digit into [0, P[t])"
+    return ""
+
+
+@checker("CRT digits", driver=_digits_driver)
 def check_digits(
     fn: Callable[[np.ndarray], Any], count: int = ref.MAX_MODULI, *, seed: int | None = None
 ) -> CheckResult:
@@ -302,24 +487,35 @@ def check_digits(
         products = _products(count, rng)
         if case == "small products":
             products = (products % 1000).astype(np.int32) - 500
-        got = np.asarray(_call(fn, products.copy()))
+        got = output(_call(fn, products.copy()), "digits", case)
         want = ref.reduce_products(products, count)
         if cases == 0 and untouched(got):
             return not_yet(name, "every digit is zero")
         hint = "r = v mod p (the nearest multiple subtracted), u = r y_t mod p, then u + p where u < 0: u in [0, p)"
         if got.shape == want.shape:
-            moduli = np.array(ref.crt(count).moduli)[:, None, None]
-            plain = np.mod(products.astype(np.int64), moduli)
-            if np.array_equal(got.astype(np.int64), plain) and not np.array_equal(plain, want):
-                hint = "these are the residues of the products: the digit also multiplies by Y[t] (mod p)"
-            elif np.array_equal(np.mod(got.astype(np.int64), moduli), want) or (got.astype(np.int64) >= moduli).any():
-                hint = "digits must lie in [0, p): a negative u wrapped around in the byte; add P[t] where u < 0"
+            hint = _digits_hint(products, got.astype(np.int64), want.astype(np.int64), count) or hint
         compare("digits", got, want, names=("modulus", "row", "col"), case=f"{case}, {count} moduli", hint=hint)
         cases += 1
     return passed(name, cases, seed)
 
 
-def _compare_c(got: np.ndarray, want: np.ndarray, bound: np.ndarray, case: str, hint: str) -> None:
+NONFINITE_HINT = (
+    "a line of A or B that holds a NaN or an Inf (its exponent is NONFINITE_SHIFT): C there is DGEMM's, the FP64 dot "
+    "product of the row of A and the column of B"
+)
+
+
+def _c_matches(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> bool:
+    """Whether C passes :func:`_compare_c` (without raising)."""
+    finite = np.isfinite(want)
+    with np.errstate(invalid="ignore"):
+        same_special = np.array_equal(got[~finite], want[~finite], equal_nan=True)
+        return same_special and bool(np.all(np.abs(got[finite] - want[finite]) <= bound[finite]))
+
+
+def _compare_c(
+    got: np.ndarray, want: np.ndarray, bound: np.ndarray, case: str, hint: str, nonfinite_hint: str = NONFINITE_HINT
+) -> None:
     """C within its bound where the result is finite, and exactly DGEMM's NaN and +-Inf where it is not."""
     finite = np.isfinite(want)
     got = np.asarray(got)
@@ -331,8 +527,7 @@ def _compare_c(got: np.ndarray, want: np.ndarray, bound: np.ndarray, case: str, 
                 np.where(finite, 0.0, want),
                 names=("row", "col"),
                 case=case,
-                hint="a line of A or B that holds a NaN or an Inf (its exponent is NONFINITE_SHIFT): C there is "
-                "DGEMM's, the FP64 dot product of the row of A and the column of B",
+                hint=nonfinite_hint,
             )
         got, want = np.where(finite, got, 0.0), np.where(finite, want, 0.0)
     compare("C", got, want, bound=np.where(finite, bound, 0.0), names=("row", "col"), case=case, hint=hint)
@@ -343,12 +538,30 @@ def _c_read_although_beta_zero(got: np.ndarray, want: np.ndarray, beta: float) -
     return beta == 0.0 and bool(finite.any()) and bool(np.isnan(got[finite]).all())
 
 
-@checker("Ozaki-II reconstruction")
+CONTRACT_RECONSTRUCTION = (
+    "planes: (count, m, n), uint8 CRT digits (digits read early) or the int32 products themselves (digits read late, "
+    "reduced in the kernel); mu (m,), nu (n,) int32 (NONFINITE_SHIFT for a line holding a NaN or an Inf); A (m, k), "
+    "B (k, n), C (m, n) float64; alpha any, beta 0 (C not read) or not; returns C (m, n) float64"
+)
+PATHS = (("digits read early", np.uint8), ("digits read late, from the int32 products", np.int32))
+LATE_COUNTS = (2, 20)  # the paths differ only in where u comes from: the fewest and the most moduli show it
+
+
+def _cancelling_c(want_ab: np.ndarray, beta: float, rng: np.random.Generator) -> np.ndarray:
+    """A C with beta C = -alpha A'B' (1 + d), |d| < 2^-30: C is then far below the terms it came from."""
+    finite = np.isfinite(want_ab)
+    wobble = 1.0 + np.ldexp(rng.uniform(-1.0, 1.0, want_ab.shape), -30)
+    return np.where(finite, -want_ab * wobble / beta, rng.standard_normal(want_ab.shape))
+
+
+@checker("Ozaki-II reconstruction", driver=_reconstruction_driver)
 def check_reconstruction(
     fn: Callable[..., Any], counts: Sequence[int] = RECONSTRUCTION_COUNTS, *, seed: int | None = None
 ) -> CheckResult:
-    """``fn(digits, mu, nu, a, b, alpha, beta, c)`` returns C (float64) from the CRT digits (count, m, n) uint8,
-    the rows' and columns' exponents, and A and B (whose lines holding a NaN or an Inf get DGEMM's result)."""
+    """``fn(planes, mu, nu, a, b, alpha, beta, c)`` returns C. Contract: :data:`CONTRACT_RECONSTRUCTION`; both paths
+    the plan serves (the dtype of ``planes`` says which; the notebook's ``reconstruct_on_gpu`` builds the kernel with
+    ``from_products`` for int32), beta = 0 with an all-NaN C (it must not be read), a C that cancels alpha A'B'
+    almost entirely, and lines of A and B holding NaN or Inf (DGEMM's result there)."""
     name, seed = "Ozaki-II reconstruction", fresh_seed(seed)
     rng = np.random.default_rng(seed)
     cases = 0
@@ -360,33 +573,70 @@ def check_reconstruction(
         b[3, 9] = np.nan  # a NaN in B: its column of C is NaN, as DGEMM's
         st = ref.ozaki2_stages(a, b, count)
         c = rng.standard_normal((19, 21))
-        for alpha, beta in ((1.0, 0.0), (-1.5, 0.75)):
-            c_arg = np.full_like(c, np.nan) if beta == 0.0 else c.copy()  # with beta = 0, C must not be read
-            got = np.asarray(_call(fn, st.digits.copy(), st.mu.copy(), st.nu.copy(), a, b, alpha, beta, c_arg))
-            want = ref.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
-            label = f"{count} moduli, alpha={alpha}, beta={beta}"
-            if _c_read_although_beta_zero(got, want, beta):
-                raise CheckFailure(
-                    "C",
-                    f"stage 'C' on input '{label}': every entry is NaN, and C held NaN: C was "
-                    "read although beta = 0\nhint: add beta C only when beta != 0 (a GEMM does not "
-                    "read C then: it may hold anything)",
+        with np.errstate(invalid="ignore", over="ignore"):
+            cancel = _cancelling_c(ref.reconstruct(st.digits, st.mu, st.nu, count, -1.5, 0.0, None, a, b), 0.75, rng)
+        scalars = [(1.0, 0.0, c, ""), (-1.5, 0.75, c, "")]
+        if count in (2, 15):
+            scalars.append((-1.5, 0.75, cancel, ", beta C cancels alpha A'B' to 2^-30"))
+        for path, dtype in PATHS if count in LATE_COUNTS else PATHS[:1]:
+            planes = (st.digits if dtype == np.uint8 else st.products).astype(dtype)
+            for alpha, beta, c_case, what in scalars if dtype == np.uint8 else scalars[1:2]:
+                c_arg = np.full_like(c_case, np.nan) if beta == 0.0 else c_case.copy()  # beta = 0: C must not be read
+                label = f"{count} moduli, {path}, alpha={alpha}, beta={beta}{what}"
+                got = output(_call(fn, planes.copy(), st.mu.copy(), st.nu.copy(), a, b, alpha, beta, c_arg), "C", label)
+                want = ref.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c_case, a, b)
+                if _c_read_although_beta_zero(got, want, beta):
+                    raise CheckFailure(
+                        "C",
+                        f"stage 'C' on input '{label}': every entry is NaN, and C held NaN: C was "
+                        "read although beta = 0\nhint: add beta C only when beta != 0 (a GEMM does not "
+                        "read C then: it may hold anything)",
+                    )
+                if cases == 0 and np.nan_to_num(want).any() and (untouched(got) or untouched(got, float("nan"))):
+                    return not_yet(name, "C is all zero or was not written")
+                bound = c_bound(want, st.mu, st.nu, count, alpha, beta, c_case)
+                hint = (
+                    "for each modulus the digit u (a byte) times C1[t], C2[t], C3[t] into s1, s2, s3; then C = alpha "
+                    "2^(-mu - nu) P frac(s1 + s2 + s3) (+ beta C only when beta != 0)"
                 )
-            if cases == 0 and np.nan_to_num(want).any() and (untouched(got) or untouched(got, float("nan"))):
-                return not_yet(name, "C is all zero or was not written")
-            bound = c_bound(want, st.mu, st.nu, count, alpha, beta, c)
-            _compare_c(
-                got,
-                want,
-                bound,
-                label,
-                "for each modulus the digit u (a byte) times C1[t], C2[t], C3[t] into "
-                "s1, s2, s3; then C = alpha 2^(-mu - nu) P frac(s1 + s2 + s3) (+ beta C only when beta != 0)",
-            )
-            cases += 1
-    return passed(name, cases, seed)
+                special = NONFINITE_HINT
+                if dtype == np.int32 and got.shape == want.shape and not _c_matches(got, want, bound):
+                    late = _late_hint(fn, st, a, b, count, want, bound, (alpha, beta, c_arg))
+                    hint, special = (late, late) if late else (hint, special)
+                _compare_c(got, want, bound, label, hint, special)
+                cases += 1
+    return passed(name, cases, seed, CONTRACT_RECONSTRUCTION)
 
 
+def _late_hint(
+    fn: Callable[..., Any],
+    st: ref.Ozaki2Stages,
+    a: np.ndarray,
+    b: np.ndarray,
+    count: int,
+    want: np.ndarray,
+    bound: np.ndarray,
+    scalars: tuple[float, float, np.ndarray],
+) -> str:
+    """Why the products path fails, tested: the kernel runs again on int32 planes that hold the digits themselves
+    (products of the same residues, so the same C); when that passes, the kernel weighted each plane's raw value
+    instead of its digit u."""
+    alpha, beta, c = scalars
+    again = output(_call(fn, st.digits.astype(np.int32), st.mu.copy(), st.nu.copy(), a, b, alpha, beta, c.copy()), "C")
+    finite = np.isfinite(want)
+    with np.errstate(invalid="ignore"):
+        fits = again.shape == want.shape and bool(np.all(np.abs(again[finite] - want[finite]) <= bound[finite]))
+    if fits:
+        return (
+            "with int32 products whose values are already digits C is right, with the real products it is not: each "
+            "term must weight u, the digit the given line computes (digit(planes[t, i, j], t) when from_products), "
+            "not the plane's own value planes[t, i, j]"
+        )
+    return ""
+
+
+# alpha of either sign, beta 0 (C handed in all NaN: it must not be read) and not: the order of each step shows
+GEMM_SCALARS = ((1.0, 0.0), (0.5, -2.0), (-1.5, 0.0), (-0.75, 1.25))
 GEMM_NEEDS = {
     "exponents of A": (),
     "exponents of B": (),
@@ -397,7 +647,7 @@ GEMM_NEEDS = {
 }
 
 
-@checker("Ozaki-II GEMM", needs=GEMM_NEEDS)
+@checker("Ozaki-II GEMM", needs=GEMM_NEEDS, driver=_gemm_driver)
 def check_ozaki2_gemm(
     run: Callable[..., Any],
     count: int = 14,
@@ -407,7 +657,9 @@ def check_ozaki2_gemm(
     seed: int | None = None,
 ) -> CheckResult:
     """``run(a, b, c, alpha, beta)`` returns C; ``stages()`` returns what the plan kept (``mu``, ``nu``, ``a_res``,
-    ``b_res``, ``products``, ``digits``), compared first. With beta = 0 the C handed to ``run`` is all NaN."""
+    ``b_res``, ``products``, ``digits``), compared first. With beta = 0 the C handed to ``run`` is all NaN. A notebook
+    checks every plan variant that calls the attendee's kernels: digits read early (``digits``) and late
+    (``products``, the reconstruction reducing them)."""
     name, seed = "Ozaki-II GEMM", fresh_seed(seed)
     rng = np.random.default_rng(seed)
     cases = 0
@@ -417,12 +669,14 @@ def check_ozaki2_gemm(
         pairs.append(("an Inf in a row of A, a NaN in a column of B", *inputs.nonfinite_lines(m, k, n, seed)))
         for case, a, b in pairs:
             c = rng.standard_normal((m, n))
-            alpha, beta = (1.0, 0.0) if cases % 2 == 0 else (0.5, -2.0)
-            got = np.asarray(_call(run, a, b, np.full_like(c, np.nan) if beta == 0.0 else c.copy(), alpha, beta))
+            alpha, beta = GEMM_SCALARS[cases % len(GEMM_SCALARS)]
+            label = f"{case} {m}x{n}x{k}"
+            got = output(
+                _call(run, a, b, np.full_like(c, np.nan) if beta == 0.0 else c.copy(), alpha, beta), "C", label
+            )
             st = ref.ozaki2_stages(a, b, count)
             want = ref.reconstruct(st.digits, st.mu, st.nu, count, alpha, beta, c, a, b)
             kept = {key: np.asarray(v) for key, v in (stages() if stages else {}).items()}
-            label = f"{case} {m}x{n}x{k}"
             if (
                 cases == 0
                 and not _c_read_although_beta_zero(got, want, beta)

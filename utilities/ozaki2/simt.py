@@ -295,6 +295,24 @@ def make_digits_kernel(count: int, digit_factory: Callable[[int], Any] = make_di
 
 
 @functools.cache
+def make_residue_values_kernel(count: int, residue_factory: Callable[[int], Any] = make_residue):
+    """``residue_values_kernel[ceil(size / 256), 256](w, out)``: ``out[t, i] = residue(w[i], t)`` (count, size) as
+    the device function returns it, a double: for the checker, which must see a residue of 128 for p = 256 that
+    the kernels' byte stores would turn into -128."""
+    residue = residue_factory(count)
+    N = count
+
+    @cuda.jit
+    def residue_values_kernel(w, out):
+        i = cuda.grid(1)
+        if i < w.shape[0]:
+            for t in range(N):
+                out[t, i] = residue(w[i], t)
+
+    return residue_values_kernel
+
+
+@functools.cache
 def make_reconstruct_kernel(count: int, from_products: bool = False, digit_factory: Callable[[int], Any] = make_digit):
     """``reconstruct_kernel[grid, block](planes, mu, nu, a, b, alpha, beta, c, out)``: C from the N planes
     (count, m, n) of CRT digits (uint8), or of int32 products when ``from_products`` (each reduced here with
@@ -375,6 +393,12 @@ def residue_cols_launch(
     """The residues of a k x n matrix's columns, transposed: ``kernel[grid, block](b, istats, words, nu)``."""
     kernel = make_residue_cols_kernel(count, residue_factory or make_residue)
     return Launch("residues of columns", kernel, (-(-n // COLS_TILE), -(-kp // COLS_DEPTH)), (COLS_TILE, COLS_ROWS))
+
+
+def residue_values_launch(size: int, count: int, residue_factory: Callable[[int], Any] | None = None) -> Launch:
+    """The device function's own values on ``size`` doubles: ``kernel[grid, block](w, out)``, out (count, size)."""
+    kernel = make_residue_values_kernel(count, residue_factory or make_residue)
+    return Launch("residue values", kernel, -(-size // DIGITS_THREADS), DIGITS_THREADS)
 
 
 def digits_launch(size: int, count: int, digit_factory: Callable[[int], Any] | None = None) -> Launch:

@@ -31,6 +31,7 @@ import cupy as cp
 import numpy as np
 
 from .. import cublas, plans
+from ..guard import Canvas, Written
 from ..machinery import launch
 from ..operands import require_fp64_gemm
 from ..precision import Choice
@@ -210,30 +211,43 @@ class Ozaki2Gemm:
         return out
 
 
-def residues_on_gpu(x: np.ndarray, count: int, residue_factory: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """Stage 1 alone, for the checkers: the exponents (m,) and residues (count, m, k) of a host matrix's rows."""
+def residues_on_gpu(x: np.ndarray, count: int, residue_factory: Any = None) -> tuple[Written, np.ndarray]:
+    """Stage 1 alone, for the checkers: the exponents (m,) and residues (count, m, k) of a host matrix's rows (the
+    residues inside a guard band: ``utilities.guard``)."""
     m, k = x.shape
     kp = ceil_to(k, K_ALIGN)
-    res = cp.zeros((count, m, kp), cp.int8)
-    mu = cp.zeros(m, cp.int32)
+    res = Canvas((count, m, kp), cp.int8, xp=cp, fill=0)
+    mu = Canvas((m,), cp.int32, xp=cp, fill=0)
     step = simt.residue_launch(m, k, kp, count, residue_factory)
-    launch.launch(step.kernel, step.grid, step.block, 0, cp.asarray(x, dtype=cp.float64), res.view(cp.int32), mu)
-    return cp.asnumpy(mu), cp.asnumpy(res[:, :, :k])
+    words = res.out.view(cp.int32)
+    launch.launch(step.kernel, step.grid, step.block, 0, cp.asarray(x, dtype=cp.float64), words, mu.out)
+    planes = res.written()
+    return mu.written(), Written(planes.value[:, :, :k], planes.breaches)
 
 
-def digits_on_gpu(products: np.ndarray, digit_factory: Any = None) -> np.ndarray:
-    """Stage 2's reduction alone, for the checkers: the CRT digits (count, m, n) uint8 of int32 products."""
+def residue_values_on_gpu(w: np.ndarray, count: int, residue_factory: Any = None) -> Written:
+    """The residue device function's own values (count, size) on the doubles w, for the checker (a byte store would
+    hide a residue of 128 for p = 256)."""
+    out = Canvas((count, w.size), cp.float64, xp=cp, fill=np.nan)
+    step = simt.residue_values_launch(w.size, count, residue_factory)
+    launch.launch(step.kernel, step.grid, step.block, 0, cp.asarray(w, dtype=cp.float64), out.out)
+    return out.written()
+
+
+def digits_on_gpu(products: np.ndarray, digit_factory: Any = None) -> Written:
+    """Stage 2's reduction alone, for the checkers: the CRT digits (count, m, n) uint8 of int32 products (inside a
+    guard band)."""
     count = products.shape[0]
     planes = cp.asarray(products, dtype=cp.int32)
-    digits = cp.zeros(products.shape, cp.uint8)
+    digits = Canvas(products.shape, cp.uint8, xp=cp, fill=0)
     for t in range(count):
         step = simt.digits_launch(planes[t].size, count, digit_factory)
-        launch.launch(step.kernel, step.grid, step.block, 0, planes[t].ravel(), np.int64(t), digits[t].ravel())
-    return cp.asnumpy(digits)
+        launch.launch(step.kernel, step.grid, step.block, 0, planes[t].ravel(), np.int64(t), digits.out[t].ravel())
+    return digits.written()
 
 
 def reconstruct_on_gpu(
-    digits: np.ndarray,
+    planes: np.ndarray,
     mu: np.ndarray,
     nu: np.ndarray,
     a: np.ndarray,
@@ -242,13 +256,16 @@ def reconstruct_on_gpu(
     beta: float,
     c: np.ndarray,
     reconstruct_factory: Any = None,
-) -> np.ndarray:
-    """Stage 3 alone, for the checkers: C from the CRT digits (count, m, n), on the GPU."""
-    count, m, n = digits.shape
-    out = cp.full((m, n), np.nan)
-    step = simt.reconstruct_launch(m, n, count, reconstruct_factory)
+) -> Written:
+    """Stage 3 alone, for the checkers: C (inside a guard band) from the planes (count, m, n), on the GPU. Both paths
+    of the plan: uint8 CRT digits (``digits="early"``), or the int32 products, which the kernel built with
+    ``from_products`` reduces itself (``digits="late"``)."""
+    count, m, n = planes.shape
+    late = np.asarray(planes).dtype == np.int32
+    out = Canvas((m, n), cp.float64, xp=cp, fill=np.nan)
+    step = simt.reconstruct_launch(m, n, count, reconstruct_factory, from_products=late)
     args = (
-        cp.asarray(digits, dtype=cp.uint8),
+        cp.asarray(planes, dtype=cp.int32 if late else cp.uint8),
         cp.asarray(mu),
         cp.asarray(nu),
         cp.asarray(a),
@@ -256,7 +273,7 @@ def reconstruct_on_gpu(
         np.float64(alpha),
         np.float64(beta),
         cp.asarray(c),
-        out,
+        out.out,
     )
     launch.launch(step.kernel, step.grid, step.block, 0, *args)
-    return cp.asnumpy(out)
+    return out.written()

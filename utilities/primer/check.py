@@ -8,12 +8,13 @@ that was not waited for).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..checker import CheckResult, checker, compare, fresh_seed, not_yet, passed, untouched
+from .. import sanitizer
+from ..checker import CheckResult, checker, compare, fresh_seed, not_yet, output, passed, untouched
 from .reference import CASES, operands, product
 
 NAME = "tile GEMM"
@@ -59,7 +60,20 @@ def diagnose(got: np.ndarray, want: np.ndarray, tile: tuple[int, int]) -> tuple[
     return "C", f"every tile is wrong: the order is {ORDER}"
 
 
-@checker(NAME)
+def _driver(functions: Sequence[Any], *args: Any, shape: tuple[int, int, int] = (256, 384, 64), **kwargs: Any) -> str:
+    m, n, _ = shape
+    return f"""
+        import cupy as cp
+        from utilities.primer.reference import operands
+        from utilities.primer.tensorcore import Kernels, TileGemm
+        plan = TileGemm({m}, {n}, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
+        a, b = operands("random", {m}, {n}, plan.k, 0)
+        plan(cp.asarray(a), cp.asarray(b))
+        cp.cuda.runtime.deviceSynchronize()
+        """
+
+
+@checker(NAME, driver=_driver)
 def check_tile_gemm(
     run: Callable[[np.ndarray, np.ndarray], Any],
     *,
@@ -78,7 +92,7 @@ def check_tile_gemm(
     count = 0
     for case in cases:
         a, b = operands(case, m, n, k, seed + count)
-        got = np.asarray(run(a, b))
+        got = output(run(a, b), "C", case)
         want = product(a, b)
         if count == 0 and untouched(got, float("nan")):
             return not_yet(NAME, f"C was not written: the store is {STORE}")

@@ -1,0 +1,357 @@
+"""compute-sanitizer runs (``utilities.sanitizer``) on the CPU: where the binary is found, the command lines, the script
+rebuilt from an exercise's functions, and the reports read from recorded output in the tool's format (races,
+barriers, accesses, the summaries). The run on a GPU, with a planted race: ``tests/test_core_sanitizer_gpu.py``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from utilities import checker, sanitizer
+from utilities.checker import CheckFailure, CheckResult
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNEL = "cudapy::__main__::race_kernel[abi:v1,cw51cXTLSUwv1sCUt9Uw1Ek](Array<float, 1, C, mutable, aligned>)"
+SCRIPT = "/tmp/sanitize-1a2b/sanitized_kernel.py"
+
+RACE = f"""\
+running the kernel
+========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at {KERNEL}+0x170 in {SCRIPT}:31
+=========     and Read access at {KERNEL}+0x1b0 in {SCRIPT}:33 [1024 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+
+HAZARD = """\
+========= COMPUTE-SANITIZER
+========= Error: Potential RAW hazard detected at __shared__ 0x80 in block (0,0,0) :
+=========     Write Thread (31,0,0) at _ZN6cudapy8__main__11race_kernelB2v1B96cw51cXTLSUwv1sCUt9Uw1EkE5ArrayIfLi1E1C7mutable7alignedE+0x170 in race.py:31
+=========     Read Thread (32,0,0) at _ZN6cudapy8__main__11race_kernelB2v1B96cw51cXTLSUwv1sCUt9Uw1EkE5ArrayIfLi1E1C7mutable7alignedE+0x1b0 in race.py:33
+=========     Current Value : 0, Incoming Value : 1
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""  # noqa: E501
+
+MEMCHECK = f"""\
+========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at {KERNEL.replace("race_kernel", "store_kernel")}+0x2a0 in {SCRIPT}:40
+=========     by thread (0,0,0) in block (3,0,0)
+=========     Address 0x7f3e4c000600 is out of bounds
+=========     and is 1 bytes after the nearest allocation at 0x7f3e4c000000 of size 1536 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: [0x2f2a1f] in libcuda.so.1
+=========         Host Frame: cuLaunchKernel [0x9a1b3] in libcuda.so.1
+=========
+========= Program hit CUDA_ERROR_LAUNCH_FAILED (error 719) due to "unspecified launch failure" on CUDA API call to cuMemcpyDtoH_v2.
+=========     Saved host backtrace up to driver entry point at error
+=========
+========= ERROR SUMMARY: 2 errors
+"""  # noqa: E501
+
+SYNCCHECK = f"""\
+========= COMPUTE-SANITIZER
+========= Barrier error detected. Divergent thread(s) in block
+=========     at {KERNEL.replace("race_kernel", "sync_kernel")}+0x90 in {SCRIPT}:12
+=========     by thread (0,0,0) in block (0,0,0)
+=========
+========= ERROR SUMMARY: 1 error
+"""
+
+CLEAN = {
+    "racecheck": "========= COMPUTE-SANITIZER\n"
+    "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n",
+    "synccheck": "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n",
+    "memcheck": "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n",
+}
+
+
+def test_a_race_between_a_write_and_a_read_is_named_with_both_places():
+    report = sanitizer.parse("racecheck", RACE)
+    assert report.summary == 1 and not report.clean
+    [race] = report.findings
+    assert race.kind == "race" and race.headline.startswith("Error: Race reported between Write access")
+    assert race.places() == [
+        f"race_kernel+0x170 in {SCRIPT}:31",
+        f"race_kernel+0x1b0 in {SCRIPT}:33",
+    ]
+    message = sanitizer.describe([report])
+    assert "racecheck: Error: Race reported" in message and "cuda.syncthreads() is missing" in message
+
+
+def test_the_hazard_form_and_mangled_names_read_the_same():
+    [race] = sanitizer.parse("racecheck", HAZARD).findings
+    assert race.kind == "race" and len(race.lines) == 4
+    assert race.places() == ["race_kernel+0x170 in race.py:31", "race_kernel+0x1b0 in race.py:33"]
+
+
+def test_memcheck_names_the_bad_write_and_the_fault_it_caused():
+    report = sanitizer.parse("memcheck", MEMCHECK)
+    assert report.summary == 2
+    access, api = report.findings
+    assert access.kind == "access" and "Invalid __global__ write of size 4 bytes" in access.headline
+    assert any("1 bytes after the nearest allocation" in line for line in access.lines)
+    assert not any("Host Frame" in line for line in access.lines)
+    assert access.places()[0] == f"store_kernel+0x2a0 in {SCRIPT}:40"
+    assert api.kind == "api" and "CUDA_ERROR_LAUNCH_FAILED" in api.headline
+    assert "index past the end" in sanitizer.describe([report])
+
+
+def test_synccheck_names_a_barrier_that_not_every_thread_reaches():
+    [barrier] = sanitizer.parse("synccheck", SYNCCHECK).findings
+    assert barrier.kind == "barrier" and "inside an if" in barrier.explain()
+    assert barrier.places() == [f"sync_kernel+0x90 in {SCRIPT}:12"]
+
+
+@pytest.mark.parametrize("tool", sanitizer.TOOLS)
+def test_clean_summaries_are_clean(tool):
+    report = sanitizer.parse(tool, "the program's own output\n" + CLEAN[tool])
+    assert report.clean and report.summary == 0 and not report.findings
+
+
+def test_the_command_line_of_each_tool():
+    line = sanitizer.command("/opt/cs", "racecheck", "/tmp/s.py", python="/usr/bin/python3")
+    assert line[:3] == ["/opt/cs", "--tool", "racecheck"] and line[-2:] == ["/usr/bin/python3", "/tmp/s.py"]
+    assert "--error-exitcode" in line and "--racecheck-report" in line
+    assert "--racecheck-report" not in sanitizer.command("/opt/cs", "memcheck", "/tmp/s.py")
+    with pytest.raises(ValueError, match="tool must be one of"):
+        sanitizer.command("/opt/cs", "initcheck", "/tmp/s.py")
+
+
+def test_the_binary_is_found_in_the_wheel_or_named_and_its_absence_said(tmp_path, monkeypatch):
+    monkeypatch.delenv(sanitizer.ENV, raising=False)
+    assert sanitizer.find_binary([str(tmp_path)]) is None
+    binary = tmp_path.joinpath(*sanitizer.IN_WHEEL)
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\n")
+    assert sanitizer.find_binary([str(tmp_path / "elsewhere"), str(tmp_path)]) == binary
+    monkeypatch.setenv(sanitizer.ENV, str(tmp_path / "named"))
+    assert sanitizer.find_binary([str(tmp_path)]) is None, "a named binary that is not there is not replaced"
+    assert sanitizer.WHEEL in sanitizer.MISSING and "pip install" in sanitizer.MISSING
+
+
+HELPERS = '''
+import functools
+import math
+
+import numpy as np
+
+from utilities.rounding import relu
+
+SCALE = 3
+
+
+def helper(x):
+    return math.floor(x) * SCALE
+
+
+@functools.cache
+def make_thing(count):
+    """A factory in the notebook's style: a decorator, globals of every kind."""
+    table = np.arange(count)
+
+    def thing(x):
+        return helper(x) + int(table[-1]) + float(relu(np.array(-1.0)))
+
+    return thing
+'''
+
+
+def test_the_script_rebuilds_what_an_exercise_function_uses_and_runs(tmp_path):
+    path = tmp_path / "notebook_cells.py"
+    path.write_text(HELPERS)
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(HELPERS, str(path), "exec"), namespace)
+    text = sanitizer.script([namespace["make_thing"]], "print(make_thing(4)(2.5))")
+    assert "import functools" in text and "import numpy as np" in text and "SCALE = 3" in text
+    assert "from utilities.rounding import relu" in text
+    assert text.index("def helper") < text.index("def make_thing"), "a helper is defined before its caller"
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "9.0"
+
+
+def test_a_name_the_script_cannot_rebuild_is_said(tmp_path):
+    source = "def uses_an_object(x):\n    return HANDLE.read(x)\n"
+    path = tmp_path / "cell.py"
+    path.write_text(source)
+    namespace: dict = {"__name__": "__main__", "HANDLE": object()}
+    exec(compile(source, str(path), "exec"), namespace)
+    with pytest.raises(sanitizer.NotRebuilt, match="HANDLE"):
+        sanitizer.script([namespace["uses_an_object"]], "")
+    clean, message = sanitizer.sanitize("toy", [namespace["uses_an_object"]], "")
+    assert clean and "skipped" in message and "HANDLE" in message
+
+
+def _fake_runner(outputs: dict[str, str], code: int = sanitizer.ERROR_EXIT):
+    def run(line, **kwargs):
+        tool = line[line.index("--tool") + 1]
+        text = outputs.get(tool, CLEAN[tool])
+        return subprocess.CompletedProcess(line, 0 if text == CLEAN[tool] else code, stdout=text, stderr="")
+
+    return run
+
+
+def _toy_exercise(tmp_path):
+    source = "def make_kernel(count):\n    return count + 1\n"
+    path = tmp_path / "cell.py"
+    path.write_text(source)
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(source, str(path), "exec"), namespace)
+    return namespace["make_kernel"]
+
+
+def test_a_sanitized_run_fails_naming_the_race_and_passes_when_clean(tmp_path):
+    fn = _toy_exercise(tmp_path)
+    binary = tmp_path / "compute-sanitizer"
+    clean, message = sanitizer.sanitize("toy", [fn], "make_kernel(1)", binary=binary, runner=_fake_runner({}))
+    assert clean and "found nothing" in message
+    dirty = _fake_runner({"racecheck": RACE, "memcheck": MEMCHECK})
+    clean, message = sanitizer.sanitize("toy", [fn], "make_kernel(1)", binary=binary, runner=dirty)
+    assert (
+        not clean and "racecheck: Error: Race reported" in message and "memcheck: Invalid __global__ write" in message
+    )
+
+
+def test_a_script_that_fails_under_the_tool_is_reported_with_its_traceback(tmp_path):
+    fn = _toy_exercise(tmp_path)
+    broken = "Traceback (most recent call last):\n  File 'x', line 1\nNameError: name 'plan' is not defined\n"
+    failing = _fake_runner({"memcheck": broken + CLEAN["memcheck"]}, code=1)
+    clean, message = sanitizer.sanitize("toy", [fn], "plan", binary=tmp_path / "cs", runner=failing)
+    assert not clean and "did not run to its end" in message and "NameError" in message
+
+
+def test_a_checker_with_a_driver_sanitizes_after_a_pass(tmp_path, monkeypatch, capsys):
+    fn = _toy_exercise(tmp_path)
+    drivers = []
+
+    def driver(functions, *args, **kwargs):
+        drivers.append((functions, args, kwargs))
+        return "make_kernel(2)"
+
+    @checker.checker("toy", driver=driver)
+    def check_toy(run, size=3, *, seed=None) -> CheckResult:
+        return checker.passed("toy", 1, 0)
+
+    monkeypatch.setattr(sanitizer, "find_binary", lambda search=None: None)
+    assert check_toy(fn, 5, exercise=fn, sanitize=True).status == "passed"
+    assert drivers == [([fn], (5,), {})] and sanitizer.MISSING in capsys.readouterr().out
+    monkeypatch.setattr(sanitizer, "find_binary", lambda search=None: tmp_path / "cs")
+    monkeypatch.setattr(subprocess, "run", _fake_runner({"racecheck": RACE}))
+    with pytest.raises(CheckFailure) as info:
+        check_toy(fn, exercise=fn, sanitize=True)
+    assert info.value.stage == "sanitizer" and "race_kernel+0x170" in str(info.value)
+    assert check_toy(fn, exercise=fn).status == "passed", "without sanitize=True no tool runs"
+
+
+def test_a_checker_without_a_driver_refuses_sanitize():
+    @checker.checker("plain")
+    def check_plain(run) -> CheckResult:
+        return checker.passed("plain", 1, 0)
+
+    with pytest.raises(TypeError, match="no sanitizer run"):
+        check_plain(lambda: None, sanitize=True)
+
+
+def test_short_names_keep_offsets_files_and_lines():
+    assert sanitizer.short_name(f"{KERNEL}+0x90") == "race_kernel+0x90"
+    assert sanitizer.short_name("kernel(float *)+0x90") == "kernel(float *)+0x90"
+    assert sanitizer.short_name(textwrap.dedent("x.py:20:" + KERNEL)) == "x.py:20:race_kernel"
+
+
+def test_kernels_arguments_follow_the_course_names(tmp_path):
+    source = "def make_residue(count):\n    return count\n\n\ndef neighbor(m):\n    return m\n"
+    path = tmp_path / "cells.py"
+    path.write_text(source)
+    namespace: dict = {}
+    exec(compile(source, str(path), "exec"), namespace)
+    assert sanitizer.kernels_arguments([namespace["make_residue"], namespace["neighbor"]]) == (
+        "residue=make_residue, neighbor=neighbor"
+    )
+
+
+def _tracks_drivers():
+    """(checker, exercise functions, the check's own arguments) of GPU checks whose exercises import on a CPU."""
+    from utilities.conv import check as conv
+    from utilities.conv import simt as conv_simt
+    from utilities.ozaki import check as ozaki
+    from utilities.ozaki import simt as ozaki_simt
+    from utilities.ozaki2 import check as ozaki2
+    from utilities.ozaki2 import simt as ozaki2_simt
+
+    return [
+        (ozaki2._scaling_driver, [ozaki2_simt.make_residue], (), {}),
+        (ozaki2._digits_driver, [ozaki2_simt.make_digit], (), {}),
+        (ozaki2._reconstruction_driver, [ozaki2_simt.make_reconstruct_kernel], (), {}),
+        (ozaki2._gemm_driver, [ozaki2_simt.make_residue, ozaki2_simt.make_digit], (14,), {}),
+        (ozaki._slicing_driver, [ozaki_simt.make_split_digits], (), {}),
+        (ozaki._epilogue_driver, [ozaki_simt.make_epilogue_kernel], (), {}),
+        (ozaki._gemm_driver, [ozaki_simt.make_split_digits, ozaki_simt.make_epilogue_kernel], (7,), {}),
+        (conv._conv_driver, [conv_simt.neighbor], (), {"tile_n": 32}),
+    ]
+
+
+def test_every_drivers_script_compiles_and_its_cpu_imports_resolve():
+    """The scripts a sanitized check writes, from the course's own exercise functions: valid Python, and every import
+    that a CPU can make resolves (the GPU modules are imported on the GPU only)."""
+    for driver, functions, args, kwargs in _tracks_drivers():
+        text = sanitizer.script(functions, driver(functions, *args, **kwargs), sanitizer.PREAMBLE)
+        compile(text, driver.__name__, "exec")
+        for name in map(sanitizer.def_name, functions):
+            assert f"def {name}(" in text, (driver.__name__, name)
+        cpu = [
+            line
+            for line in text.splitlines()
+            if line.startswith(("import ", "from "))
+            and not any(g in line for g in ("cupy", "tensorcore", "buildcache"))
+        ]
+        done = subprocess.run([sys.executable, "-c", "\n".join(cpu)], capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, (driver.__name__, done.stderr[-800:])
+    assert "ConvConfig(tile_n=32, tile_k=64)" in conv_driver_text()
+    assert 'variant="unfused"' in _ozaki_driver_text()
+
+
+def conv_driver_text():
+    from utilities.conv import check as conv
+    from utilities.conv import simt as conv_simt
+
+    return conv._conv_driver([conv_simt.neighbor], tile_n=32)
+
+
+def _ozaki_driver_text():
+    from utilities.ozaki import check as ozaki
+    from utilities.ozaki import simt as ozaki_simt
+
+    return ozaki._gemm_driver([ozaki_simt.make_split_digits], 7)
+
+
+def test_a_binary_that_cannot_start_is_reported(tmp_path):
+    fn = _toy_exercise(tmp_path)
+
+    def refuses(line, **kwargs):
+        raise PermissionError(13, "Permission denied", line[0])
+
+    clean, message = sanitizer.sanitize("toy", [fn], "make_kernel(1)", binary=tmp_path / "cs", runner=refuses)
+    assert not clean and "could not start" in message and "chmod +x" in message
+
+
+def test_a_local_name_that_a_notebook_global_shadows_is_not_rebuilt(tmp_path):
+    """Notebook 4b holds a global ``a`` (a CuPy array) while its reconstruction kernel assigns a local ``a``: only
+    the names a function reads as globals are rebuilt."""
+    source = (
+        "import math\n\n\ndef make_kernel(count):\n    def kernel(a, b):\n        c = a + b\n"
+        "        a = math.floor(c)\n        return a * count\n\n    return kernel\n"
+    )
+    path = tmp_path / "cell.py"
+    path.write_text(source)
+    namespace: dict = {"__name__": "__main__", "a": object(), "c": object(), "count": object()}
+    exec(compile(source, str(path), "exec"), namespace)
+    text = sanitizer.script([namespace["make_kernel"]], "print(make_kernel(2)(1.5, 2.0))")
+    assert "import math" in text and "a = " not in text.split("def make_kernel")[0]

@@ -1,0 +1,151 @@
+"""Ozaki-II's checkers (4a, 4b) against wrong versions written for issue 35 (not the course's mutants in
+``tools/mistakes``): each is rejected on every seed, by the stage it breaks, with a message that names the mistake;
+the correct alternatives pass. One of each kind the issue names: code that works on one shape only where the contract
+allows any; a CRT sum kept in int64 (an integer overflow, which must not be sent to ldexp); a tie of p = 256 left
+unfixed where a byte store would hide it; a negative digit handled wrongly; a reconstruction right for the digits
+read early and wrong for the products read late; C read although beta = 0; a write outside the output.
+
+4a's functions and 4b's device functions are built from the solution's source as ``tools/mutation_test.py`` builds
+them; 4b's reconstruction is a NumPy stand-in for the kernel (the checker takes any function of its contract).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from utilities import mutants
+from utilities.guard import Canvas
+from utilities.ozaki2 import check
+from utilities.ozaki2 import reference as ref
+
+ROOT = Path(__file__).resolve().parent.parent
+SEEDS = (1, 2, 3, 4, 5)
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("mutation_test_wrong_versions2", ROOT / "tools" / "mutation_test.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+TOOL = _tool()
+RESIDUE, CRT = "4a symmetric_residue", "4a crt_reconstruct"
+DEVICE_RESIDUE, DIGIT = "4b residue (device function)", "4b digit (device function)"
+_BODY = """    r = np.mod(x.astype(np.int64), p)  # in [0, p)
+    r = np.where(r > hi, r - p, r)
+    return r.astype(np.float64)"""
+_CRT_SUMS = "    s1, s2, s3 = (np.zeros(digits.shape[1:]) for _ in range(3))"
+_CRT_BODY = """    c = ozaki2.crt(count)
+    s1, s2, s3 = (np.zeros(digits.shape[1:]) for _ in range(3))
+    for t in range(count):
+        u = digits[t].astype(np.float64)
+        s1 = s1 + u * c.c1[t]
+        s2 = s2 + u * c.c2[t]
+        s3 = s3 + u * c.c3[t]
+    q = np.floor(s1 + 0.5)
+    return ((s1 - q) + s2 + s3) * c.product_float"""
+_CRT_INT64 = """    c = ozaki2.crt(count)
+    big = c.product
+    total = np.zeros(digits.shape[1:], np.int64)
+    for t, p in enumerate(c.moduli):
+        weight = np.int64(big // p)  # the CRT weight of digit t (y_t is in the digit), in int64
+        total = (total + digits[t].astype(np.int64) * weight) % np.int64(big)
+    return np.where(total > big // 2, total - big, total).astype(np.float64)"""
+
+WRONG = [
+    mutants.Mistake(RESIDUE, "contract", "a loop over x itself: right for 1-D x only",
+                    old=_BODY, new="    return np.array([(int(v) - lo) % p + lo for v in x], dtype=np.float64)",
+                    message="depends on one shape", stage="residues"),
+    mutants.Mistake(RESIDUE, "contract", "returns the residues flattened", old="return r.astype(np.float64)",
+                    new="return r.astype(np.float64).ravel()", message="of any shape", stage="residues"),
+    mutants.Mistake(RESIDUE, "rounding", "x - round(x / p) p in FP64: x / p rounds past 2^53",
+                    old=_BODY, new="    r = x - np.round(x / p) * p\n    return np.where(r > hi, r - p, r)",
+                    message="2^53", stage="residues"),
+    mutants.Mistake(CRT, "integer overflow", "the CRT sum in int64: the weights P / p_t y_t pass 2^63 from 8 moduli",
+                    old=_CRT_BODY, new=_CRT_INT64, message="does not fit its type", stage=mutants.RUNNING),
+    mutants.Mistake(CRT, "contract", "sums shaped for two trailing axes only", old=_CRT_SUMS,
+                    new="    s1, s2, s3 = (np.zeros((digits.shape[1], digits.shape[2])) for _ in range(3))",
+                    message="depends on one shape", stage="integers"),
+    mutants.Mistake(DEVICE_RESIDUE, "edge", "the tie of p = 256 fixed for negative w only",
+                    old="if r > HI[t]:", new="if r > HI[t] and w < 0:", message="at a tie", stage="residue(w, t)"),
+    mutants.Mistake(DIGIT, "convention", "a negative u made positive by its absolute value instead of adding p",
+                    old="u += p", new="u = -u", message="u + p where u < 0", stage="digits"),
+]  # fmt: skip
+
+RIGHT = [
+    mutants.Alternative(RESIDUE, "the float remainder, then the top half down",
+                        old="np.mod(x.astype(np.int64), p)", new="np.remainder(x, float(p))"),
+    mutants.Alternative(CRT, "rint of s1", old="q = np.floor(s1 + 0.5)", new="q = np.rint(s1)"),
+    mutants.Alternative(DEVICE_RESIDUE, "w / p rounded by Python's round (half to even, as round_near)",
+                        old="r = w - round_near(w * INV[t]) * P[t]", new="r = w - round(w / P[t]) * P[t]"),
+    mutants.Alternative(DIGIT, "the second reduction by floor, in [0, p) at once",
+                        old="u -= round_near(u * INV[t]) * p", new="u -= math.floor(u * INV[t]) * p"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mistake", WRONG, ids=lambda m: m.what)
+def test_each_wrong_version_is_rejected_on_every_seed_with_its_name(mistake):
+    text, build, run, _ = TOOL.EXERCISES[mistake.exercise]()
+    verdict = mutants.judge(mistake, text, build, run, SEEDS)
+    assert verdict.status == "rejected", verdict.line() + "\n" + verdict.message
+    if mistake.kind == "integer overflow":
+        assert "DBL_MAX" not in verdict.message and "ldexp" not in verdict.message
+
+
+@pytest.mark.parametrize("alternative", RIGHT, ids=lambda a: a.what)
+def test_each_correct_alternative_passes_on_every_seed(alternative):
+    text, build, run, _ = TOOL.EXERCISES[alternative.exercise]()
+    verdict = mutants.judge(alternative, text, build, run, SEEDS)
+    assert verdict.status == "accepted", verdict.line() + "\n" + verdict.message
+
+
+# --- 4b's reconstruction: a NumPy stand-in for the kernel, both paths --------------------------------------------
+
+
+def reconstruction(raw_planes: bool = False, read_c: bool = False, stray: bool = False):
+    """``fn(planes, mu, nu, a, b, alpha, beta, c)`` as the kernel computes C, with the chosen mistakes:
+    ``raw_planes`` weights the int32 products themselves (right for uint8 digits, which are their own u)."""
+
+    def fn(planes, mu, nu, a, b, alpha, beta, c):
+        count = planes.shape[0]
+        late = planes.dtype == np.int32
+        u = planes.astype(np.float64) if raw_planes or not late else ref.reduce_products(planes, count)
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = ref.reconstruct(u, mu, nu, count, alpha, 0.0, None, a, b)
+            if beta != 0.0 or read_c:
+                out = out + beta * c
+        if not stray:
+            return out
+        canvas = Canvas(out.shape, np.float64, fill=np.nan)
+        canvas.out[...] = out
+        canvas.buffer[canvas.guard - 1] = 0.0  # the entry before the first: a row index of -1 somewhere
+        return canvas.written()
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    ("what", "fn", "says"),
+    [
+        ("the raw products weighted on the late path", reconstruction(raw_planes=True), "not the plane's own value"),
+        ("C read when beta = 0", reconstruction(read_c=True), "C was read although beta = 0"),
+        ("a store before the output", reconstruction(stray=True), "entries before the output"),
+    ],
+)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_each_wrong_reconstruction_is_rejected_on_every_seed_with_its_name(what, fn, says, seed):
+    with pytest.raises(check.CheckFailure) as info:
+        check.check_reconstruction(fn, seed=seed)
+    assert mutants.stage_name(info.value.stage) == "C" and says in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_right_reconstruction_passes_both_paths_on_every_seed(seed):
+    assert check.check_reconstruction(reconstruction(), seed=seed).status == "passed"
