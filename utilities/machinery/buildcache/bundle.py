@@ -37,8 +37,7 @@ BUNDLE_FORMAT = 1
 MAGIC = b"TCFBNDL1"
 HEADER = len(MAGIC) + 2 + 2 + 32  # magic, part number, part count, SHA-256 of the stream
 MANIFEST = "manifest.json"
-# xz level 6: on a launch-only bundle of the whole course (249 MiB of cubins and small entries), 12.6 MiB in 73 s on a
-# 2-core machine, where level 9 extreme made 11.3 MiB in 396 s (instructor-notes/machinery.md)
+# xz level 6, not 9 extreme: nearly as small, five times faster (instructor-notes/machinery.md has the figures)
 XZ_PRESET = 6
 
 
