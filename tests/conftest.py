@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -24,6 +29,28 @@ def define(tmp_path) -> Callable[[str, str], Any]:
         return namespace[name]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def mutation_tool() -> Any:
+    """``tools/mutation_test.py`` as a module, loaded once (importing it selects numba's simulator)."""
+    spec = importlib.util.spec_from_file_location("mutation_test_for_tests", ROOT / "tools" / "mutation_test.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def judged(mutation_tool: Any) -> Callable[..., Any]:
+    """``judged(mistake_or_alternative, seeds)``: the mutation tool's verdict on it, on its exercise's solution."""
+    from utilities import mutants
+
+    def judge(item: Any, seeds: tuple[int, ...]) -> Any:
+        text, build, run, _ = mutation_tool.EXERCISES[item.exercise]()
+        return mutants.judge(item, text, build, run, seeds)
+
+    return judge
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utilities.notebooks import is_stretch
+from utilities.notebooks import is_stretch, sections
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb")) + sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -61,11 +61,6 @@ def stretch_reads(cells: list[tuple[bool, str]]) -> list[str]:
     return problems
 
 
-def code_cells(path: Path) -> list[tuple[bool, str]]:
-    cells = nbformat.read(path, as_version=4).cells
-    return [(is_stretch(cell), cell.source) for cell in cells if cell.cell_type == "code"]
-
-
 def test_the_scan_sees_a_name_only_a_stretch_cell_binds() -> None:
     cells = [
         (False, "import numpy as np\nt = {}"),
@@ -81,7 +76,7 @@ def test_the_scan_sees_a_name_only_a_stretch_cell_binds() -> None:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_no_core_cell_reads_a_name_a_stretch_cell_binds(path: Path) -> None:
-    problems = stretch_reads(code_cells(path))
+    problems = stretch_reads(sections(path, "code"))
     assert not problems, f"{path.relative_to(ROOT)} fails when its stretch sections are skipped:\n" + "\n".join(
         problems
     )

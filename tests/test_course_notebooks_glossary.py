@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from utilities.notebooks import is_stretch
+from utilities.notebooks import sections
 
 ROOT = Path(__file__).resolve().parent.parent
 PRIMER = "0_primer"
@@ -53,11 +53,6 @@ def first_uses(cells: list[tuple[bool, str]], term: str) -> list[tuple[int, bool
     return sorted(set(found.values()))
 
 
-def markdown(path: Path) -> list[tuple[bool, str]]:
-    cells = nbformat.read(path, as_version=4).cells
-    return [(is_stretch(c), c.source) for c in cells if c.cell_type == "markdown"]
-
-
 def test_the_scan_finds_a_first_use_and_its_link() -> None:
     cells = [
         (False, "## The floor\nThe `floor(x)` function and $floor$."),
@@ -82,7 +77,7 @@ def test_the_primer_defines_every_term_in_its_glossary() -> None:
 def test_each_notebook_links_a_term_to_the_glossary_where_it_first_uses_it(path: Path) -> None:
     if path.stem == PRIMER:
         return  # the glossary is in it
-    cells = markdown(path)
+    cells = sections(path, "markdown")
     unlinked = [
         f"{term!r} in markdown cell {index}"
         for term in TERMS

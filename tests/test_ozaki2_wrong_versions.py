@@ -11,8 +11,6 @@ them; 4b's reconstruction is a NumPy stand-in for the kernel (the checker takes 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,15 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SEEDS = (1, 2, 3, 4, 5)
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("mutation_test_wrong_versions2", ROOT / "tools" / "mutation_test.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-TOOL = _tool()
 RESIDUE, CRT = "4a symmetric_residue", "4a crt_reconstruct"
 DEVICE_RESIDUE, DIGIT = "4b residue (device function)", "4b digit (device function)"
 _BODY = """    r = np.mod(x.astype(np.int64), p)  # in [0, p)
@@ -91,18 +80,16 @@ RIGHT = [
 
 
 @pytest.mark.parametrize("mistake", WRONG, ids=lambda m: m.what)
-def test_each_wrong_version_is_rejected_on_every_seed_with_its_name(mistake):
-    text, build, run, _ = TOOL.EXERCISES[mistake.exercise]()
-    verdict = mutants.judge(mistake, text, build, run, SEEDS)
+def test_each_wrong_version_is_rejected_on_every_seed_with_its_name(mistake, judged):
+    verdict = judged(mistake, SEEDS)
     assert verdict.status == "rejected", verdict.line() + "\n" + verdict.message
     if mistake.kind == "integer overflow":
         assert "DBL_MAX" not in verdict.message and "ldexp" not in verdict.message
 
 
 @pytest.mark.parametrize("alternative", RIGHT, ids=lambda a: a.what)
-def test_each_correct_alternative_passes_on_every_seed(alternative):
-    text, build, run, _ = TOOL.EXERCISES[alternative.exercise]()
-    verdict = mutants.judge(alternative, text, build, run, SEEDS)
+def test_each_correct_alternative_passes_on_every_seed(alternative, judged):
+    verdict = judged(alternative, SEEDS)
     assert verdict.status == "accepted", verdict.line() + "\n" + verdict.message
 
 

@@ -11,8 +11,6 @@ NumPy stand-in for the kernel (the checker takes any function of its contract), 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,15 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SEEDS = (1, 2, 3, 4, 5)
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("mutation_test_wrong_versions", ROOT / "tools" / "mutation_test.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-TOOL = _tool()
 SLICE = "3a slice_number"
 TERMS = "3a diagonal_terms"
 _CARRY = """    for s in range(slices - 1, 0, -1):
@@ -87,27 +76,24 @@ RIGHT = [
 
 
 @pytest.mark.parametrize("mistake", WRONG, ids=lambda m: m.what)
-def test_each_wrong_version_is_rejected_on_every_seed_with_its_name(mistake):
-    text, build, run, _ = TOOL.EXERCISES[mistake.exercise]()
-    verdict = mutants.judge(mistake, text, build, run, SEEDS)
+def test_each_wrong_version_is_rejected_on_every_seed_with_its_name(mistake, judged):
+    verdict = judged(mistake, SEEDS)
     assert verdict.status == "rejected", verdict.line() + "\n" + verdict.message
     if mistake.kind == "integer overflow":
         assert "DBL_MAX" not in verdict.message and "ldexp" not in verdict.message
 
 
 @pytest.mark.parametrize("alternative", RIGHT, ids=lambda a: a.what)
-def test_each_correct_alternative_passes_on_every_seed(alternative):
-    text, build, run, _ = TOOL.EXERCISES[alternative.exercise]()
-    verdict = mutants.judge(alternative, text, build, run, SEEDS)
+def test_each_correct_alternative_passes_on_every_seed(alternative, judged):
+    verdict = judged(alternative, SEEDS)
     assert verdict.status == "accepted", verdict.line() + "\n" + verdict.message
 
 
-def test_trunc_code_with_a_wrong_tie_rule_is_not_told_about_floor():
+def test_trunc_code_with_a_wrong_tie_rule_is_not_told_about_floor(judged):
     """Half up and floor extraction explain the same negative tie; the probe tells them apart: only the first."""
-    text, build, run, _ = TOOL.EXERCISES[SLICE]()
     half_up = mutants.Mistake(SLICE, "rounding", "half up", old="digits.append(round(t))",
                               new="digits.append(math.floor(t + 0.5))", message="not half up")  # fmt: skip
-    verdict = mutants.judge(half_up, text, build, run, SEEDS)
+    verdict = judged(half_up, SEEDS)
     assert verdict.status == "rejected" and "floor is not exact" not in verdict.message
 
 

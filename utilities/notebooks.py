@@ -250,6 +250,12 @@ def is_stretch(cell: nbformat.NotebookNode) -> bool:
     return bool(cell.get("metadata", {}).get("course", {}).get(STRETCH, False))
 
 
+def sections(path: Path, cell_type: str) -> list[tuple[bool, str]]:
+    """(stretch, source) of each cell of ``cell_type`` (``"code"``, ``"markdown"``) in the notebook at ``path``."""
+    cells = nbformat.read(path, as_version=4).cells
+    return [(is_stretch(cell), cell.source) for cell in cells if cell.cell_type == cell_type]
+
+
 def _set_stretch(cell: nbformat.NotebookNode, stretch: bool) -> None:
     course = cell.metadata.get("course", {})
     if stretch:
