@@ -49,6 +49,7 @@ TOOLING = (
     "mutants",
     "workshop",
     "gpu_suite",
+    "gpu_proof",
     "bench_all",
     "prebuild",
     "emulations",

@@ -2,8 +2,11 @@
 # Developer harness for a lent GPU machine that outlives one call. A background job runs in its own process session
 # (setsid, so it survives the call) with logs under /tmp/gpu-session; `poll [seconds]` waits up to that long for it,
 # then copies the logs and results to $OUT and prints a short status. A machine goes back about 30 s after a call
-# ends: poll again at once. Every call gets the working tree copied anew, so results are written under
-# /tmp/gpu-session, never into the tree, and notebooks run in private folders (utilities/execution.py says why).
+# ends: poll again at once. Every call gets the working tree copied anew, and a job whose folder is replaced under it
+# fails (FileNotFoundError from os.getcwd): a background job runs from a copy of the tree, /tmp/gpu-session/tree,
+# and writes its results under /tmp/gpu-session, never into the tree.
+#   COURSE_COMMIT=$(git rev-parse --short=12 HEAD) tools/gpu_session.sh proof [--bundle .bundle/course.bundle]
+#                                                                   the course proven (python -m utilities.gpu_proof)
 #   tools/gpu_session.sh start --parts prebuild,tests --jobs ...   the GPU suite (arguments of python -m utilities.gpu_suite)
 #   tools/gpu_session.sh workshop 2b 3d                             the run-through (arguments of python -m utilities.workshop)
 #   tools/gpu_session.sh ledger 2b 4b --parallel 3                  the ledger's run (arguments of ... ledger run)
@@ -16,12 +19,18 @@ set -uo pipefail
 SESSION=/tmp/gpu-session
 mode=${1:-poll}; shift || true
 
-setup() {
+setup() {  # the wheels installed once per machine; then this call's tree copied to $SESSION/tree, and run from there
     mkdir -p "$SESSION/results" "$SESSION/logs"
     if [ ! -f /tmp/site/.course-installed ]; then
         source .whl/setup.sh > "$SESSION/setup.log" 2>&1 || { cat "$SESSION/setup.log"; exit 1; }
         touch /tmp/site/.course-installed
     fi
+    if [ -f "$SESSION/pid" ] && kill -0 "$(cat "$SESSION/pid")" 2>/dev/null && [ ! -f "$SESSION/exit" ]; then
+        echo "a job is still running (pid $(cat "$SESSION/pid")): poll it, or kill it first" >&2; exit 1
+    fi
+    rm -rf "$SESSION/tree" && mkdir -p "$SESSION/tree"
+    tar --exclude=./.whl -cf - . | tar -xf - -C "$SESSION/tree"
+    cd "$SESSION/tree" || exit 1
     export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 }
 
@@ -34,10 +43,15 @@ launch() {  # a command in the background, its output in suite.log, its exit sta
     rm -f "$SESSION/exit"  # a warm machine keeps the last run's: poll would stop at once
     if [ -n "${BUNDLE:-}" ]; then import_bundle "$BUNDLE" || exit 1; fi
     setsid nohup bash -c "$1; echo \$? > $SESSION/exit" > "$SESSION/suite.log" 2>&1 < /dev/null &
-    echo "started: $1"
+    echo $! > "$SESSION/pid"
+    echo "started in $PWD: $1"
 }
 
 case $mode in
+proof)
+    setup
+    launch "python3 -m utilities.gpu_proof --logs $SESSION/logs --out $SESSION/results $*"
+    ;;
 start)
     setup
     launch "python3 -m utilities.gpu_suite --logs $SESSION/logs --out $SESSION/results $*"
@@ -61,14 +75,14 @@ export)
 poll)
     wait_s=${1:-0}
     for _ in $(seq 1 "$wait_s"); do [ -f "$SESSION/exit" ] && break; sleep 1; done
-    grep -h "prebuild: \[" "$SESSION/logs/prebuild.log" 2>/dev/null | tail -n 3
+    grep -h "prebuild: \[" "$SESSION/logs/prebuild.log" "$SESSION/logs/cache.log" 2>/dev/null | tail -n 3
     tail -n 5 "$SESSION/suite.log"
     [ -f "$SESSION/exit" ] && echo "exit: $(cat "$SESSION/exit")" || echo "still running"
     ( for f in "$SESSION"/logs/*.log; do echo "===== $(basename "$f")"; tail -n "${TAIL:-60}" "$f"; done ) > "$OUT/logs.txt" 2>&1
     cp "$SESSION/suite.log" "$OUT/" 2>/dev/null
     cat "$SESSION"/logs/records/*.jsonl > "$OUT/records.jsonl" 2>/dev/null
-    cp "$SESSION"/results/*.json "$SESSION"/results/*.md "$OUT/" 2>/dev/null
+    cp "$SESSION"/results/*.json "$SESSION"/results/*.md "$SESSION"/logs/*.json "$OUT/" 2>/dev/null
     ;;
 *)
-    echo "usage: tools/gpu_session.sh start|workshop|ledger <args> | import|export FILE | poll [seconds]" >&2; exit 2 ;;
+    echo "usage: tools/gpu_session.sh proof|start|workshop|ledger <args> | import|export FILE | poll [seconds]" >&2; exit 2 ;;
 esac

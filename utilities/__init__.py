@@ -36,9 +36,10 @@ The house has four floors, and an import never climbs (``tests/test_course_layou
 3. the tracks: each imports the core and the machinery, never another track.
 4. course tooling: ``notebooks`` (exercises from solutions), ``execution`` (a notebook in a fresh Jupyter kernel),
    ``mutants`` (how ``tools/mutation_test.py`` proves the checkers), ``gpu_suite`` and ``bench_all`` (the GPU
-   report), ``emulations`` (Ozaki-I as the Ozaki-II benchmarks compare with it), ``workshop`` (the run-through of
-   the day), ``ledger`` (which GPU notebooks passed on a GPU with their current code), ``prebuild`` (every course
-   kernel built ahead of a workshop, and the build cache exported to or imported from a bundle, whose format is
+   report), ``gpu_proof`` (the course's GPU tests and notebooks on a GPU, with a verdict on each target),
+   ``emulations`` (Ozaki-I as the Ozaki-II benchmarks compare with it), ``workshop`` (the run-through of the day),
+   ``ledger`` (which GPU notebooks passed on a GPU with their current code), ``prebuild`` (every course kernel built
+   ahead of a workshop, and the build cache exported to or imported from a bundle, whose format is
    ``machinery.buildcache.bundle``'s).
 """
 

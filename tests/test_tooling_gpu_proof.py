@@ -1,0 +1,149 @@
+"""The GPU proof's bookkeeping, on a CPU: what it reads from a real pytest run, how it spreads notebooks, and the
+verdict it gives on each target (``utilities.gpu_proof``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from utilities import gpu_proof
+
+SAMPLE_TESTS = """
+import pytest
+
+def test_fine():
+    assert True
+
+def test_wrong():
+    assert 1 == 2
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("no device")
+
+def test_setup_fails(broken):
+    pass
+
+@pytest.mark.skip(reason="needs a GPU")
+def test_skipped():
+    pass
+
+class TestGroup:
+    def test_inside(self):
+        assert False
+"""
+
+
+def test_junit_counts_reads_a_real_pytest_run(tmp_path: Path) -> None:
+    folder = tmp_path / "tests"
+    folder.mkdir()
+    (folder / "test_sample.py").write_text(SAMPLE_TESTS)
+    xml = tmp_path / "run.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", "tests"],
+        cwd=tmp_path,
+        capture_output=True,
+        check=False,
+    )
+    counts = gpu_proof.junit_counts(xml)
+    assert (counts.passed, counts.failed, counts.errors, counts.skipped) == (1, 2, 1, 1)
+    assert sorted(counts.failures) == [
+        "tests/test_sample.py::TestGroup::test_inside",
+        "tests/test_sample.py::test_setup_fails (error)",
+        "tests/test_sample.py::test_wrong",
+    ]
+
+
+def test_test_runs_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "gpu-tests.json"
+    path.write_text(json.dumps({"gpu": "X", "passed": 3}))  # an older file that held one run
+    data = gpu_proof.add_test_run(path, {"gpu": "X", "passed": 4})
+    assert [run["passed"] for run in data["runs"]] == [3, 4]
+    assert gpu_proof.add_test_run(tmp_path / "none.json", {"passed": 1}) == {"runs": [{"passed": 1}]}
+
+
+def test_notebooks_are_spread_by_their_last_wall_time() -> None:
+    stems = ["a", "b", "c", "d", "e"]
+    groups = gpu_proof.split_evenly(stems, {"a": 200, "b": 40, "c": 150, "d": 60, "e": 50}, 2)
+    assert sorted(sum(groups, [])) == stems
+    loads = [sum({"a": 200, "b": 40, "c": 150, "d": 60, "e": 50}[s] for s in g) for g in groups]
+    assert max(loads) == 250  # a + e | c + d + b: the best split of these five
+    assert all(g == sorted(g, key=stems.index) for g in groups)  # each group in the given order
+    assert gpu_proof.split_evenly(["a"], {}, 4) == [["a"]]
+
+
+def _entry(stem: str, **kw) -> dict:
+    return {
+        "notebook": stem,
+        "wall_s": 100.0,
+        "build_wait_s": 10.0,
+        "longest_check_after_edit_s": 5.0,
+        "course_links": [],
+        "error": "",
+        **kw,
+    }
+
+
+def _rows(stems: list[str]) -> list[dict]:
+    return [{"notebook": s, "variant": v, "passed": True} for s in stems for v in ("solution", "exercise")]
+
+
+def test_a_run_that_meets_every_target_passes() -> None:
+    tests = gpu_proof.TestCounts(120, 0, 0, 3, 400.0, [])
+    checks = gpu_proof.verdicts(tests, [_entry("x"), _entry("y")], [_entry("x")], _rows(["x", "y"]), ["x", "y"])
+    assert all(met for _, met, _ in checks), checks
+
+
+def test_each_target_fails_on_its_own() -> None:
+    good = gpu_proof.TestCounts(120, 0, 0, 3, 400.0, [])
+    whole, rows, stems = [_entry("x"), _entry("y")], _rows(["x", "y"]), ["x", "y"]
+    one_core = [_entry("x")]
+
+    def failed(tests=good, whole=whole, core=one_core, rows=rows) -> list[str]:
+        return [t for t, met, _ in gpu_proof.verdicts(tests, list(whole), list(core), rows, stems) if not met]
+
+    assert failed() == []
+    assert failed(tests=gpu_proof.TestCounts(119, 1, 0, 3, 1.0, ["t"])) == ["GPU tests: 0 failed, 0 errors"]
+    assert failed(tests=gpu_proof.TestCounts(120, 0, 1, 3, 1.0, ["t"])) == ["GPU tests: 0 failed, 0 errors"]
+    assert failed(tests=None) == ["GPU tests: 0 failed, 0 errors"]
+    assert failed(rows=rows[:-1]) == ["every GPU notebook passes, solution and filled exercise"]  # a variant missing
+    assert failed(rows=[{**rows[0], "passed": False}, *rows[1:]]) == [
+        "every GPU notebook passes, solution and filled exercise"
+    ]
+    assert failed(whole=[_entry("x", error="CheckFailure: ..."), _entry("y")]) == [
+        "run-through (whole) runs to the end"
+    ]
+    assert failed(core=[_entry("x", error="boom")]) == ["run-through (core path) runs to the end"]
+    assert failed(core=[]) == ["run-through (core path) runs to the end"]  # it must have run
+    assert failed(whole=[_entry("x", course_links=["m.k"]), _entry("y")]) == [
+        "no course kernel linked in the run-through"
+    ]
+    assert failed(whole=[_entry("x", build_wait_s=100.0), _entry("y", build_wait_s=81.0)]) == [
+        "build waits <= 180 s over the whole run-through"
+    ]
+    assert failed(whole=[_entry("x", longest_check_after_edit_s=31.0), _entry("y")]) == [
+        "every check after an edit <= 30 s"
+    ]
+    assert failed(whole=[_entry("x", wall_s=361.0), _entry("y")]) == ["each notebook <= 360 s"]
+
+
+def test_the_report_names_every_step_and_target() -> None:
+    checks = [("GPU tests: 0 failed, 0 errors", False, "1 failed")]
+    text = gpu_proof.report(
+        [("cache", 5.0, 0), ("tests", 400.0, 1)], checks, {"gpu": "G", "commit": "c", "date": "d", "command": "cmd"}
+    )
+    assert "| tests | 400 | 1 |" in text and "| GPU tests: 0 failed, 0 errors | **no** | 1 failed |" in text
+
+
+def test_without_a_gpu_it_says_so_and_fails() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "utilities.gpu_proof", "--out", "/nonexistent"],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "gpu-proof: cannot run" in done.stderr
+    assert "Traceback" not in done.stderr

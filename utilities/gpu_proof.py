@@ -1,0 +1,398 @@
+"""One command that proves the course on the GPU at hand, and says whether it met the course's targets.
+
+    ./course gpu-proof                            # prebuild, then every step below
+    ./course gpu-proof --bundle course.bundle     # import a bundle instead of building
+    python -m utilities.gpu_proof --cache keep    # the build cache as it is (a machine that prebuilt)
+
+Steps, on a GPU machine:
+
+1. the build cache: ``python -m utilities.prebuild`` (every kernel of the course), or ``--import`` of a bundle;
+2. at once: the GPU tests (``pytest -m 'gpu or device' tests``) beside the run-through of every GPU notebook
+   (``utilities.workshop``, its filled exercise in a fresh kernel, then each exercise edited and checked again), the
+   notebooks spread over ``--parallel`` processes;
+3. at once: the solutions in fresh kernels (``utilities.ledger run --variants solution``) beside the run-through of
+   the core path (``--core``: its notebooks with their stretch sections skipped).
+
+It writes into ``--out`` (default ``results/``): ``<gpu>-gpu-tests.json`` (this run added to the earlier ones),
+``<gpu>-workshop.json`` (the run-through's entries, whole and core), ``<gpu>-notebooks.json`` (the ledger: the
+run-through records each filled exercise, step 3 each solution) and ``<gpu>-proof.md``: each step's time and the
+verdict on each target (:data:`TARGETS`). Exit status 0 only when every target is met.
+
+A step that finished leaves ``<logs>/<step>.done``: started again with the same ``--logs`` (a run cut short on a
+machine that is still up), the command goes on from the first step that did not finish. ``COURSE_COMMIT`` names the
+commit in every file written (a lent machine's copy of the tree has no ``.git``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from .ledger import VARIANTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What "the course passes on this GPU" means (issue "GPU green"): limits of the run-through after a prebuild or import.
+TARGETS = {
+    "build_wait_s": 180.0,  # every notebook's build waits, summed over the whole run-through
+    "check_after_edit_s": 30.0,  # the longest check after an edit, any notebook
+    "notebook_s": 360.0,  # one notebook's wall time, top to bottom
+}
+
+
+@dataclass
+class TestCounts:
+    """A pytest run's outcome, read from its JUnit XML."""
+
+    passed: int
+    failed: int
+    errors: int
+    skipped: int
+    seconds: float
+    failures: list[str]
+
+
+def junit_counts(path: Path) -> TestCounts:
+    """The counts and the failed or erroring tests' ids (``file::name``) of a ``pytest --junitxml`` report."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    counts = {"failed": 0, "errors": 0, "skipped": 0, "passed": 0}
+    failures: list[str] = []
+    seconds = 0.0
+    for suite in suites:
+        seconds += float(suite.get("time", 0.0))
+        for case in suite.iter("testcase"):
+            outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+            key = {"failure": "failed", "error": "errors", "skipped": "skipped"}.get(outcome, "passed")
+            counts[key] += 1
+            if key in ("failed", "errors"):
+                module = case.get("classname", "").split(".")
+                # classname is "tests.test_x" or "tests.test_x.TestClass": the file is the part that starts with test_
+                cut = next((i for i, part in enumerate(module) if part.startswith("test_")), len(module) - 1)
+                test_id = "/".join(module[: cut + 1]) + ".py::" + "::".join([*module[cut + 1 :], case.get("name", "")])
+                failures.append(test_id + (" (error)" if key == "errors" else ""))
+    return TestCounts(
+        counts["passed"], counts["failed"], counts["errors"], counts["skipped"], round(seconds, 1), failures
+    )
+
+
+def add_test_run(path: Path, run: dict) -> dict:
+    """``path``'s ``{"runs": [...]}`` with ``run`` added last (a file holding one run object becomes its first run)."""
+    data = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    runs = data["runs"] if "runs" in data else [data]
+    return {"runs": [*runs, run]}
+
+
+def split_evenly(stems: list[str], weights: dict[str, float], parts: int) -> list[list[str]]:
+    """``stems`` in ``parts`` groups of about equal weight (longest first, each to the lightest group), each group in
+    the order given; a stem without a weight counts as the mean of the others."""
+    known = [weights[s] for s in stems if s in weights]
+    default = sum(known) / len(known) if known else 1.0
+    groups: list[list[str]] = [[] for _ in range(max(1, min(parts, len(stems))))]
+    loads = [0.0] * len(groups)
+    for stem in sorted(stems, key=lambda s: -weights.get(s, default)):
+        i = loads.index(min(loads))
+        groups[i].append(stem)
+        loads[i] += weights.get(stem, default)
+    return [sorted(group, key=stems.index) for group in groups if group]
+
+
+def verdicts(
+    tests: TestCounts | None, whole: list[dict], core: list[dict], ledger_rows: list[dict], stems: list[str]
+) -> list[tuple[str, bool, str]]:
+    """(target, met, what was measured) for each target of the proof; ``stems``: the GPU notebooks, each of which
+    needs a passing ledger row of both variants in ``ledger_rows`` (this run's)."""
+    out: list[tuple[str, bool, str]] = []
+    if tests is None:
+        out.append(("GPU tests: 0 failed, 0 errors", False, "did not run"))
+    else:
+        said = f"{tests.passed} passed, {tests.failed} failed, {tests.errors} errors, {tests.skipped} skipped"
+        out.append(
+            ("GPU tests: 0 failed, 0 errors", tests.failed == 0 and tests.errors == 0 and tests.passed > 0, said)
+        )
+    failed = [f"{r['notebook']} ({r['variant']}): {r.get('error', '')}" for r in ledger_rows if not r["passed"]]
+    ran = {(r["notebook"], r["variant"]) for r in ledger_rows}
+    missing = [f"{stem} ({variant}): no run" for stem in stems for variant in VARIANTS if (stem, variant) not in ran]
+    out.append(
+        (
+            "every GPU notebook passes, solution and filled exercise",
+            bool(stems) and not failed and not missing,
+            "; ".join(failed + missing) or f"{len(ledger_rows)} runs passed",
+        )
+    )
+    for label, entries in (("whole", whole), ("core path", core)):
+        stopped = [f"{e['notebook']}: {e['error'].splitlines()[0]}" for e in entries if e.get("error")]
+        out.append(
+            (
+                f"run-through ({label}) runs to the end",
+                bool(entries) and not stopped,
+                "; ".join(stopped) or f"{len(entries)} notebooks",
+            )
+        )
+    linked = [f"{e['notebook']}: {', '.join(e['course_links'])}" for e in whole + core if e.get("course_links")]
+    out.append(("no course kernel linked in the run-through", bool(whole) and not linked, "; ".join(linked) or "none"))
+    waits = sum(e["build_wait_s"] for e in whole)
+    out.append(
+        (
+            f"build waits <= {TARGETS['build_wait_s']:.0f} s over the whole run-through",
+            bool(whole) and waits <= TARGETS["build_wait_s"],
+            f"{waits:.0f} s",
+        )
+    )
+    edit = max((e["longest_check_after_edit_s"] for e in whole + core), default=0.0)
+    out.append(
+        (
+            f"every check after an edit <= {TARGETS['check_after_edit_s']:.0f} s",
+            bool(whole) and edit <= TARGETS["check_after_edit_s"],
+            f"longest {edit:.0f} s",
+        )
+    )
+    longest = max(whole + core, key=lambda e: e["wall_s"], default=None)
+    out.append(
+        (
+            f"each notebook <= {TARGETS['notebook_s']:.0f} s",
+            longest is not None and longest["wall_s"] <= TARGETS["notebook_s"],
+            f"longest {longest['notebook']} {longest['wall_s']:.0f} s" if longest else "none ran",
+        )
+    )
+    return out
+
+
+def report(steps: list[tuple[str, float, int]], checks: list[tuple], head: dict) -> str:
+    """The proof as Markdown: the run, its steps, the targets."""
+    lines = [f"# GPU proof: {head['gpu']}, commit {head['commit']}, {head['date']}", "", f"`{head['command']}`", ""]
+    lines += ["| step | seconds | exit |", "| --- | ---: | ---: |"]
+    lines += [f"| {name} | {seconds:.0f} | {code} |" for name, seconds, code in steps]
+    lines += ["", "| target | met | measured |", "| --- | --- | --- |"]
+    lines += [f"| {target} | {'yes' if met else '**no**'} | {said} |" for target, met, said in checks]
+    return "\n".join(lines) + "\n"
+
+
+# --- running it ---------------------------------------------------------------------------------------------------
+
+
+class Runner:
+    """Starts the steps' processes with their logs, and remembers which steps finished (``<logs>/<step>.done``)."""
+
+    def __init__(self, logs: Path):
+        self.logs = logs
+        self.steps: list[tuple[str, float, int]] = []
+
+    def done(self, step: str) -> bool:
+        marker = self.logs / f"{step}.done"
+        if marker.exists():
+            name, seconds, code = json.loads(marker.read_text())
+            self.steps.append((f"{name} (earlier)", seconds, code))
+            print(f"gpu-proof: {step}: done earlier (exit {code}), skipped", flush=True)
+            return True
+        return False
+
+    def start(self, step: str, cmd: list[str]) -> tuple[str, subprocess.Popen, float]:
+        log = self.logs / f"{step}.log"
+        print(f"gpu-proof: {step}: $ {' '.join(cmd)}  (log {log})", flush=True)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+        return step, proc, time.perf_counter()
+
+    def wait(self, *started: tuple[str, subprocess.Popen, float]) -> list[int]:
+        codes = []
+        for step, proc, began in started:
+            code = proc.wait()
+            seconds = round(time.perf_counter() - began, 1)
+            self.steps.append((step, seconds, code))
+            (self.logs / f"{step}.done").write_text(json.dumps([step, seconds, code]))
+            tail = (self.logs / f"{step}.log").read_text(errors="replace").splitlines()[-3:]
+            print(f"gpu-proof: {step}: exit {code} after {seconds:.0f} s | " + " | ".join(tail), flush=True)
+            codes.append(code)
+        return codes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m utilities.gpu_proof", description=__doc__.splitlines()[0])
+    parser.add_argument("--bundle", default=None, help="import this bundle (or its first part) instead of a prebuild")
+    parser.add_argument("--cache", default="prebuild", choices=["prebuild", "keep"], help="without --bundle")
+    parser.add_argument("--out", default=str(ROOT / "results"), help="where the results go (default results/)")
+    parser.add_argument("--logs", default=None, help="logs and step markers (default /tmp/course-proof-<commit>)")
+    parser.add_argument("--parallel", type=int, default=4, help="notebook processes at once in each step")
+    args = parser.parse_args(argv)
+    from . import ledger
+    from .notebooks import DAY
+    from .peaks import gpu_slug
+    from .preflight import PreflightError, preflight
+
+    try:
+        env = preflight(require_gpu=True, require_mathdx=True)
+    except PreflightError as exc:
+        print(f"gpu-proof: cannot run: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    gpu, slug = env.gpu.name, gpu_slug(env.gpu.name)
+    commit = ledger.commit_of()
+    logs = Path(args.logs) if args.logs else Path(tempfile.gettempdir()) / f"course-proof-{commit}"
+    for folder in (out, logs):
+        folder.mkdir(parents=True, exist_ok=True)
+    os.environ["COURSE_COMMIT"] = commit  # the ledger's rows, written by the steps' processes
+    command = "python -m utilities.gpu_proof " + " ".join(argv if argv is not None else sys.argv[1:])
+    py = sys.executable
+    runner = Runner(logs)
+    began = time.perf_counter()
+
+    # 1. the build cache
+    if not runner.done("cache"):
+        if args.bundle:
+            runner.wait(runner.start("cache", [py, "-m", "utilities.prebuild", "--import", args.bundle]))
+        elif args.cache == "prebuild":
+            runner.wait(runner.start("cache", [py, "-m", "utilities.prebuild"]))
+    cache = (
+        f"import of {Path(args.bundle).name}"
+        if args.bundle
+        else {"prebuild": "./course prebuild"}.get(args.cache, "kept")
+    )
+
+    # 2. the GPU tests beside the whole run-through
+    stems = ledger.gpu_notebooks()
+    previous = out / f"{slug}-workshop.json"
+    weights = {}
+    if previous.exists():
+        weights = {e["notebook"]: e["wall_s"] for e in json.loads(previous.read_text()).get("notebooks", [])}
+    started = []
+    if not runner.done("tests"):
+        junit = logs / "tests.xml"
+        started.append(
+            runner.start(
+                "tests",
+                [
+                    py,
+                    "-m",
+                    "pytest",
+                    "-m",
+                    "gpu or device",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    f"--junitxml={junit}",
+                    "tests",
+                ],
+            )
+        )
+    groups = split_evenly(stems, weights, args.parallel)
+    for i, group in enumerate(groups):
+        if not runner.done(f"workshop-{i}"):
+            started.append(
+                runner.start(
+                    f"workshop-{i}",
+                    [
+                        py,
+                        "-m",
+                        "utilities.workshop",
+                        *group,
+                        "--json",
+                        str(logs / f"workshop-{i}.json"),
+                        "--ledger",
+                        str(logs / f"ledger-exercise-{i}.json"),
+                        "--sharing",
+                        str(len(groups)),
+                    ],
+                )
+            )
+    runner.wait(*started)
+
+    # 3. the solutions beside the core path
+    started = []
+    if not runner.done("solutions"):
+        started.append(
+            runner.start(
+                "solutions",
+                [
+                    py,
+                    "-m",
+                    "utilities.ledger",
+                    "run",
+                    "--variants",
+                    "solution",
+                    "--parallel",
+                    str(args.parallel),
+                    "--ledger",
+                    str(logs / "ledger-solution.json"),
+                ],
+            )
+        )
+    core_stems = [s for s in DAY if s in stems]
+    core_groups = split_evenly(core_stems, weights, 2)
+    for i, group in enumerate(core_groups):
+        if not runner.done(f"core-{i}"):
+            started.append(
+                runner.start(
+                    f"core-{i}",
+                    [py, "-m", "utilities.workshop", "--core", *group, "--json", str(logs / f"core-{i}.json")],
+                )
+            )
+    runner.wait(*started)
+
+    # the results
+    date = time.strftime("%Y-%m-%d")
+    tests = junit_counts(logs / "tests.xml") if (logs / "tests.xml").exists() else None
+    if tests is not None:
+        run = {
+            "gpu": gpu,
+            "date": date,
+            "command": "pytest -m 'gpu or device' tests (python -m utilities.gpu_proof)",
+            "commit": commit,
+            "passed": tests.passed,
+            "failed": tests.failed,
+            "errors": tests.errors,
+            "skipped": tests.skipped,
+            "seconds": tests.seconds,
+            "failures": tests.failures,
+        }
+        path = out / f"{slug}-gpu-tests.json"
+        path.write_text(json.dumps(add_test_run(path, run), indent=1) + "\n")
+
+    def entries(prefix: str, count: int) -> list[dict]:
+        found = []
+        for i in range(count):
+            path = logs / f"{prefix}-{i}.json"
+            found += json.loads(path.read_text())["notebooks"] if path.exists() else []
+        return found
+
+    whole, core = entries("workshop", len(groups)), entries("core", len(core_groups))
+    (out / f"{slug}-workshop.json").write_text(
+        json.dumps(
+            {
+                "date": date,
+                "gpu": gpu,
+                "commit": commit,
+                "command": f"{command}: after {cache}, {len(groups)} notebook processes at once, beside the GPU "
+                "tests (whole); then 2 beside the solutions' runs (core)",
+                "notebooks": whole + core,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    ledger_path = out / f"{slug}-notebooks.json"
+    data = {**ledger.load(ledger_path), "gpu": gpu, "command": command}
+    rows: list[dict] = []
+    for part in sorted(logs.glob("ledger-*.json")):
+        rows += ledger.load(part).get("rows", [])
+    data = ledger.merge(data, [ledger.Row(**row) for row in rows])
+    ledger.save(ledger_path, data)
+    checks = verdicts(tests, whole, core, rows, stems)
+    head = {"gpu": gpu, "commit": commit, "date": date, "command": command}
+    runner.steps.append(("all", round(time.perf_counter() - began, 1), 0))
+    text = report(runner.steps, checks, head)
+    (out / f"{slug}-proof.md").write_text(text)
+    print(text)
+    return 0 if all(met for _, met, _ in checks) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
