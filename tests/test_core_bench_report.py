@@ -359,7 +359,12 @@ def test_every_committed_report_validates() -> None:
 
 
 def test_a_claim_says_whether_it_held_and_what_was_measured_instead(capsys) -> None:
-    assert bench.claim("fusion beat the plain path at every shape", True, "at (4096, 256, 64) fused 0.58 ms") is True
+    assert (
+        bool(bench.claim("fusion beat the plain path at every shape", True, "at (4096, 256, 64) fused 0.58 ms")) is True
+    )
     assert capsys.readouterr().out == "✓ fusion beat the plain path at every shape\n"
-    assert bench.claim("fusion beat the plain path", False, "at (4096, 256, 64) fused 0.58 ms, plain 0.34 ms") is False
+    assert (
+        bool(bench.claim("fusion beat the plain path", False, "at (4096, 256, 64) fused 0.58 ms, plain 0.34 ms"))
+        is False
+    )
     assert capsys.readouterr().out == "✗ not on this GPU today: at (4096, 256, 64) fused 0.58 ms, plain 0.34 ms\n"

@@ -367,22 +367,44 @@ def against_prediction(what: str, predicted: float | None, measured: float, unit
     return f"{what}: you predicted {predicted:.3g}{u}, measured {measured:.3g}{u} ({ratio})"
 
 
-def claim(statement: str, holds: bool, otherwise: str = "") -> bool:
+class Printed(str):
+    """Text a call already printed: IPython shows no ``Out`` value for it (the cell's output is the printed text)."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Whether a takeaway held (``bool(claim)``); IPython shows nothing for it, as :func:`claim` printed its line."""
+
+    statement: str
+    held: bool
+
+    def __bool__(self) -> bool:
+        return self.held
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+def claim(statement: str, holds: bool, otherwise: str = "") -> Claim:
     """A takeaway checked against this run's numbers, printed as one line: ``✓ <statement>`` when it holds, else
     ``✗ not on this GPU today: <otherwise>`` (what was measured instead, and where the notebook says why). Returns
-    whether it held; it never raises: a takeaway that does not hold on another GPU or another day is a finding,
-    not an error."""
+    whether it held (a :class:`Claim`, true when it held); it never raises: a takeaway that does not hold on another
+    GPU or another day is a finding, not an error."""
     line = f"✓ {statement}" if holds else f"✗ not on this GPU today: {otherwise or statement}"
     print(line)
-    return bool(holds)
+    return Claim(statement, bool(holds))
 
 
 def _fmt(v: float) -> str:
     return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
 
 
-def print_table(records: Sequence[BenchRecord], *, metric: str = "tflops", file: TextIO | None = None) -> str:
-    """Print (and return) one row per size and one column per provider, Triton ``perf_report`` style.
+def print_table(records: Sequence[BenchRecord], *, metric: str = "tflops", file: TextIO | None = None) -> Printed:
+    """Print (and return, as :class:`Printed` text) one row per size and one column per provider, Triton
+    ``perf_report`` style.
 
     ``metric`` is "tflops" (median rate, TOPS for integer GEMMs) or "ms" (median time). A provider measured
     twice at one size shows its last measurement.
@@ -403,7 +425,7 @@ def print_table(records: Sequence[BenchRecord], *, metric: str = "tflops", file:
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in body]
     text = "\n".join(lines)
     print(text, file=file or sys.stdout)
-    return text
+    return Printed(text)
 
 
 # ---------------------------------------------------------------------------------------------- recorder

@@ -71,6 +71,9 @@ class CheckResult:
     def __bool__(self) -> bool:
         return self.status == "passed"
 
+    def _ipython_display_(self) -> None:
+        """Nothing: the check printed its one-line verdict; an ``Out`` value under it would only repeat it."""
+
 
 def fresh_seed(seed: int | None = None) -> int:
     return secrets.randbelow(2**31) if seed is None else int(seed)

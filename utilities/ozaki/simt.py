@@ -80,8 +80,9 @@ def make_split_digits(slices: int):
     def split_digits(x, e, digits):
         # TODO (about 5 lines): v = x 2^(8 SLICES - 1 - e); high_part(v, digits) (given) returns N = rint(v), or
         # beyond 8 slices the part of N above its 4 lowest digits (which it writes). Its HIGH digits go to
-        # digits[0..HIGH-1], most significant first: add BIAS_HIGH, take each byte, subtract 128; the top digit
-        # is what is left above the others (a signed shift)
+        # digits[0..HIGH-1], most significant first. Add BIAS_HIGH to it; then for j = 0 .. HIGH - 2, byte j
+        # (counted from the least significant) minus 128 is digits[HIGH - 1 - j]; the top digit, digits[0], is
+        # what is left above those bytes (a signed shift right by 8 (HIGH - 1) bits, no 128 to subtract)
         # SKELETON: for s in range(SLICES):
         # SKELETON:     digits[s] = 0
         # BEGIN SOLUTION
@@ -318,9 +319,10 @@ GROUP_M = 8  # row tiles per group in the blocks' launch order (grouped_tile)
 def grouped_tile():
     """This block's (row tile, column tile) of C, for a 2-D grid (row tiles, column tiles).
 
-    Blocks start in launch order. Row-major order would run all row tiles of one or two column tiles at once,
-    needing every tile of A from L2 or HBM; in groups of GROUP_M row tiles the blocks running together share a
-    few tiles of A and of B (``instructor-notes/ozaki.md``, "Grouped tile order", has the measurement).
+    Blocks start in launch order. The grid's own order (blockIdx.x fastest: down one column of C's tiles) would run
+    all row tiles of one or two column tiles at once, needing every tile of A from L2 or HBM; in groups of GROUP_M
+    row tiles the blocks running together share a few tiles of A and of B (``instructor-notes/ozaki.md``, "Grouped
+    tile order", has the measurement).
     """
     tiles_m, tiles_n = cuda.gridDim.x, cuda.gridDim.y
     block = cuda.blockIdx.x + cuda.blockIdx.y * tiles_m
