@@ -75,7 +75,7 @@ export)
 poll)
     wait_s=${1:-0}
     for _ in $(seq 1 "$wait_s"); do [ -f "$SESSION/exit" ] && break; sleep 1; done
-    grep -h "prebuild: \[" "$SESSION/logs/prebuild.log" "$SESSION/logs/cache.log" 2>/dev/null | tail -n 3
+    grep -h "prebuild: \[" "$SESSION/logs/prebuild.log" 2>/dev/null | tail -n 3
     tail -n 5 "$SESSION/suite.log"
     [ -f "$SESSION/exit" ] && echo "exit: $(cat "$SESSION/exit")" || echo "still running"
     ( for f in "$SESSION"/logs/*.log; do echo "===== $(basename "$f")"; tail -n "${TAIL:-60}" "$f"; done ) > "$OUT/logs.txt" 2>&1

@@ -1,12 +1,13 @@
 """One command that proves the course on the GPU at hand, and says whether it met the course's targets.
 
     ./course gpu-proof                            # prebuild, then every step below
-    ./course gpu-proof --bundle course.bundle     # import a bundle instead of building
-    python -m utilities.gpu_proof --cache keep    # the build cache as it is (a machine that prebuilt)
+    ./course gpu-proof --bundle course.bundle     # import a bundle first; the prebuild then builds what it lacks
+    python -m utilities.gpu_proof --no-prebuild   # the build cache as it is (a machine that prebuilt)
 
 Steps, on a GPU machine:
 
-1. the build cache: ``python -m utilities.prebuild`` (every kernel of the course), or ``--import`` of a bundle;
+1. the build cache: ``--import`` of a bundle when given, then ``python -m utilities.prebuild`` (every kernel of the
+   course; after an import that served every kernel, it only loads them: its time says whether the bundle did);
 2. at once: the GPU tests (``pytest -m 'gpu or device' tests``) beside the run-through of every GPU notebook
    (``utilities.workshop``, its filled exercise in a fresh kernel, then each exercise edited and checked again), the
    notebooks spread over ``--parallel`` processes;
@@ -217,8 +218,8 @@ class Runner:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m utilities.gpu_proof", description=__doc__.splitlines()[0])
-    parser.add_argument("--bundle", default=None, help="import this bundle (or its first part) instead of a prebuild")
-    parser.add_argument("--cache", default="prebuild", choices=["prebuild", "keep"], help="without --bundle")
+    parser.add_argument("--bundle", default=None, help="import this bundle (or its first part) before the prebuild")
+    parser.add_argument("--no-prebuild", action="store_true", help="no prebuild: the build cache as it is")
     parser.add_argument("--out", default=str(ROOT / "results"), help="where the results go (default results/)")
     parser.add_argument("--logs", default=None, help="logs and step markers (default /tmp/course-proof-<commit>)")
     parser.add_argument("--parallel", type=int, default=4, help="notebook processes at once in each step")
@@ -246,16 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
 
     # 1. the build cache
-    if not runner.done("cache"):
-        if args.bundle:
-            runner.wait(runner.start("cache", [py, "-m", "utilities.prebuild", "--import", args.bundle]))
-        elif args.cache == "prebuild":
-            runner.wait(runner.start("cache", [py, "-m", "utilities.prebuild"]))
-    cache = (
-        f"import of {Path(args.bundle).name}"
-        if args.bundle
-        else {"prebuild": "./course prebuild"}.get(args.cache, "kept")
-    )
+    if args.bundle and not runner.done("import"):
+        runner.wait(runner.start("import", [py, "-m", "utilities.prebuild", "--import", args.bundle]))
+    if not args.no_prebuild and not runner.done("prebuild"):
+        runner.wait(runner.start("prebuild", [py, "-m", "utilities.prebuild"]))
+    done_before = [f"an import of {Path(args.bundle).name}"] if args.bundle else []
+    cache = " and ".join(done_before + ([] if args.no_prebuild else ["./course prebuild"])) or "the cache as it was"
 
     # 2. the GPU tests beside the whole run-through
     stems = ledger.gpu_notebooks()
