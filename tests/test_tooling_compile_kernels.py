@@ -34,6 +34,10 @@ def test_plain_kernels_compile_for_sm80_and_sm90():
     assert len(lines) == 46 and all("bytes of PTX" in line for line in lines), done.stdout
     groups = [line for line in lines if line.startswith("cp_async_groups_kernel")]
     assert len(groups) == 2 and all(line.endswith("2 commit_group, 1 wait_group 1") for line in groups), groups
+    # the Ozaki-I epilogue's C: fl(alpha x), then beta c fused onto it (fma(beta, c, fl(alpha x))), the contraction
+    # that utilities.rounding.epilogue_bound derives its bound for
+    epilogues = [line for line in lines if line.startswith("ozaki_epilogue_kernel")]
+    assert len(epilogues) == 2 and all(line.endswith("C from mul.f64 then fma.rn.f64") for line in epilogues), epilogues
 
 
 def test_wait_prior_takes_only_what_ptx_encodes():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
@@ -106,6 +107,9 @@ def main() -> int:
             if name == "cp_async_groups_kernel":  # the two instructions, as written
                 commits, waits = ptx.count("cp.async.commit_group;"), ptx.count("cp.async.wait_group 1;")
                 extra = f", {commits} commit_group, {waits} wait_group 1"
+            if name == "ozaki_epilogue_kernel":  # how C = alpha x + beta c rounds (utilities.rounding.epilogue_bound)
+                steps = re.findall(r"^\s*((?:mul|fma|add|sub)(?:\.rn)?\.f64)\s", ptx, re.MULTILINE)
+                extra = f", C from {' then '.join(steps[-2:])}"
             print(f"{name} sm_{cc[0]}{cc[1]}: {len(ptx)} bytes of PTX{extra}")
     return 0
 

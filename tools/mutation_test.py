@@ -453,7 +453,8 @@ def epilogue_exercise() -> tuple[str, Callable, Callable, Callable]:
                         launch(factory, terms, offsets, e, f, alpha, beta, np.full_like(c, np.nan) if beta == 0 else c)
                     )
                     finite = np.isfinite(want)
-                    bound = epilogue_bound(want - beta * c, c, alpha, beta)
+                    x = check.epilogue_reference(terms, offsets, e, f, 1.0, 0.0, c)  # what alpha multiplies
+                    bound = epilogue_bound(x, c, alpha, beta, want)
                     if not np.array_equal(np.isnan(got), np.isnan(want)) or np.any(
                         np.abs(got[finite] - want[finite]) > np.broadcast_to(bound, want.shape)[finite]
                     ):
@@ -502,7 +503,7 @@ def reconstruct_exercise() -> tuple[str, Callable, Callable, Callable]:
                 finite = np.isfinite(want)
                 if not np.array_equal(got[~finite], want[~finite], equal_nan=True):
                     return True
-                bound = check.c_bound(want, st.mu, st.nu, count, alpha, beta, c)
+                bound = check.c_bound(st, alpha, beta, c, want)
                 if np.any(np.abs(got[finite] - want[finite]) > bound[finite]):
                     return True
         return False

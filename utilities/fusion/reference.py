@@ -73,8 +73,12 @@ def b2b_bound(
 
     Stage 1. The GPU multiplies its own D0, which is off by at most E0, so ``D0 @ B1`` is off by ``E0 @ |B1|``;
     the FP32 sum of N0 products adds ``gamma_N0 (d0 + E0) @ |B1|``; ``alpha1 x + beta1 c`` in FP32 rounds at
-    most twice (``2 U32 (|alpha1| |x| + |beta1 c|)``, one FMA rounds once). Then ReLU and the FP16 rounding as
-    before: ``E1 = e1 + U16 (d1 + e1) + ETA16``.
+    most twice (``2 U32 (|alpha1| |x| + |beta1 c|)``): NumPy's order rounds both products and the sum, within
+    ``U32 (|alpha1 x| + |beta1 c|) + U32 |p1|`` of the exact value; a kernel whose compiler fuses it (numba-cuda
+    does, in FP32 too) rounds one product and the sum, whichever product it fuses, which is less. The bound is
+    against the exact value, so no order of the roundings is assumed. Then ReLU and the FP16 rounding as before:
+    ``E1 = e1 + U16 (d1 + e1) + ETA16``. The plan hands the scalars to the kernel in FP32: exact for the checkers'
+    (0.75, 1.25, -0.5, 1/8, 3, ...); a scalar FP32 cannot hold would add ``U32 |alpha x|`` per stage.
 
     Both are multiplied by ``SAFETY = 2``: tensor cores may align the addends and truncate (round toward zero) in
     their FP32 adders, which doubles the error of an addition (Fasi, Higham, Mikaitis, Pranesh, "Numerical

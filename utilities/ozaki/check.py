@@ -1,8 +1,11 @@
 """Checkers of the Ozaki-I exercises (notebooks 3a-3d), stage by stage against the NumPy reference.
 
 Stages are compared exactly where the algorithm is exact (shifts, int8 digits, int32 products and diagonals)
-and within a stated bound otherwise (the FP64 epilogue: the last bit may differ when the GPU fuses
-``alpha * x + beta * c`` into one FMA).
+and C bit for bit where beta = 0: the reconstructed sum x (before alpha) is computed operation for operation as the
+reference computes it (each diagonal exact, the diagonals from the smallest weight, each product by 2^(-8d) exact,
+so a multiply-add that fuses it rounds the same; ldexp rounds once), and C is then the one rounding fl(alpha x).
+Where beta != 0, C lies within ``utilities.rounding.epilogue_bound``: a GPU fuses ``alpha * x + beta * c`` into one
+multiply-add, with either product inside it, where NumPy rounds both products and their sum.
 
 Every checker states its domain (printed under its pass line) and feeds the corners of that domain on every run,
 beside fresh random inputs, so that its verdict does not depend on the seed:
@@ -75,8 +78,8 @@ DOMAIN_SLICING = DOMAIN_DIGITS + "; zero rows, signed zeros, NaN and Inf rows (t
 DOMAIN_EPILOGUE = (
     "1 to 12 slices in both layouts (S(S+1)/2 products, S diagonals); a 41 x 70 output (wider than a 32 x 8 block "
     "along each axis); shifts at both ends of the FP64 range; NaN sentinels in e and f; diagonal sums near 2^30; "
-    "unfused terms of K = 131071 (2^31 - 2^14), whose diagonal sums pass 2^31; alpha negative and not, a C full "
-    "of NaN when beta = 0, a C that cancels alpha times the sum"
+    "unfused terms of K = 131071 (2^31 - 2^14), whose diagonal sums pass 2^31; alpha negative and not, |alpha| "
+    "above 1 and below, a C full of NaN when beta = 0, a C that cancels alpha times the sum"
 )
 DOMAIN_GEMM = (
     "shapes of 2 x 3 and 3 x 2 tiles, one padded; random, spread and adversarial operands; rows near DBL_MAX and "
@@ -751,7 +754,7 @@ def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckR
     """
     name, seed = "FP64 epilogue", fresh_seed(seed)
     rng = np.random.default_rng(seed)
-    scalars = [(1.0, 0.0), (-1.5, 0.75), (0.5, 0.0), (3.0, -1.0)]
+    scalars = [(1.0, 0.0), (-1.5, 0.75), (0.5, 0.0), (3.0, -1.0), (-0.75, 1.25)]  # |alpha| above 1 and below
     count = 0
     cases = _epilogue_cases(seed)
     cases.append(("C cancels alpha times the sum to 2^-30 of it, " + cases[6][0], *cases[6][1:]))
@@ -772,7 +775,9 @@ def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckR
         if beta == 0.0:
             rerun = lambda: _stage_fn_result(fn, terms, offsets, e, f, alpha, beta, np.zeros_like(c))  # noqa: B023, E731
             c_read_when_beta_is_zero(name, got, want, rerun, names=("row", "col"), case=label)
-        bound = epilogue_bound(want - beta * c, c, alpha, beta)
+        with np.errstate(invalid="ignore", over="ignore"):
+            x = epilogue_reference(terms, offsets, e, f, 1.0, 0.0, c)  # what alpha multiplies
+        bound = epilogue_bound(x, c, alpha, beta, want)
         hint = ""
         if got.shape == want.shape and got.dtype == want.dtype:
             ok = np.abs(got - want) <= bound
@@ -820,6 +825,7 @@ def check_ozaki_gemm(
             got = output(run(a, b, np.full_like(c, np.nan) if beta == 0.0 else c.copy(), alpha, beta), "C", label)
             ref = _reference.ozaki_stages(a, b, slices)
             want = reconstruct(ref.diagonals, ref.e, ref.f, alpha, beta, c)
+            x = reconstruct(ref.diagonals, ref.e, ref.f)  # what alpha multiplies: alpha = 1, beta = 0
             kept = stages() if stages is not None else {}
             if beta == 0.0:  # before "not written": a C that was read makes an all-NaN result too
 
@@ -839,7 +845,7 @@ def check_ozaki_gemm(
                 "C",
                 got,
                 want,
-                bound=epilogue_bound(want - beta * c, c, alpha, beta),
+                bound=epilogue_bound(x, c, alpha, beta, want),
                 names=("row", "col"),
                 case=label,
                 hint=_gemm_hint(got, want),

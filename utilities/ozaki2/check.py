@@ -1,9 +1,10 @@
 """Checkers of the Ozaki-II exercises (notebooks 4a and 4b), stage by stage against the NumPy reference.
 
 Exact where the algorithm is exact: exponents, residues, int32 products and CRT digits. The reconstruction is
-compared within its last rounding (``c_bound``): a GPU fuses multiply-adds, and an attendee may add the partial
-sums in another order. Each checker states its domain below and feeds the domain's corners on every run, beside
-fresh random inputs (so that a verdict does not depend on the seed):
+compared within its roundings (``c_bound``): a GPU fuses multiply-adds, in the double-double reconstruction and in
+``alpha x + beta C``, and an attendee may add the partial sums in another order. Each checker states its domain
+below and feeds the domain's corners on every run, beside fresh random inputs (so that a verdict does not depend on
+the seed):
 
 - ``check_residue`` (4a): x of any shape (1-D, 2-D and 3-D fed), float64 integers below 2^62, every modulus;
   corners: 0, +-1, both ends of the range and one past them, multiples of p and their neighbours, integers just
@@ -162,17 +163,29 @@ def reconstruction_bound(want: np.ndarray, count: int) -> np.ndarray:
     return 4 * U * np.abs(want) + ref.crt(count).product_float * 2.0**-100
 
 
-def c_bound(
-    want: np.ndarray, mu: np.ndarray, nu: np.ndarray, count: int, alpha: float, beta: float, c: np.ndarray
-) -> np.ndarray:
-    """What C may differ by: the reconstruction's bound scaled back by 2^(-mu - nu), alpha's and beta C's roundings
-    (a fused multiply-add), and an underflow's half unit."""
-    mu, nu = np.asarray(mu, np.int64), np.asarray(nu, np.int64)
+def c_bound(st: ref.Ozaki2Stages, alpha: float, beta: float, c: np.ndarray | None, want: np.ndarray) -> np.ndarray:
+    """What C may differ by from ``want`` (``reference.reconstruct`` of the stages ``st``), where it is finite.
+
+    The kernel's x, ``A'B'`` reconstructed and scaled by 2^(-mu - nu) before alpha multiplies it, is not the
+    reference's operation for operation: a GPU fuses the multiply-adds of the three sums and of the double-double
+    product ``h P_hi + err + h P_lo + low P_hi``, and a kernel may add the digits in another order. Each route
+    rounds A'B' within :func:`reconstruction_bound` of the reference's (its 4u |A'B'| and P 2^-100 are derived
+    there), and each scaling rounds once more among subnormals: x spreads by at most
+    ``D = 2^(-mu - nu) (4u |A'B'| + P 2^-100) + 2^-1073``. The epilogue ``alpha x + beta C`` then adds what
+    ``utilities.rounding.epilogue_bound`` derives with that spread: ``|alpha| D + 2u |alpha x| + u |beta C| +
+    2u |C|`` (beta = 0: ``|alpha| D + 2u |alpha x|``), alpha counted once. An earlier bound took x as
+    ``want - beta C``, which holds alpha already (so alpha counted twice, too tight for |alpha| < 1), and added
+    ``4u |want|``, which no step derives: both are gone.
+    """
+    count = st.count
+    mu, nu = np.asarray(st.mu, np.int64), np.asarray(st.nu, np.int64)
     finite = (mu[:, None] != ref.NONFINITE_SHIFT) & (nu[None, :] != ref.NONFINITE_SHIFT)
     shift = np.where(finite, -(mu[:, None] + nu[None, :]), 0)
-    low = abs(alpha) * np.ldexp(ref.crt(count).product_float * 2.0**-100, shift)
+    product = ref.integer_product(st.digits, count)  # A'B' as the reference rounds it
     with np.errstate(invalid="ignore", over="ignore"):
-        return epilogue_bound(want - beta * c, c, alpha, beta) + 4 * U * np.abs(want) + low
+        x = np.where(finite, np.ldexp(product, shift), np.nan)
+        spread = np.ldexp(reconstruction_bound(product, count), shift) + 2.0**-1073
+        return epilogue_bound(x, c, alpha, beta, want, spread)
 
 
 CONTRACT_CRT = (
@@ -594,7 +607,7 @@ def check_reconstruction(
                     )
                 if cases == 0 and np.nan_to_num(want).any() and (untouched(got) or untouched(got, float("nan"))):
                     return not_yet(name, "C is all zero or was not written")
-                bound = c_bound(want, st.mu, st.nu, count, alpha, beta, c_case)
+                bound = c_bound(st, alpha, beta, c_case, want)
                 hint = (
                     "for each modulus the digit u (a byte) times C1[t], C2[t], C3[t] into s1, s2, s3; then C = alpha "
                     "2^(-mu - nu) P frac(s1 + s2 + s3) (+ beta C only when beta != 0)"
@@ -700,7 +713,7 @@ def check_ozaki2_gemm(
                     f"stage 'C' on input '{label}': every entry is NaN, and C held NaN: C was "
                     "read although beta = 0\nhint: add beta C only when beta != 0",
                 )
-            bound = c_bound(want, st.mu, st.nu, count, alpha, beta, c)
+            bound = c_bound(st, alpha, beta, c, want)
             _compare_c(
                 got,
                 want,
