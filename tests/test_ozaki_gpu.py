@@ -43,14 +43,15 @@ def _runner(cp, plan):
         if plan.variant == "partial":
             kept["diagonals"] = plan.terms
         if plan.variant == "unfused":
-            kept["products"] = plan.terms
+            kept |= {"products": plan.terms, "term_s": plan.term_s, "term_t": plan.term_t}
         return {k: cp.asnumpy(v) for k, v in kept.items()}
 
     return run, stages
 
 
-# (shape, slices) of the end-to-end checks of 3b, 3c and 3d; the second shape is padded and has four K tiles, one more
-# than the pipeline's depth (where 3b's unfused products went wrong)
+# (shape, slices) of the end-to-end checks of 3b, 3c and 3d; the second shape is padded (B's 136 columns to 256: where
+# the slicing wrote past B's column maxima on an H200, 2026-11-28) and has four K tiles, one more than the pipeline's
+# depth
 NOTEBOOK_CHECKS = [((256, 384, 384), 7), ((300, 136, 392), 7), ((300, 136, 392), 12)]
 
 
@@ -102,7 +103,8 @@ def test_bad_inputs_are_refused_with_the_fix(gpu):
 def test_3b_check_passes_with_its_solution_kernels_built_in_the_notebooks_order(gpu):
     """3b's end-to-end check with the notebook's own kernels (its code cells run as a notebook runs them, the slicing
     check left out): on an H200 (2026-11-27) the second shape's products were wrong for every slice of A but the
-    first, in 5 of 5 processes, with slices and paddings right and a fresh plan right (instructor-notes/ozaki.md)."""
+    first, in 5 of 5 processes, with slices and paddings right and a fresh plan right. The cause, found in numba's
+    simulator: ``shifts_from_max_kernel`` wrote past B's column maxima into ``term_s`` (instructor-notes/ozaki.md)."""
     import json
 
     cp, Z = gpu
