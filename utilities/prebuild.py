@@ -323,7 +323,12 @@ COURSE_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{LEVER_JOBS},{CONV_JOBS},{MULTIPASS_J
 
 
 def build_one(job: str, slices: int) -> None:
-    """Build one job (``kind:spec``) into the build cache, in this process."""
+    """Build one job (``kind:spec``) into the build cache, in this process (on the CPU when ``$COURSE_CPU_BUILD``
+    names a GPU architecture: ``utilities.machinery.cpu_build``)."""
+    from .machinery import cpu_build
+
+    if cpu_build.target():
+        cpu_build.enter()
     import cupy as cp
 
     from .machinery import buildcache

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .. import cpu_build
 from ..codegen_workers import is_placeholder
 from .interposer import LazyMathdx
 from .store import DiskCache, make_key
@@ -250,6 +251,10 @@ class CachingLinker:
         self._object_code = _object_code
 
     def link(self, target_type: str) -> Any:
+        linked = self._link(target_type)
+        return cpu_build.Unloaded(linked) if cpu_build.active() else linked
+
+    def _link(self, target_type: str) -> Any:
         def real() -> Any:
             codes = [self._object_code.resolved(c) for c in self._codes] if self._object_code else self._codes
             return self._linker(*codes, options=self._options, **self._kw).link(target_type)
