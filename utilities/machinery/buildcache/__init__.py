@@ -91,7 +91,8 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
     workers = codegen_workers.workers_from_env()
     pool = Pool(workers) if workers > 1 else None
     symbol = int(mathdx.CublasdxDeviceFunctionTrait.SYMBOL)
-    lazy = LazyMathdx(mathdx, cache, env, int(mathdx.CommondxOption.CODE_ISA), pool, symbol)
+    uid = int(mathdx.CublasdxTensorTrait.UID)
+    lazy = LazyMathdx(mathdx, cache, env, int(mathdx.CommondxOption.CODE_ISA), pool, symbol, uid)
     lazy.install()
     patch_cubin(codegen.CUDACodeLibrary, cache, env, lazy)
     rebind_trait_helpers(cublasdx_backend, [cublasdx], mathdx, common_backend)
