@@ -336,14 +336,60 @@ class _NumbaDevice:
 
 
 class Unloaded:
-    """Linked code in a CPU build: what nvmath asks of it (``get_kernel``) names the kernel; nothing is loaded."""
+    """Linked code in a CPU build (None when it only types kernels): what nvmath asks of it (``get_kernel``) names
+    the kernel; nothing is loaded."""
 
     def __init__(self, code: Any):
         self.code_object = code
-        self.code = code.code
+        self.code = None if code is None else code.code
 
     def get_kernel(self, name: str | bytes) -> str:
         return name.decode() if isinstance(name, bytes) else name
+
+
+def linking() -> bool:
+    """Whether this process links the kernels it builds (False: a CPU build that only types them, :func:`enter`)."""
+    return bool(_STATE.get("link", True))
+
+
+# (``module.kernel``, key) of each kernel a CPU build that only types kernels typed: the key of :func:`typed_key`
+TYPED: list[tuple[str, str]] = []
+
+
+def typed_key(library: Any) -> tuple[str, bool]:
+    """The build cache's key of a kernel that was typed and not linked, and whether its modules gave the same key in
+    other orders: what the key is made of (``buildcache.linking.cubin_key``), with each piece of libmathdx code
+    standing as its recipe's key instead of its digest (no code was generated)."""
+    import random
+
+    from .buildcache import canonical, generator_environment, linking
+
+    def digest(data: bytes) -> str:
+        return (
+            bytes(data).decode(errors="replace")
+            if bytes(data).startswith(b"TCFC-PENDING")
+            else hashlib.sha256(data).hexdigest()
+        )
+
+    key = linking.cubin_key(library, link_cc(), generator_environment(), digest)
+    want = canonical.canonical_ir(library.llvm_strs, library._entry_name)
+    same = True
+    for seed in range(2):  # numba's order of the modules follows addresses: try two others
+        modules = list(library.llvm_strs)
+        random.Random(seed).shuffle(modules)
+        same = same and canonical.canonical_ir(modules, library._entry_name) == want
+    return key, same
+
+
+def _typed(library: Any) -> None:
+    if getattr(library, "_cpu_build_typed", False):
+        return
+    library._cpu_build_typed = True
+    key, same = typed_key(library)
+    from .buildcache.linking import qualified_name
+
+    name = qualified_name(library._entry_name or "")
+    TYPED.append((name, key if same else key + " (another order of its modules gave another key)"))
 
 
 def link_cc() -> tuple[int, int, str]:
@@ -357,6 +403,8 @@ def link(kernel: Any, *args: Any) -> Any:
     from .launch import compiled
 
     overload = compiled(kernel, *args)
+    if not linking():
+        return _typed(overload._codelibrary)
     return overload._codelibrary.get_cubin(link_cc())
 
 
@@ -371,9 +419,13 @@ def resources(threads: int, shared: int) -> dict[str, Any]:
     return {"registers": 0, "spills": 0, "smem": int(shared), "blocks_per_sm": blocks, "occupancy": occupancy}
 
 
-def enter(cc: tuple[int, int] | None = None) -> None:
+def enter(cc: tuple[int, int] | None = None, *, link: bool = True) -> None:
     """Make this process build kernels for ``cc`` (default ``$COURSE_CPU_BUILD``) without a GPU (the module
-    docstring says how). Call it before anything imports CuPy, numba.cuda or nvmath.device; idempotent."""
+    docstring says how). Call it before anything imports CuPy, numba.cuda or nvmath.device; idempotent.
+
+    ``link=False`` only types the kernels: libmathdx generates no code, nothing is linked, and :data:`TYPED` gets
+    each kernel's key (``tools/key_determinism.py --typing-only``: minutes instead of an hour for a kernel's first
+    build on a small machine)."""
     if "cc" in _STATE:
         return
     cc = cc or target()
@@ -389,7 +441,7 @@ def enter(cc: tuple[int, int] | None = None) -> None:
     folder = str(library.parent)  # ... and in the code generation workers, through the loader's path
     os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("LD_LIBRARY_PATH")]))
     os.environ[ENV] = f"{cc[0]}.{cc[1]}"
-    _STATE["cc"] = cc
+    _STATE["cc"], _STATE["link"] = cc, link
     sys.modules["cupy"] = numpy_cupy()
     _patch_numba()
     _patch_nvmath()
@@ -406,10 +458,13 @@ def _patch_numba() -> None:
     codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: ensure(self, cc or link_cc())
 
     def bind(self: Any) -> None:  # numba links a kernel when it is compiled: link it, load nothing
-        self._codelibrary.get_cubin(link_cc())
+        if linking():
+            self._codelibrary.get_cubin(link_cc())
+        else:
+            _typed(self._codelibrary)
 
     def launch(self: Any, args: Any, griddim: Any, blockdim: Any, stream: Any = 0, sharedmem: Any = 0) -> None:
-        self._codelibrary.get_cubin(link_cc())
+        bind(self)
 
     dispatcher._Kernel.bind = bind
     dispatcher._Kernel.launch = launch

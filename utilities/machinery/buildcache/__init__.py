@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import codegen_workers, versions
+from .. import codegen_workers, cpu_build, versions
 from ..codegen_workers import Pool
 from .interposer import LazyMathdx, rebind_trait_helpers
 from .linking import CachingLinker, ResolvingObjectCode, cubin_key, patch_cubin, resolve_placeholders
@@ -93,6 +93,7 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
     symbol = int(mathdx.CublasdxDeviceFunctionTrait.SYMBOL)
     uid = int(mathdx.CublasdxTensorTrait.UID)
     lazy = LazyMathdx(mathdx, cache, env, int(mathdx.CommondxOption.CODE_ISA), pool, symbol, uid)
+    lazy.generate_code = cpu_build.linking()
     lazy.install()
     patch_cubin(codegen.CUDACodeLibrary, cache, env, lazy)
     rebind_trait_helpers(cublasdx_backend, [cublasdx], mathdx, common_backend)

@@ -145,6 +145,9 @@ class LazyMathdx:
         self.served: dict[int, _Code] = {}
         self.real: dict[str, Callable[..., Any]] = {}
         self.stage = ""
+        # False: code that the cache does not hold is never generated; numba is handed a placeholder that nothing
+        # resolves (a CPU build that only types kernels to compare their keys: ``utilities.machinery.cpu_build``)
+        self.generate_code = True
         # seconds this process spent blocked in each kind of build work (the build report's breakdown)
         self.seconds: Counter[str] = Counter()
         self._lock = threading.RLock()
@@ -348,6 +351,10 @@ class LazyMathdx:
                 self.realize(h)
             self.real[name](*args)
 
+        if not self.generate_code:  # typing only: the recipe's key stands for the code, generated or not
+            isa = self.cache.get(make_key("isa", self._snapshot(code), self.environment), count=False)
+            self.served[code] = _Code(PENDING + key.encode(), int(isa or 0), regenerate)
+            return None
         blob = self.cache.get(key, count=False)
         if blob is not None:
             self.cache.stats.hits += 1

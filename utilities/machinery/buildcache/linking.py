@@ -172,6 +172,8 @@ class CachingLinker:
         self._object_code = _object_code
 
     def link(self, target_type: str) -> Any:
+        if cpu_build.active() and not cpu_build.linking():
+            return cpu_build.Unloaded(None)  # a CPU build that only types kernels: nothing to link
         linked = self._link(target_type)
         return cpu_build.Unloaded(linked) if cpu_build.active() else linked
 
