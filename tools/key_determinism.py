@@ -61,11 +61,9 @@ def worker(jobs: list[str], link: bool) -> None:
 
 
 def run(jobs: list[str], link: bool, cache: Path) -> dict[str, list[list[str]]]:
-    env = {
-        **os.environ,
-        "COURSE_BUILD_CACHE": str(cache),
-        "COURSE_CPU_BUILD": os.environ.get("COURSE_CPU_BUILD", "9.0"),
-    }
+    # a fresh process on the real numba-cuda: not the simulator the CPU tests choose (conftest.py)
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
+    env.update(COURSE_BUILD_CACHE=str(cache), COURSE_CPU_BUILD=os.environ.get("COURSE_CPU_BUILD", "9.0"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.setdefault("COURSE_BUILD_JOBS", "2")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", ",".join(jobs)]
