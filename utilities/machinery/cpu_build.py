@@ -311,13 +311,20 @@ def numpy_cupy() -> types.ModuleType:
 
 
 class _Generator:
-    """NumPy's random generator, handing out :class:`HostArray`."""
+    """NumPy's random generator (or legacy ``RandomState``), handing out :class:`HostArray` of the ``dtype`` asked
+    for, as CuPy's take one (NumPy's legacy methods do not)."""
 
     def __init__(self, generator: Any):
         self._generator = generator
 
     def __getattr__(self, name: str) -> Any:
-        return _returning_host_arrays(getattr(self._generator, name))
+        method = getattr(self._generator, name)
+
+        def call(*args: Any, dtype: Any = None, **kwargs: Any) -> Any:
+            values = method(*args, **kwargs)
+            return _host(values if dtype is None else np.asarray(values).astype(dtype))
+
+        return call
 
 
 class _NumbaDevice:
