@@ -397,9 +397,8 @@ STATS = "prebuild-stats: "  # a job's last line: its build cache counts, for the
 
 def build_workers(rank: int, cores: int, parallel: int) -> int:
     """Code generation workers for the job started ``rank``-th (longest first): one core's share each, and two for the
-    longest jobs (an eighth of the cores' worth of jobs), whose code generation is the prebuild's longest path (the
-    pipelined back-to-back kernel: 351 s of a 7 min 13 s prebuild on a 16-core H200 host, generated one function
-    after the other with one worker)."""
+    longest jobs (an eighth of the cores' worth), whose code generated one function after another was the prebuild's
+    longest path (``instructor-notes/machinery.md``)."""
     share = max(1, cores // parallel)
     return max(2, share) if rank < max(1, cores // 8) else share
 
