@@ -370,13 +370,10 @@ def typed_key(library: Any) -> tuple[str, bool]:
     import random
 
     from .buildcache import canonical, generator_environment, linking
+    from .codegen_workers import is_placeholder
 
-    def digest(data: bytes) -> str:
-        return (
-            bytes(data).decode(errors="replace")
-            if bytes(data).startswith(b"TCFC-PENDING")
-            else hashlib.sha256(data).hexdigest()
-        )
+    def digest(data: bytes) -> str:  # a placeholder names the recipe's cache key
+        return bytes(data).decode() if is_placeholder(data) else hashlib.sha256(data).hexdigest()
 
     key = linking.cubin_key(library, link_cc(), generator_environment(), digest)
     want = canonical.canonical_ir(library.llvm_strs, library._entry_name)
