@@ -72,6 +72,19 @@ def test_struct_types_that_nothing_uses_are_left_out_and_the_rest_sorted():
     assert canonical.canonical_ir([f"{header}{a}\n{b}\n{c}\n{plain}"]) == canonical.canonical_ir([header + plain])
 
 
+def test_locals_inlined_from_an_overload_are_renumbered():
+    def kern(uid: int, inlined: int, offset: int = 36) -> str:  # numba names an inlined local "<qualname>_v<n>_<var>"
+        local = f'%"ol_copy__locals__impl_v{inlined}__v{offset}pred"'  # ("$36pred": a bytecode offset, kept)
+        return (
+            f'; ModuleID = "kern${uid}"\ndefine void @"_ZN6cudapy8__main__4kern{tag(uid)}E"() {{\n'
+            f"  {local} = alloca i1\n  store i1 0, i1* {local}\n}}"
+        )
+
+    want = canonical.canonical_ir([kern(3, 142)])
+    assert canonical.canonical_ir([kern(3, 291)]) == want  # inlined after 149 more compilations
+    assert canonical.canonical_ir([kern(3, 142, offset=38)]) != want  # another temporary: other code
+
+
 def layout(uid: int, kind: str) -> types.Type:
     """A type named as nvmath names a libmathdx layout (its name holds the tensor UID and dots, as numba mangles)."""
     return types.Opaque(f"BlasLayout(uid={uid},layout={kind},dtype=<class 'numpy.float16'>,MM=BlasNumba(size=(64,64)))")

@@ -3,7 +3,8 @@
 numba-cuda prints a kernel as a list of modules, and four things in them follow the process's history, not the code:
 
 - compilation numbers: numba numbers every function it compiles (the ABI tag ``v<n>`` of a mangled name, the
-  ``$<n>`` of a module's name), and every shared array (``_cudapy_smem_<n>``, one counter);
+  ``$<n>`` of a module's name, the ``_v<n>_`` in the names of the locals it inlined from an overload), and every
+  shared array (``_cudapy_smem_<n>``, one counter);
 - the order of the modules: numba keeps a kernel's libraries in a set ordered by address, so modules whose texts
   tie once the numbers are removed (two specialisations of one overload, say) come in any order, and numbering by
   first appearance then numbers them differently;
@@ -38,6 +39,10 @@ _SMEM = re.compile(r"_cudapy_smem_(\d+)\b")
 # a libmathdx tensor's UID in an escaped type name: "uid=" then the number ("-1": a global-memory layout, no counter)
 _TENSOR_UID = re.compile(r"uid_3d(\d+)")
 _SYMBOL = re.compile(r"(?<![A-Za-z0-9_])_Z[A-Za-z0-9_]+")
+# a local value that numba inlined from an overload: "<qualname>_v<number>_<variable>" (inline_closurecall's names:
+# "$" of "impl$142" written "_v"), in a quoted local name
+_LOCAL = re.compile(r'%"([^"\n]*)"')
+_INLINED = re.compile(r"_v(\d+)(?=_)")
 _TYPE_DEFINITION = re.compile(r'^(%(?:"[^"\n]*"|[-\w.$]+)) = type\b.*$', re.MULTILINE)
 _CODES = ("Dh", "v", "b", "h", "a", "t", "s", "j", "i", "y", "x", "f", "d")  # numba's builtin type codes
 
@@ -219,9 +224,15 @@ def _refers(text: str, name: str) -> bool:
 # -- the order of the modules --------------------------------------------------------------------------------------
 
 
+def retag_locals(text: str, label: Callable[[str], str]) -> str:
+    """``text`` with the compilation number in each inlined local's name replaced by ``label(number)``."""
+    return _LOCAL.sub(lambda m: '%"' + _INLINED.sub(lambda n: "_v" + label(n[1]), m[1]) + '"', text)
+
+
 def _tokens(text: str) -> list[tuple[str, str]]:
     """The history-dependent numbers of a module in order of appearance, each with its kind."""
     found: list[tuple[int, str, str]] = [(m.start(2), "v", m[2]) for m in _MODULE_ID.finditer(text)]
+    found += [(m.start(1) + n.start(), "local", n[1]) for m in _LOCAL.finditer(text) for n in _INLINED.finditer(m[1])]
     found += [(start, "v", uid) for start, _, uid in uid_tags(text)]
     found += [(m.start(), "smem", m[1]) for m in _SMEM.finditer(text)]
     found += [(m.start(), "uid", m[1]) for m in _TENSOR_UID.finditer(text)]
@@ -230,7 +241,9 @@ def _tokens(text: str) -> list[tuple[str, str]]:
 
 def _skeleton(text: str) -> str:
     """A module's text with every history-dependent number removed."""
-    return _SMEM.sub("_cudapy_smem_", retag_tensors(retag(text, lambda _: "v"), lambda _: ""))
+    return _SMEM.sub(
+        "_cudapy_smem_", retag_locals(retag_tensors(retag(text, lambda _: "v"), lambda _: ""), lambda _: "")
+    )
 
 
 def _digest(*parts: object) -> str:
@@ -291,6 +304,7 @@ def canonical_ir(modules: Iterable[str], entry: str | None = None) -> tuple[str,
     numbers: dict[str, int] = {}
     arrays: dict[str, int] = {}
     tensors: dict[str, int] = {}
+    inlined: dict[str, int] = {}
 
     def compilation(uid: str) -> str:
         return f"v{numbers.setdefault(uid, len(numbers) + 1)}"
@@ -301,12 +315,15 @@ def canonical_ir(modules: Iterable[str], entry: str | None = None) -> tuple[str,
     def tensor(uid: str) -> str:
         return f"t{tensors.setdefault(uid, len(tensors) + 1)}"
 
+    def local(uid: str) -> str:
+        return f"i{inlined.setdefault(uid, len(inlined) + 1)}"
+
     def renumber(text: str) -> str:
-        return _SMEM.sub(array, retag_tensors(retag(text, compilation), tensor))
+        return _SMEM.sub(array, retag_locals(retag_tensors(retag(text, compilation), tensor), local))
 
     results = []
     for order in canonical_orders(texts):
-        numbers.clear(), arrays.clear(), tensors.clear()
+        numbers.clear(), arrays.clear(), tensors.clear(), inlined.clear()
         canonical = "\n".join(renumber(texts[i]) for i in order)
         results.append((canonical, renumber(entry) if entry is not None else None))
     return min(results)
