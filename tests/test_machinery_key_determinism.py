@@ -4,9 +4,10 @@ Each check builds prebuild jobs in fresh processes through ``utilities.machinery
 only (libmathdx generates no code; each piece of it stands in the key as its recipe's key), as
 ``tools/key_determinism.py --typing-only`` does for every job. The subset covers what made keys vary:
 
-- the multi-pass int8 kernel (one pass), whose modules tie once numba's numbers are removed; each process also
-  tries two other orders of its modules;
-- the same kernel after the primer's tile kernel, which made libmathdx tensors first (their UIDs count tensors);
+- the primer's device-pipeline kernel built after its tile kernel, as notebook 0 builds them: both kernels' modules
+  tie once numba's numbers are removed (each process also tries two other orders of them), the tile kernel made
+  libmathdx tensors first (their UIDs count tensors), and the second kernel inlines overloads whose locals numba
+  names by compilation number;
 - Ozaki-I's plain slicing kernels after a cuBLASDx kernel, whose struct types llvmlite then declares everywhere.
 
 Needs the GPU stack as pinned (nvmath-python, nvidia-libmathdx-cu13, numba-cuda[cu13]) and a C compiler: skipped,
@@ -39,19 +40,19 @@ def keys(tmp_path_factory):
     """Each job's kernels and keys: built alone, and after what a notebook builds first; one shared cache."""
     cache = tmp_path_factory.mktemp("cache")
     run = tool().run
-    after = run(["primer:tile", "multipass:int8:1", "slicing:392@7"], False, cache)
+    after = run(["primer:tile", "primer:stack", "slicing:392@7"], False, cache)
     return {
-        "multipass:int8:1": (run(["multipass:int8:1"], False, cache)["multipass:int8:1"], after["multipass:int8:1"]),
+        "primer:stack": (run(["primer:stack"], False, cache)["primer:stack"], after["primer:stack"]),
         "slicing:392@7": (run(["slicing:392@7"], False, cache)["slicing:392@7"], after["slicing:392@7"]),
     }
 
 
 @pytest.mark.slow
 @needs_stack
-def test_a_cublasdx_kernel_keeps_its_key_after_other_tensors_and_in_any_module_order(keys):
-    alone, after = keys["multipass:int8:1"]
-    assert [name.rsplit(".", 1)[-1] for name, _ in alone] == ["multipass_kernel"]
-    assert tool().compare("multipass:int8:1", alone, after) == []
+def test_a_cublasdx_kernel_keeps_its_key_after_another_and_in_any_module_order(keys):
+    alone, after = keys["primer:stack"]
+    assert [name.rsplit(".", 1)[-1] for name, _ in alone] == ["stack_sum_kernel"]
+    assert tool().compare("primer:stack", alone, after) == []
 
 
 @pytest.mark.slow
