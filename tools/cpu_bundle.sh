@@ -3,8 +3,8 @@
 #   bash tools/cpu_bundle.sh [OUT_DIR]        (default: ../bundles beside the checkout)
 # Makes a virtual environment with the GPU machine's stack the first time ($CPU_BUILD_VENV, default ../venv-build;
 # $PYTHON, default python3.12: the GPU image's Python minor version, which a kernel's IR depends on), builds every
-# prebuild job into $COURSE_BUILD_CACHE (default ../cpu-cache) with `python -m utilities.prebuild --arch sm_90`,
-# then writes OUT_DIR/course-sm90-cpu-<commit>.bundle. $CUDA_PINS pins the CUDA wheels to the GPU machine's (its
+# prebuild job into $COURSE_BUILD_CACHE (default ../cpu-cache) with `python -m utilities.prebuild --arch sm_90`
+# ($CPU_BUILD_PARALLEL jobs at a time, default half the cores, each with two code generation workers), then writes OUT_DIR/course-sm90-cpu-<commit>.bundle. $CUDA_PINS pins the CUDA wheels to the GPU machine's (its
 # `python -c "from utilities.machinery.buildcache import generator_environment as g; print(g())"` names them),
 # e.g. CUDA_PINS="nvidia-cuda-nvrtc==13.0.88 nvidia-nvjitlink==13.0.88": an import refuses other versions.
 set -euo pipefail
@@ -12,7 +12,6 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${1:-$root/../bundles}
 venv=${CPU_BUILD_VENV:-$root/../venv-build}
 export COURSE_BUILD_CACHE=${COURSE_BUILD_CACHE:-$root/../cpu-cache}
-export COURSE_BUILD_JOBS=${COURSE_BUILD_JOBS:-2}
 if [[ ! -x $venv/bin/python ]]; then
     "${PYTHON:-python3.12}" -m venv "$venv"
     # as the GPU machine has it (../shared/gpu/setup.sh): nvmath and libmathdx without their extras' dependencies
@@ -25,7 +24,7 @@ fi
 commit=$(git -C "$root" rev-parse --short=12 HEAD)
 cd "$root"
 start=$SECONDS
-"$venv/bin/python" -m utilities.prebuild --arch sm_90 --parallel "${CPU_BUILD_PARALLEL:-1}"
+"$venv/bin/python" -m utilities.prebuild --arch sm_90 --parallel "${CPU_BUILD_PARALLEL:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}"
 mkdir -p "$out"
 "$venv/bin/python" -m utilities.prebuild --arch sm_90 --export "$out/course-sm90-cpu-$commit.bundle"
 echo "cpu_bundle: $out/course-sm90-cpu-$commit.bundle in $(((SECONDS - start) / 60)) min"
