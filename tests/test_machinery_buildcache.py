@@ -764,3 +764,24 @@ def test_a_claim_let_go_without_the_code_is_generated_here(tmp_path):
     path.unlink()  # the claimant stops without storing the code
     with pytest.warns(UserWarning, match="generating it here"):
         assert c.resolve(built[1][0]) == plain[1][0]
+
+
+def test_code_this_process_is_generating_is_not_asked_for_twice(tmp_path):
+    import threading
+
+    from utilities.machinery.codegen_workers import PENDING, replay
+
+    plain = build_two(fake_mathdx())
+    run(tmp_path, ftype=1)
+    go, holder = threading.Event(), {}
+
+    def slow(job):  # the worker generates only when told: the second request comes while it is busy
+        go.wait(30)
+        return replay(job, lambda name: holder["lazy"].real[name])
+
+    m, holder["lazy"] = pooled(tmp_path, run_job=slow)
+    first, again = build_and_generate(m, ftype=2), build_and_generate(m, ftype=2)  # two descriptors, one recipe
+    assert first[0].startswith(PENDING) and again[0] == first[0]
+    assert holder["lazy"].cache.stats.shared == 0, "not waited for as if another process made it"
+    go.set()
+    assert holder["lazy"].resolve(again[0]) == plain[1][0] and m.calls["compile"] == 1

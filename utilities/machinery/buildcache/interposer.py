@@ -376,6 +376,9 @@ class LazyMathdx:
         isa_key = make_key("isa", self._snapshot(code), self.environment)
         isa = self.cache.get(isa_key, count=False)
         if isa is not None:
+            if key in self.futures:  # this process is generating it already (another descriptor, the same recipe)
+                self.served[code] = _Code(PENDING + key.encode(), int(isa), regenerate)
+                return None
             if not self.cache.claim(key):  # another process is generating it: wait for it, not generate it twice
                 job = self._job(name, code, targets)  # (now: the descriptors may be gone when it is needed)
                 self._await_other(key, lambda: self._fallback(job, *fallback))
