@@ -67,6 +67,8 @@ def test_the_stand_in_device_reports_a_hopper_and_does_nothing(cupy):
     device.synchronize()
     cupy.cuda.get_current_stream().synchronize()
     assert cupy.cuda.runtime.getDeviceProperties(0)["major"] == 9
+    assert cupy.cuda.device.get_cublas_handle() == 0 and cupy.cuda.cublas.CUBLAS_OP_T == 0  # Ozaki-II's igemm
+    assert cupy.cuda.cublas.gemmEx(0, 1, 2) == 0 and cupy.cuda.runtime.CUDA_R_8I == 0  # ... does nothing
     with pytest.raises(RuntimeError, match="needs a GPU"):
         cupy.ElementwiseKernel("float32 x", "float32 y", "y = x", "copy")
 

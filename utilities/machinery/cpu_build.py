@@ -253,12 +253,29 @@ def _returning_host_arrays(fn: Any) -> Any:
     return call
 
 
+def _module(name: str, **attributes: Any) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    for key, value in attributes.items():
+        setattr(module, key, value)
+    return module
+
+
+def _nothing(name: str) -> Any:
+    """A stand-in module's missing name: 0 for a constant (``CUBLAS_OP_T``), a function doing nothing otherwise."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return 0 if name.isupper() else (lambda *args, **kwargs: 0)
+
+
 def numpy_cupy() -> types.ModuleType:
     """A ``cupy`` module made of NumPy: array functions that return :class:`HostArray`, and a ``cuda`` namespace
     whose device, streams and events do nothing."""
     cupy = types.ModuleType("cupy", "NumPy standing in for CuPy in a CPU build (utilities.machinery.cpu_build)")
     cupy.__spec__ = importlib.machinery.ModuleSpec("cupy", None)  # importlib.util.find_spec asks for one
-    runtime = types.SimpleNamespace(
+    runtime = _module(
+        "cupy.cuda.runtime",
+        __getattr__=_nothing,
         deviceSynchronize=lambda: None,
         runtimeGetVersion=lambda: 13000,
         driverGetVersion=lambda: 13000,
@@ -271,7 +288,8 @@ def numpy_cupy() -> types.ModuleType:
             "sharedMemPerBlockOptin": DEVICE_ATTRIBUTES["MaxSharedMemoryPerBlockOptin"],
         },
     )
-    cuda = types.SimpleNamespace(
+    cuda = _module(
+        "cupy.cuda",
         Device=_Device,
         Stream=_Stream,
         Event=_Event,
@@ -282,6 +300,9 @@ def numpy_cupy() -> types.ModuleType:
         MemoryPointer=_Memory,
         alloc_pinned_memory=lambda size: bytearray(size),
         is_available=lambda: True,
+        # cuBLAS (Ozaki-II's int8 products: utilities.cublas) does nothing; its constants are 0
+        cublas=_module("cupy.cuda.cublas", __getattr__=_nothing),
+        device=_module("cupy.cuda.device", get_cublas_handle=lambda: 0, Device=_Device),
     )
     random = types.SimpleNamespace(
         default_rng=lambda *a, **k: _Generator(np.random.default_rng(*a, **k)),
@@ -446,7 +467,12 @@ def enter(cc: tuple[int, int] | None = None, *, link: bool = True) -> None:
     os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [folder, os.environ.get("LD_LIBRARY_PATH")]))
     os.environ[ENV] = f"{cc[0]}.{cc[1]}"
     _STATE["cc"], _STATE["link"] = cc, link
-    sys.modules["cupy"] = numpy_cupy()
+    cupy = sys.modules["cupy"] = numpy_cupy()
+    for name in ("cuda", "cuda.cublas", "cuda.device", "cuda.runtime"):  # ``from cupy.cuda import cublas``
+        module = cupy
+        for part in name.split("."):
+            module = getattr(module, part)
+        sys.modules[f"cupy.{name}"] = module
     _patch_numba()
     _patch_nvmath()
 
