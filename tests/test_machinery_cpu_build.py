@@ -66,6 +66,7 @@ def test_the_stand_in_device_reports_a_hopper_and_does_nothing(cupy):
     assert device.compute_capability == "90" and device.attributes["MultiProcessorCount"] == 132
     device.synchronize()
     cupy.cuda.get_current_stream().synchronize()
+    cupy.cuda.Stream(non_blocking=True).wait_event(cupy.cuda.Event(disable_timing=True))  # Ozaki-II's two streams
     assert cupy.cuda.runtime.getDeviceProperties(0)["major"] == 9
     assert cupy.cuda.device.get_cublas_handle() == 0 and cupy.cuda.cublas.CUBLAS_OP_T == 0  # Ozaki-II's igemm
     assert cupy.cuda.cublas.gemmEx(0, 1, 2) == 0 and cupy.cuda.runtime.CUDA_R_8I == 0  # ... does nothing

@@ -146,7 +146,16 @@ class _Memory:
         self.ptr = 0
 
 
-class _Stream:
+class _DoesNothing:
+    """Anything else asked of a stand-in stream, event or device (``wait_event``, ``record``...) does nothing."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: None
+
+
+class _Stream(_DoesNothing):
     ptr = 0
     null = None
 
@@ -166,7 +175,7 @@ class _Stream:
         return self
 
 
-class _Event:
+class _Event(_DoesNothing):
     def __init__(self, *args: Any, **kwargs: Any):
         pass
 
@@ -177,7 +186,7 @@ class _Event:
         return None
 
 
-class _Device:
+class _Device(_DoesNothing):
     def __init__(self, device: int | None = None):
         self.id = 0
 
