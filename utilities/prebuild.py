@@ -502,7 +502,10 @@ def machine(arch: tuple[int, int] | None = None) -> dict[str, object]:
     built on a CPU) and code generators."""
     from .machinery import buildcache
 
-    if arch is not None:
+    if arch is not None:  # the stand-in driver first: libmathdx's version, which every key holds, asks for one
+        from .machinery import cpu_build
+
+        cpu_build.enter(arch)
         return {"compute_capability": f"{arch[0]}.{arch[1]}", "environment": buildcache.generator_environment()}
     from .preflight import probe_gpus
 
