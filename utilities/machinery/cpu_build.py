@@ -277,6 +277,13 @@ def _nothing(name: str) -> Any:
     return 0 if name.isupper() else (lambda *args, **kwargs: 0)
 
 
+def _constant(name: str) -> int:
+    """A stand-in module's missing constant (``CUDA_R_8I``): 0; any other missing name is missing, as CuPy's."""
+    if name.isupper():
+        return 0
+    raise AttributeError(name)
+
+
 def numpy_cupy() -> types.ModuleType:
     """A ``cupy`` module made of NumPy: array functions that return :class:`HostArray`, and a ``cuda`` namespace
     whose device, streams and events do nothing."""
@@ -284,7 +291,7 @@ def numpy_cupy() -> types.ModuleType:
     cupy.__spec__ = importlib.machinery.ModuleSpec("cupy", None)  # importlib.util.find_spec asks for one
     runtime = _module(
         "cupy.cuda.runtime",
-        __getattr__=_nothing,
+        __getattr__=_constant,
         deviceSynchronize=lambda: None,
         runtimeGetVersion=lambda: 13000,
         driverGetVersion=lambda: 13000,
