@@ -692,3 +692,96 @@ def test_canonical_ir_renumbers_shared_arrays_and_keeps_them_apart():
     assert linking.canonical_ir([kern(1, 2, 1)]) == linking.canonical_ir([kern(7, 9, 7)])  # made after other kernels
     assert linking.canonical_ir([kern(1, 2, 1)]) != linking.canonical_ir([kern(1, 2, 2)])  # the store into the other
     assert linking.canonical_ir([kern(1, 1, 1)]) != linking.canonical_ir([kern(1, 2, 1)])  # one array, not two
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parallel jobs that need the same code: one generates it, the others wait for its entry (store.DiskCache.claim)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_code_another_process_is_generating_is_waited_for_not_generated_twice(tmp_path):
+    import threading
+
+    from utilities.machinery.codegen_workers import PENDING, replay
+
+    plain = build_two(fake_mathdx())
+    run(tmp_path, ftype=1)  # an earlier process: the first code for the target (its ISA version) is in the cache
+    go = threading.Event()
+    holder = {}
+
+    def slow(job):  # process B's worker: generates only when told
+        go.wait(30)
+        return replay(job, lambda name: holder["b"].real[name])
+
+    mb, holder["b"] = pooled(tmp_path, run_job=slow)
+    b_built = build_two(mb)
+    assert b_built[1][0].startswith(PENDING), "B claimed the second function and is generating it"
+    mc, c = pooled(tmp_path)  # process C needs the same function meanwhile
+    c_built = build_two(mc)
+    assert c_built[1][0].startswith(PENDING) and mc.calls["compile"] == 0, "C waits: it does not generate it too"
+    assert c.cache.stats.shared == 1
+    go.set()
+    assert c.resolve(c_built[1][0]) == plain[1][0] == holder["b"].resolve(b_built[1][0])
+    assert mc.calls["compile"] == 0, "C got B's code"
+    assert not list(c.cache.root.rglob(".*.claim")), "B let go of its claim once the code was stored"
+
+
+def claim_as(cache: DiskCache, key: str, pid: int) -> Path:
+    import socket
+
+    path = cache._claim_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{pid} {socket.gethostname()}")
+    return path
+
+
+def second_key(tmp_path: Path) -> str:
+    """The cache key of build_two's second function (a pool's placeholder names it)."""
+    m, probe = pooled(tmp_path / "probe")
+    build_two(m)
+    (key,) = probe.futures
+    return key
+
+
+def test_a_claim_whose_process_is_gone_is_taken_over(tmp_path):
+    plain = build_two(fake_mathdx())
+    run(tmp_path, ftype=1)
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    claim_as(DiskCache(tmp_path), second_key(tmp_path), int(done.stdout))  # a process that has exited
+    m, c = pooled(tmp_path)
+    built = build_two(m)
+    assert c.cache.stats.shared == 0 and c.resolve(built[1][0]) == plain[1][0]
+    assert m.calls["compile"] == 1, "generated here, once"
+
+
+def test_a_claim_let_go_without_the_code_is_generated_here(tmp_path):
+    plain = build_two(fake_mathdx())
+    run(tmp_path, ftype=1)
+    path = claim_as(DiskCache(tmp_path), second_key(tmp_path), os.getpid())  # a live process
+    m, c = pooled(tmp_path)
+    built = build_two(m)
+    assert c.cache.stats.shared == 1 and m.calls["compile"] == 0, "waiting for it"
+    path.unlink()  # the claimant stops without storing the code
+    with pytest.warns(UserWarning, match="generating it here"):
+        assert c.resolve(built[1][0]) == plain[1][0]
+
+
+def test_code_this_process_is_generating_is_not_asked_for_twice(tmp_path):
+    import threading
+
+    from utilities.machinery.codegen_workers import PENDING, replay
+
+    plain = build_two(fake_mathdx())
+    run(tmp_path, ftype=1)
+    go, holder = threading.Event(), {}
+
+    def slow(job):  # the worker generates only when told: the second request comes while it is busy
+        go.wait(30)
+        return replay(job, lambda name: holder["lazy"].real[name])
+
+    m, holder["lazy"] = pooled(tmp_path, run_job=slow)
+    first, again = build_and_generate(m, ftype=2), build_and_generate(m, ftype=2)  # two descriptors, one recipe
+    assert first[0].startswith(PENDING) and again[0] == first[0]
+    assert holder["lazy"].cache.stats.shared == 0, "not waited for as if another process made it"
+    go.set()
+    assert holder["lazy"].resolve(again[0]) == plain[1][0] and m.calls["compile"] == 1

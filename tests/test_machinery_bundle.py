@@ -130,7 +130,7 @@ def test_an_empty_cache_is_not_exported(tmp_path):
 def test_the_prebuild_command_exports_and_imports_with_sizes(tmp_path, monkeypatch, capsys):
     _cache(tmp_path / "cache")
     monkeypatch.setenv("COURSE_BUILD_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(prebuild, "machine", lambda: dict(MACHINE))
+    monkeypatch.setattr(prebuild, "machine", lambda arch=None: dict(MACHINE))
     out = tmp_path / "course.bundle"
     assert prebuild.main(["--export", str(out), "--max-part-mb", "0.5", "--compare", "--with-ltoir"]) == 0
     printed = capsys.readouterr().out

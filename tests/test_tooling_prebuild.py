@@ -107,3 +107,11 @@ def test_counts_of_a_job_read_as_single_ranges_and_lists():
 def test_every_job_kind_is_built_by_a_builder_and_described():
     kinds = {job.partition(":")[0] for job in prebuild.COURSE_JOBS.split(",")}
     assert kinds <= set(prebuild.BUILDERS) and kinds <= set(prebuild.SPEC_FORMS)
+
+
+def test_the_longest_jobs_get_two_code_generation_workers():
+    assert [prebuild.build_workers(rank, 16, 16) for rank in range(4)] == [2, 2, 1, 1]  # a 16-core host
+    assert [prebuild.build_workers(rank, 16, 4) for rank in range(3)] == [4, 4, 4]  # four at a time: a share each
+    assert prebuild.build_workers(0, 2, 1) == 2 and prebuild.build_workers(0, 1, 1) == 2
+    line = prebuild.progress_line(1, 2, "fused:256x256x384", 80, 80, 10, "3 from another process")
+    assert "fused:256x256x384: 80 s (3 from another process);" in line

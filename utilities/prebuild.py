@@ -9,6 +9,8 @@ then find every kernel in the cache (``utilities.machinery.buildcache``)::
     python -m utilities.prebuild --list              # the jobs, one a line, and stop
     python -m utilities.prebuild --export course.bundle [--max-part-mb 15]   # what a launch reads, in a file (or parts)
     python -m utilities.prebuild --import course.bundle                      # ... on another machine, instead
+    python -m utilities.prebuild --arch sm_90 [--jobs ...]                   # on a CPU, without a GPU
+    python -m utilities.prebuild --arch sm_90 --export course.bundle         # ... and its bundle
 
 It checks the machine first (the preflight table, then one line saying why it cannot build here), prints a line
 as each kernel finishes (kernels done of all, elapsed time, an estimate of what is left), and a table of build
@@ -323,7 +325,12 @@ COURSE_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{LEVER_JOBS},{CONV_JOBS},{MULTIPASS_J
 
 
 def build_one(job: str, slices: int) -> None:
-    """Build one job (``kind:spec``) into the build cache, in this process."""
+    """Build one job (``kind:spec``) into the build cache, in this process (on the CPU when ``$COURSE_CPU_BUILD``
+    names a GPU architecture: ``utilities.machinery.cpu_build``)."""
+    from .machinery import cpu_build
+
+    if cpu_build.target():
+        cpu_build.enter()
     import cupy as cp
 
     from .machinery import buildcache
@@ -375,10 +382,25 @@ def _clock(seconds: float) -> str:
     return f"{int(seconds) // 60} min {int(seconds) % 60:02d} s" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def progress_line(done: int, total: int, job: str, seconds: float, elapsed: float, left: float | None) -> str:
-    """One line per finished build: how many of how many, which, its time, elapsed, and what is left."""
+def progress_line(
+    done: int, total: int, job: str, seconds: float, elapsed: float, left: float | None, note: str = ""
+) -> str:
+    """One line per finished build: how many of how many, which, its time (and ``note``: the build cache's counts),
+    elapsed, and what is left."""
     estimate = "" if left is None else f", about {_clock(left)} left"
-    return f"prebuild: [{done}/{total}] {job}: {seconds:.0f} s; {_clock(elapsed)} elapsed{estimate}"
+    note = f" ({note})" if note else ""
+    return f"prebuild: [{done}/{total}] {job}: {seconds:.0f} s{note}; {_clock(elapsed)} elapsed{estimate}"
+
+
+STATS = "prebuild-stats: "  # a job's last line: its build cache counts, for the progress line
+
+
+def build_workers(rank: int, cores: int, parallel: int) -> int:
+    """Code generation workers for the job started ``rank``-th (longest first): one core's share each, and two for the
+    longest jobs (an eighth of the cores' worth), whose code generated one function after another was the prebuild's
+    longest path (``instructor-notes/machinery.md``)."""
+    share = max(1, cores // parallel)
+    return max(2, share) if rank < max(1, cores // 8) else share
 
 
 def estimate_left(
@@ -422,8 +444,13 @@ def report_table(results: list[tuple[str, float, bool]]) -> str:
     return "\n".join(lines)
 
 
-def _cannot_build_here() -> str | None:
-    """The preflight's table and verdict; the reason a GPU build cannot run here, or None."""
+def _cannot_build_here(arch: tuple[int, int] | None = None) -> str | None:
+    """The preflight's table and verdict; the reason a GPU build cannot run here, or None. With ``arch``, a build
+    on the CPU for that GPU architecture (``utilities.machinery.cpu_build``): the reason it cannot run here."""
+    if arch is not None:
+        from .machinery import cpu_build
+
+        return cpu_build.unavailable()
     from .preflight import PreflightError, preflight
 
     try:
@@ -470,9 +497,16 @@ def kinds_help() -> str:
 # --- the build cache as a bundle, to carry to other machines --------------------------------------------------------
 
 
-def machine() -> dict[str, object]:
-    """What a bundle must match: this machine's compute capability and code generators (the preflight's GPU)."""
+def machine(arch: tuple[int, int] | None = None) -> dict[str, object]:
+    """What a bundle must match: this machine's compute capability (the preflight's GPU, or ``arch`` for a bundle
+    built on a CPU) and code generators."""
     from .machinery import buildcache
+
+    if arch is not None:  # the stand-in driver first: libmathdx's version, which every key holds, asks for one
+        from .machinery import cpu_build
+
+        cpu_build.enter(arch)
+        return {"compute_capability": f"{arch[0]}.{arch[1]}", "environment": buildcache.generator_environment()}
     from .preflight import probe_gpus
 
     gpus, problem, _ = probe_gpus()
@@ -483,7 +517,12 @@ def machine() -> dict[str, object]:
 
 
 def bundle_command(
-    export: str | None, into: str | None, max_part_mb: float | None, compare: bool, with_ltoir: bool = False
+    export: str | None,
+    into: str | None,
+    max_part_mb: float | None,
+    compare: bool,
+    with_ltoir: bool = False,
+    arch: tuple[int, int] | None = None,
 ) -> int:
     """``--export``, ``--import`` and ``--compare``: one line each of what was done, sizes included."""
     from .machinery.buildcache import DiskCache, bundle, default_cache_dir
@@ -498,7 +537,7 @@ def bundle_command(
         for what, size in bundle.compression_table(cache):
             print(f"{size / mib:9.1f} MiB  {what}")
     if export:
-        facts = machine()
+        facts = machine(arch)
         for kind, (count, size) in sorted(bundle.breakdown(cache).items()):
             print(f"prebuild: {count:5d} entries, {size / mib:8.1f} MiB: {kind}")
         manifest = {**facts, "date": time.strftime("%Y-%m-%d")}
@@ -540,14 +579,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-part-mb", type=float, default=None, help="--export: parts of at most this size")
     parser.add_argument("--compare", action="store_true", help="print what other compressions make of the cache")
     parser.add_argument(
+        "--arch",
+        metavar="sm_90",
+        help="build on this machine's CPU for that GPU architecture, without a GPU (kernels typed and linked, never "
+        "launched: utilities.machinery.cpu_build); with --export, the architecture the bundle is for",
+    )
+    parser.add_argument(
         "--with-ltoir",
         action="store_true",
         help="--export: carry libmathdx's generated code too (ten times larger; a kernel the bundle lacks then only "
         "links); by default a bundle holds what a launch of its kernels reads",
     )
     args = parser.parse_args(argv)
+    from .machinery import cpu_build
+
+    try:
+        arch = cpu_build.target(args.arch) if args.arch else None
+    except ValueError as error:
+        parser.error(str(error))
     if args.export or args.into or args.compare:
-        return bundle_command(args.export, args.into, args.max_part_mb, args.compare, args.with_ltoir)
+        return bundle_command(args.export, args.into, args.max_part_mb, args.compare, args.with_ltoir, arch)
     jobs = [job for job in args.jobs.split(",") if job]
     unknown = [job for job in jobs if job.partition(":")[0] not in BUILDERS]
     if unknown:
@@ -560,26 +611,38 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         (job,) = jobs
         build_one(job, args.slices)
+        from .machinery import buildcache
+
+        stats = buildcache.stats()
+        print(STATS + (stats.summary() if stats else "build cache off"), flush=True)
         return 0
-    why = _cannot_build_here()
+    why = _cannot_build_here(arch)
     if why:
         print(f"prebuild: cannot build the course's kernels on this machine.\n{why}", file=sys.stderr)
         return 2
     parallel = max(1, min(args.parallel, len(jobs)))
     print(f"prebuild: {len(jobs)} kernels, {parallel} at a time", flush=True)
     env = dict(os.environ)  # each build generates its code in worker processes of its own: share the cores
-    env.setdefault("COURSE_BUILD_JOBS", str(max(1, (os.cpu_count() or 1) // parallel)))
+    given = env.get("COURSE_BUILD_JOBS")
+    if arch is not None:  # each job builds on the CPU (cpu_build): typed, generated, linked, never launched
+        env[cpu_build.ENV] = f"{arch[0]}.{arch[1]}"
+        print(f"prebuild: on the CPU, for sm_{arch[0]}{arch[1]} (no GPU needed; nothing is launched)", flush=True)
     start = time.perf_counter()
     running: dict[str, float] = {}
+
+    notes: dict[str, str] = {}
 
     def worker(job: str) -> tuple[str, float, bool]:
         began = time.perf_counter()
         running[job] = began
         cmd = [sys.executable, "-m", "utilities.prebuild", "--one", "--jobs", job, "--slices", str(args.slices)]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        workers = given or str(build_workers(jobs.index(job), os.cpu_count() or 1, parallel))
+        done = subprocess.run(cmd, env={**env, "COURSE_BUILD_JOBS": workers}, capture_output=True, text=True)
         running.pop(job, None)
         if done.returncode:
             print(f"prebuild: {job} failed:\n{done.stderr[-3000:]}", file=sys.stderr, flush=True)
+        said = [line for line in done.stdout.splitlines() if line.startswith(STATS)]
+        notes[job] = said[-1].removeprefix(STATS) if said else ""
         return job, time.perf_counter() - began, done.returncode == 0
 
     results: list[tuple[str, float, bool]] = []
@@ -596,7 +659,8 @@ def main(argv: list[str] | None = None) -> int:
                 if len(results) < len(jobs)
                 else None
             )
-            print(progress_line(len(results), len(jobs), job, seconds, now - start, left), flush=True)
+            note = notes.get(job, "")
+            print(progress_line(len(results), len(jobs), job, seconds, now - start, left, note), flush=True)
     _save_seconds({job: seconds for job, seconds, ok in results if ok})
     failed = [job for job, _, ok in results if not ok]
     print(report_table(results))

@@ -24,7 +24,7 @@ import numpy as np
 from numba import config
 from numba.cuda.typing import typeof as cuda_typeof
 
-from . import versions
+from . import cpu_build, versions
 
 _raised: set[tuple[int, int]] = set()
 
@@ -65,6 +65,8 @@ def allow_shared_memory(kernel: Any, nbytes: int, *args: Any) -> None:
 
     cuBLASDx pipelines use about 96 KiB; without this the launch fails with CUDA_ERROR_INVALID_VALUE.
     """
+    if cpu_build.active():  # built on a CPU (utilities.machinery.cpu_build): nothing runs, no limit to raise
+        return
     from cuda.bindings import driver
 
     cufunc = _cufunc(compiled(kernel, *args))
@@ -166,9 +168,13 @@ def launch(kernel: Any, grid: Any, block: Any, shared: int, *args: Any) -> None:
     """Launch with ``shared`` bytes of dynamic shared memory, raising the limit first when needed.
 
     In numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) this is the simulated kernel's own call: the tests run the
-    plans' host code there as it is, on NumPy buffers, where an index past the end of one raises."""
+    plans' host code there as it is, on NumPy buffers, where an index past the end of one raises. On a CPU build
+    (:mod:`utilities.machinery.cpu_build`) it links the kernel instead."""
     if config.ENABLE_CUDASIM:
         kernel[grid, block, 0, shared](*args)
+        return
+    if cpu_build.active():
+        cpu_build.link(kernel, *args)
         return
     fast = _fast_launcher(kernel, shared, args)  # (each step that types the arguments runs once per signature)
     if fast is None:
@@ -199,8 +205,12 @@ def resources(kernel: Any, threads: int, shared: int, *args: Any) -> dict[str, A
 
     ``spills`` is the local memory per thread in bytes (spilled registers; the kernel has no local arrays that
     stay in memory when it does not spill). Occupancy comes from the driver for ``shared`` bytes of dynamic
-    shared memory, as a fraction of the SM's 64 warps.
+    shared memory, as a fraction of the SM's 64 warps. On a CPU build (:mod:`utilities.machinery.cpu_build`) the
+    kernel is linked and the figures are :func:`~utilities.machinery.cpu_build.resources`' estimate.
     """
+    if cpu_build.active():
+        cpu_build.link(kernel, *args)
+        return cpu_build.resources(threads, shared)
     from cuda.bindings import driver
 
     overload = compiled(kernel, *args)

@@ -29,7 +29,9 @@ lands there instead of in another buffer, and a warning says how far it went. (I
 wrong in a way that followed where a plan's buffers were; the cause was a write past a buffer in CuPy's memory pool,
 which a band after nvmath's storage cannot see: ``instructor-notes/ozaki.md``.)
 
-Only :func:`device_pipeline` needs a GPU; the helpers above it are plain Python.
+Only :func:`device_pipeline` needs a GPU (or a CPU build, ``utilities.machinery.cpu_build``: the pipeline is then
+described and its init and destroy kernels linked, with no storage and no launch); the helpers above it are plain
+Python.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import warnings
 import weakref
 from typing import Any, NamedTuple
 
-from . import versions
+from . import cpu_build, versions
 
 RUNTIME = -(2**63)  # libmathdx's LIBMATHDX_RUNTIME: "this extent is known at run time"
 STORAGE_GUARD = 4096  # bytes past a pipeline's storage, filled with GUARD_BYTE and checked after its init kernel
@@ -210,11 +212,13 @@ def _pipeline_class() -> type:
                 raise RuntimeError("device pipelines need compute capability 9.0 or newer (an H100, H200, B200...)")
             self.mm, self.pipeline_depth = mm, pipeline_depth
             views = [StridedMemoryView.from_any_interface(x, stream_ptr=-1) for x in (a, b)]
-            device = Device(None)
+            on_cpu = cpu_build.active() is not None  # a CPU build: no device, no storage, nothing launched
+            device = None if on_cpu else Device(None)
             for name, view in zip("ab", views, strict=True):
-                if view.device_id != device.device_id:
+                if device is not None and view.device_id != device.device_id:
                     raise ValueError(f"operand {name!r} is not on the current CUDA device {device.device_id}")
-            device.set_current()
+            if device is not None:
+                device.set_current()
             shapes = [tuple(v.shape) for v in views]
             strides = [
                 tuple(v.strides) if v.strides is not None else contiguous_strides(s)
@@ -237,11 +241,17 @@ def _pipeline_class() -> type:
                 h, mathdx.CublasdxPipelineTrait.BLOCK_DIM, 3, block_dim.ctypes.data
             )
             self._block_dim = cublasdx.Dim3(*block_dim.tolist())
+            mm_handle = cublasdx._blas_tensors_handle(mm)
+            if device is None:  # what the GPU's first use links, linked here: the init and destroy kernels
+                _init_code(mm_handle, h, self._extents[0].counts, self._extents[1].counts)
+                _request_destroy_code(mm_handle, h)
+                cublasdx_backend._compile_blas_device_pipeline_destroy_kernel(mm_handle, h, get_default_code_type())
+                self._storage, self._finalizer = None, None
+                return
             self._storage = device.allocate(self._storage_bytes + STORAGE_GUARD, stream=device.default_stream)
             guard = self.guard_band()
             guard.fill(GUARD_BYTE)
             cupy.cuda.Device().synchronize()
-            mm_handle = cublasdx._blas_tensors_handle(mm)
             kernel = _init_kernel(mm_handle, h, self._extents[0].counts, self._extents[1].counts)
             _request_destroy_code(mm_handle, h)
             args = init_kernel_arguments(*self._extents, self._a_view.ptr, self._b_view.ptr)
@@ -280,6 +290,11 @@ def _pipeline_class() -> type:
     @functools.cache
     def _init_kernel(mm_handle: int, pipeline_handle: int, a: tuple[int, int], b: tuple[int, int]) -> Any:
         """nvmath's pipeline init kernel, with the operands' run-time extents as arguments (one per marking)."""
+        return _init_code(mm_handle, pipeline_handle, a, b).get_kernel("create_shape_generic_pipeline")
+
+    @functools.cache
+    def _init_code(mm_handle: int, pipeline_handle: int, a: tuple[int, int], b: tuple[int, int]) -> Any:
+        """The init kernel's linked code (a cubin)."""
         code_type = get_default_code_type()
         lto, symbol = cublasdx_backend._compile_blas_device_pipeline_init(mm_handle, pipeline_handle, code_type)
         cc = code_type.cc
@@ -292,7 +307,6 @@ def _pipeline_class() -> type:
             options=ProgramOptions(link_time_optimization=True, arch=arch),
         )
         options = LinkerOptions(link_time_optimization=True, arch=arch)
-        linked = cublasdx_backend.Linker(program.compile(target_type="ltoir"), create, options=options).link("cubin")
-        return linked.get_kernel("create_shape_generic_pipeline")
+        return cublasdx_backend.Linker(program.compile(target_type="ltoir"), create, options=options).link("cubin")
 
     return ShapeGenericPipeline

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import codegen_workers, versions
+from .. import codegen_workers, cpu_build, versions
 from ..codegen_workers import Pool
 from .interposer import LazyMathdx, rebind_trait_helpers
 from .linking import CachingLinker, ResolvingObjectCode, cubin_key, patch_cubin, resolve_placeholders
@@ -91,7 +91,9 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
     workers = codegen_workers.workers_from_env()
     pool = Pool(workers) if workers > 1 else None
     symbol = int(mathdx.CublasdxDeviceFunctionTrait.SYMBOL)
-    lazy = LazyMathdx(mathdx, cache, env, int(mathdx.CommondxOption.CODE_ISA), pool, symbol)
+    uid = int(mathdx.CublasdxTensorTrait.UID)
+    lazy = LazyMathdx(mathdx, cache, env, int(mathdx.CommondxOption.CODE_ISA), pool, symbol, uid)
+    lazy.generate_code = cpu_build.linking()
     lazy.install()
     patch_cubin(codegen.CUDACodeLibrary, cache, env, lazy)
     rebind_trait_helpers(cublasdx_backend, [cublasdx], mathdx, common_backend)

@@ -4,11 +4,11 @@ numba-cuda links a kernel in ``CUDACodeLibrary.get_cubin`` (patched by :func:`pa
 own IR and the digests of every module linked into it); nvmath links its device pipelines' init and destroy
 kernels itself through cuda.core (:class:`ResolvingObjectCode`, :class:`CachingLinker`).
 
-numba names every function it compiles with a number that counts the compilations of the process so far (an ABI
-tag ``v<n>`` in the mangled name: ``_ZN8__main__4kernB2v7...``). The same kernel built after other kernels, as in
-a notebook after a prebuild that built it first in a process of its own, gets other numbers and so other IR. The
-key therefore numbers those tags in order of first appearance (:func:`canonical_ir`), and a cubin served to a
-kernel whose numbers differ is looked up under the entry name it was linked with.
+A kernel's IR as numba prints it depends on what the process compiled before (numba's compilation numbers, the
+order of its modules, the struct types llvmlite declares, libmathdx's tensor UIDs): the same kernel built in a
+notebook after a prebuild that built it in a process of its own would print differently. The key is made from
+:func:`~.canonical.canonical_ir`, which removes all of that, and a cubin served to a kernel whose numbers differ is
+looked up under the entry name it was linked with.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .. import cpu_build
 from ..codegen_workers import is_placeholder
+from .canonical import canonical_ir, nested_name
 from .interposer import LazyMathdx
 from .store import DiskCache, make_key
 
@@ -40,104 +42,23 @@ LINKED: list[str] = []  # ``module.kernel`` of every kernel this process linked 
 # ... of those that hold no code of the running script or notebook (``__main__``): the course's own kernels, which a
 # prebuild or a bundle should have served. A course factory given a notebook's device function builds the notebook's.
 COURSE_LINKED: list[str] = []
+KEYS: list[tuple[str, str]] = []  # (``module.kernel``, key) of every kernel this process looked up, linked or served
 _SCRIPT_CODE = re.compile(r"_ZN(?:6cudapy)?8__main__")
-_MANGLED = re.compile(r"_ZN(?=\d)")
-_UID = re.compile(r"v(\d+)")
-
-
-def _number(text: str, i: int) -> tuple[int | None, int]:
-    """The decimal number at ``text[i:]`` (None if there is none) and where it ends."""
-    j = i
-    while j < len(text) and text[j].isdigit():
-        j += 1
-    return (int(text[i:j]) if j > i else None), j
-
-
-def _nested_name(text: str, i: int) -> tuple[list[str], int]:
-    """The identifiers of a mangled nested name from ``text[i:]`` (``<length><identifier>``, repeated), and where
-    they end."""
-    parts = []
-    size, j = _number(text, i)
-    while size is not None:
-        parts.append(text[j : j + size])
-        i = j + size
-        size, j = _number(text, i)
-    return parts, i
-
-
-def _uid_tags(text: str) -> list[tuple[int, int, str]]:
-    """``(start, end, number)`` of each numba compilation number in ``text``: the ``B<len>v<n>`` ABI tag right
-    after the nested name of a mangled symbol (``_ZN`` then length-prefixed identifiers)."""
-    tags = []
-    for match in _MANGLED.finditer(text):
-        _, i = _nested_name(text, match.end())
-        while text.startswith("B", i):  # ABI tags: B<length><tag>
-            size, j = _number(text, i + 1)
-            if size is None:
-                break
-            uid = _UID.fullmatch(text, j, j + size)
-            if uid:
-                tags.append((i, j + size, uid[1]))
-                break
-            i = j + size
-    return tags
-
-
-_MODULE_ID = re.compile(r'^(; ModuleID = "[^"\n]*?\$)(\d+)(")', re.MULTILINE)  # numba's "<qualname>$<number>"
-# numba names each shared-memory array of a process ``_cudapy_smem_<n>`` from one counter (cudaimpl.py: NVVM needs the
-# names unique), so a kernel's shared arrays are named by how many were made before it in the process
-_SMEM = re.compile(r"_cudapy_smem_(\d+)\b")
 
 
 def qualified_name(mangled: str) -> str:
     """``module.function`` of a numba kernel's mangled name (``_ZN6cudapy8__main__4kernB2v1...`` ->
     ``__main__.kern``), or the name itself when it is not one."""
     start = mangled.find("_ZN")
-    parts = _nested_name(mangled, start + 3)[0] if start >= 0 else []
+    parts = nested_name(mangled, start + 3)[0] if start >= 0 else []
     parts = [p.replace("_3clocals_3e", "<locals>") for p in parts if p and p != "cudapy"]
     return ".".join(parts) if parts else mangled
-
-
-def _retag(text: str, tag: Callable[[str], str]) -> str:
-    """``text`` with each compilation number's ABI tag replaced by ``B<len>`` + ``tag(number)``, and the number of
-    a module's name by ``tag(number)``."""
-    text = _MODULE_ID.sub(lambda m: m[1] + tag(m[2]) + m[3], text)
-    out, last = [], 0
-    for start, end, uid in _uid_tags(text):
-        new = tag(uid)
-        out += [text[last:start], f"B{len(new)}{new}"]
-        last = end
-    return "".join([*out, text[last:]])
-
-
-def canonical_ir(modules: Iterable[str], entry: str | None = None) -> tuple[str, str | None]:
-    """The kernel's modules as one text with numba's compilation numbers and shared-array names renumbered by first
-    appearance, and the entry name renumbered alike: the same for the same code whatever was compiled before it in
-    the process.
-
-    The modules go in the order of their text without the numbers (numba emits them in a different order from
-    one process to the next); numbers are unique in a process, so renumbering keeps which symbol is which.
-    """
-    numbers: dict[str, int] = {}
-    arrays: dict[str, int] = {}
-
-    def number(uid: str) -> str:
-        return f"v{numbers.setdefault(uid, len(numbers) + 1)}"
-
-    def array(match: re.Match[str]) -> str:  # shared arrays, renumbered alike (their own counter)
-        return f"_cudapy_smem_{arrays.setdefault(match[1], len(arrays) + 1)}"
-
-    texts = sorted(
-        (m.strip() for m in modules), key=lambda text: _SMEM.sub("_cudapy_smem_", _retag(text, lambda _: "v"))
-    )
-    canonical = "\n".join(_SMEM.sub(array, _retag(text, number)) for text in texts)
-    return canonical, _retag(entry, number) if entry is not None else None
 
 
 def cubin_key(
     library: Any, cc: tuple[int, int], environment: dict[str, str], digest: Callable[[bytes], str] | None = None
 ) -> str:
-    """Key of a linked kernel: its own LLVM IR (compilation numbers renumbered, :func:`canonical_ir`) and entry
+    """Key of a linked kernel: its own LLVM IR (as :func:`~.canonical.canonical_ir` writes it) and entry
     name, NVVM options, every linked module's digest (``digest``: :meth:`LazyMathdx.digest`, which knows the
     digest of code a placeholder stands for), target and versions."""
     ir, entry = canonical_ir(library.llvm_strs, getattr(library, "_entry_name", None))
@@ -173,6 +94,7 @@ def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy:
         if self._cubin_cache.get(cc):
             return self._cubin_cache[cc]
         key = cubin_key(self, cc, env, lazy.digest)
+        KEYS.append((qualified_name(self._entry_name or ""), key))
         data = cache.get(key)
         if data is None:
             resolve_placeholders(self._linking_files, lazy)  # a new link needs the code itself
@@ -250,6 +172,12 @@ class CachingLinker:
         self._object_code = _object_code
 
     def link(self, target_type: str) -> Any:
+        if cpu_build.active() and not cpu_build.linking():
+            return cpu_build.Unloaded(None)  # a CPU build that only types kernels: nothing to link
+        linked = self._link(target_type)
+        return cpu_build.Unloaded(linked) if cpu_build.active() else linked
+
+    def _link(self, target_type: str) -> Any:
         def real() -> Any:
             codes = [self._object_code.resolved(c) for c in self._codes] if self._object_code else self._codes
             return self._linker(*codes, options=self._options, **self._kw).link(target_type)

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import cpu_build
+
 BUILDS: list[tuple[str, float]] = []  # (kernel, seconds) of every build in this process, for utilities.workshop
 
 
@@ -90,7 +92,8 @@ def patch_compile(dispatcher_class: Any, lazy: Any, sigutils: Any, note: Callabl
         with BuildProgress(name, stage=lambda: lazy.stage, note=note):
             kernel = original(self, sig)
             lazy.stage = "linking"
-            kernel._codelibrary.get_cubin()  # link inside the progress display, not at the first launch
+            if cpu_build.linking():  # (a CPU build that only types kernels links nothing: cpu_build)
+                kernel._codelibrary.get_cubin()  # link inside the progress display, not at the first launch
             return kernel
 
     dispatcher_class.compile = compile

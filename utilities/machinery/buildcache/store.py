@@ -3,6 +3,10 @@
 Entries live under ``root/v<FORMAT>/<key[:2]>/<key>``: a header (magic, length, SHA-256), then zlib data. Keys are
 SHA-256 digests of everything that determines an entry (:func:`make_key`).
 
+A process about to generate an entry *claims* it first (:meth:`DiskCache.claim`: a file made with ``O_EXCL`` beside
+it), so that parallel prebuild jobs that need the same libmathdx code generate it once: the others wait for the
+entry. A claim whose process is gone, or older than :data:`CLAIM_STALE_S`, is taken over.
+
 Each entry of libmathdx's LTO-IR has a small companion, its *digest* (:func:`digest_key`, :class:`CodeDigest`): the
 LTO-IR's ISA version and SHA-256. A linked kernel's key needs only that digest, so a cache that holds the kernels'
 cubins and the digests, without the LTO-IR, still serves every kernel it holds (a launch-only bundle).
@@ -14,7 +18,9 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import threading
+import time
 import warnings
 import zlib
 from dataclasses import dataclass
@@ -23,6 +29,7 @@ from typing import Any
 
 FORMAT = 1
 _MAGIC = b"TCFC"
+CLAIM_STALE_S = 1800.0  # a claim this old is taken over: longer than any one piece of code takes to generate
 
 
 def default_cache_dir() -> Path | None:
@@ -40,10 +47,12 @@ class CacheStats:
     misses: int = 0
     corrupt: int = 0
     stored: int = 0
+    shared: int = 0  # code another process was generating: waited for, not generated twice
     seconds_generating: float = 0.0
 
     def summary(self) -> str:
-        text = f"{self.hits} from cache, {self.misses} generated ({self.seconds_generating:.1f} s)"
+        text = f"{self.hits} from cache, {self.misses - self.shared} generated ({self.seconds_generating:.1f} s)"
+        text += f", {self.shared} from another process" if self.shared else ""
         return text + (f", {self.corrupt} corrupt entries rebuilt" if self.corrupt else "")
 
 
@@ -82,6 +91,53 @@ class DiskCache:
         tmp.write_bytes(_pack(payload))
         os.replace(tmp, path)  # atomic: readers see the old entry or the whole new one
         self.stats.stored += 1
+
+    def _claim_path(self, key: str) -> Path:
+        return self.root / key[:2] / f".{key}.claim"  # a dot: never read as an entry, nor bundled
+
+    def claim(self, key: str) -> bool:
+        """Claim the making of entry ``key`` for this process: False when another live process holds it."""
+        path = self._claim_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if not self._stale(path):
+                    return False
+                path.unlink(missing_ok=True)  # its process is gone: take it over
+                continue
+            with os.fdopen(fd, "w") as claim:
+                claim.write(f"{os.getpid()} {socket.gethostname()}")
+            return True
+        return False
+
+    def claimed(self, key: str) -> bool:
+        """Whether another process holds a live claim on ``key``."""
+        path = self._claim_path(key)
+        return path.exists() and not self._stale(path)
+
+    def release(self, key: str) -> None:
+        self._claim_path(key).unlink(missing_ok=True)
+
+    @staticmethod
+    def _stale(path: Path) -> bool:
+        try:
+            pid, host = path.read_text().split()
+            age = time.time() - path.stat().st_mtime
+        except (OSError, ValueError):
+            return False  # being written, or just removed: not stale
+        if age > CLAIM_STALE_S:
+            return True
+        if host != socket.gethostname():
+            return False
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except (PermissionError, ValueError):
+            return False
+        return False
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The course's launch-only bundle for an sm_90 GPU, built on this machine's CPU (no GPU needed):
+#   bash tools/cpu_bundle.sh [OUT_DIR]        (default: ../bundles beside the checkout)
+# Makes a virtual environment with the GPU machine's stack the first time ($CPU_BUILD_VENV, default ../venv-build;
+# $PYTHON, default python3.12: the GPU image's Python minor version, which a kernel's IR depends on), builds every
+# prebuild job into $COURSE_BUILD_CACHE (default ../cpu-cache) with `python -m utilities.prebuild --arch sm_90`
+# ($CPU_BUILD_PARALLEL jobs at a time, default half the cores, each with two code generation workers), then writes OUT_DIR/course-sm90-cpu-<commit>.bundle. $CUDA_PINS pins the CUDA wheels to the GPU machine's (its
+# `python -c "from utilities.machinery.buildcache import generator_environment as g; print(g())"` names them),
+# e.g. CUDA_PINS="nvidia-cuda-nvrtc==13.0.88 nvidia-nvjitlink==13.0.88": an import refuses other versions.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${1:-$root/../bundles}
+venv=${CPU_BUILD_VENV:-$root/../venv-build}
+export COURSE_BUILD_CACHE=${COURSE_BUILD_CACHE:-$root/../cpu-cache}
+if [[ ! -x $venv/bin/python ]]; then
+    "${PYTHON:-python3.12}" -m venv "$venv"
+    # as the GPU machine has it (../shared/gpu/setup.sh): nvmath and libmathdx without their extras' dependencies
+    # (numba-cuda-mlir would change what nvmath registers with numba), libmathdx in the interpreter's site-packages
+    # shellcheck disable=SC2086
+    "$venv/bin/python" -m pip install -q numpy==2.3.5 numba==0.68.0 "numba-cuda[cu13]==0.30.4" cuda-bindings==13.3.1 \
+        cuda-core==1.2.0 nvidia-cuda-cccl==13.3.5.0.6 ${CUDA_PINS:-}
+    "$venv/bin/python" -m pip install -q --no-deps nvmath-python==1.0.0 nvidia-libmathdx-cu13==0.3.2.6
+fi
+commit=$(git -C "$root" rev-parse --short=12 HEAD)
+cd "$root"
+start=$SECONDS
+"$venv/bin/python" -m utilities.prebuild --arch sm_90 --parallel "${CPU_BUILD_PARALLEL:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}"
+mkdir -p "$out"
+"$venv/bin/python" -m utilities.prebuild --arch sm_90 --export "$out/course-sm90-cpu-$commit.bundle"
+echo "cpu_bundle: $out/course-sm90-cpu-$commit.bundle in $(((SECONDS - start) / 60)) min"
