@@ -345,6 +345,17 @@ def test_a_prebuild_entry_follows_results_md_and_is_shown() -> None:
             report.validate_report(broken)
 
 
+def test_a_run_of_the_gpu_tests_validates_and_a_broken_one_does_not() -> None:
+    run = {"gpu": "NVIDIA H200", "date": "2026-11-28", "command": "pytest -m gpu tests", "commit": "abc"}
+    run |= {"passed": 3, "failed": 1, "errors": 0, "skipped": 2, "seconds": 9.5, "failures": ["tests/t.py::x"]}
+    report.validate_test_runs(run)
+    report.validate_test_runs({"runs": [run, run]})
+    with pytest.raises(report.ReportError, match="one id per failure"):
+        report.validate_test_runs({**run, "failed": 2})
+    with pytest.raises(report.ReportError, match="commit"):
+        report.validate_test_runs({k: v for k, v in run.items() if k != "commit"})
+
+
 def test_every_committed_report_validates() -> None:
     """Every GPU report in results/ follows the format (run-throughs and ledgers have their own); and there are some:
     the README's and the notebooks' reference figures cite them."""
@@ -352,6 +363,9 @@ def test_every_committed_report_validates() -> None:
     for path in sorted((Path(__file__).resolve().parents[1] / "results").glob("nvidia-*.json")):
         data = json.loads(path.read_text())
         if path.name.endswith("-workshop.json") or "rows" in data:  # a run-through, or a GPU ledger
+            continue
+        if path.name.endswith("-gpu-tests.json"):  # runs of the GPU tests
+            report.validate_test_runs(data)
             continue
         report.validate_report(data)
         validated.append(path.name)

@@ -766,6 +766,26 @@ def test_a_claim_let_go_without_the_code_is_generated_here(tmp_path):
         assert c.resolve(built[1][0]) == plain[1][0]
 
 
+def test_a_process_without_workers_waits_for_another_process_s_code(tmp_path):
+    """A prebuild job given no code generation workers (every job but the longest two on a 16-core host) that needs
+    code another job claimed: it waits for that code. On an H200 (2026-11-28) 13 of 49 such jobs failed, the wait's
+    progress line naming the workers of a pool they did not have."""
+    plain = build_two(fake_mathdx())
+    run(tmp_path, ftype=1)
+    path = claim_as(DiskCache(tmp_path), second_key(tmp_path), os.getpid())  # a live process generates it
+    m = fake_mathdx()
+    lazy = LazyMathdx(m, DiskCache(tmp_path), ENV, isa_option=CODE_ISA)  # no pool
+    lazy.install()
+    built = build_two(m)
+    assert lazy.cache.stats.shared == 1 and m.calls["compile"] == 0, "waiting for it"
+    code = plain[1][0]
+    (key,) = lazy.futures
+    DiskCache(tmp_path).put(key, (0).to_bytes(8, "little", signed=True) + code)  # the claimant stores the code
+    path.unlink()  # and lets go of its claim
+    assert lazy.resolve(built[1][0]) == code
+    assert m.calls["compile"] == 0, "it got the other process's code"
+
+
 def test_code_this_process_is_generating_is_not_asked_for_twice(tmp_path):
     import threading
 

@@ -239,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", type=int, default=4, help="notebook processes at once in each step")
     args = parser.parse_args(argv)
     from . import ledger
+    from . import report as report_format
     from .notebooks import DAY
     from .peaks import gpu_slug
     from .preflight import PreflightError, preflight
@@ -353,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
             "failures": tests.failures,
         }
         path = out / f"{slug}-gpu-tests.json"
-        path.write_text(json.dumps(add_test_run(path, run), indent=1) + "\n")
+        runs = add_test_run(path, run)
+        report_format.validate_test_runs(runs)
+        path.write_text(json.dumps(runs, indent=1) + "\n")
 
     def entries(prefix: str, count: int) -> list[dict]:
         found = []

@@ -125,6 +125,34 @@ def validate_report(report: Any) -> None:
         _validate_build(b, f"builds[{i}]")
 
 
+TEST_RUN_KEYS = ("gpu", "date", "command", "commit", "passed", "failed", "errors", "skipped", "seconds", "failures")
+
+
+def validate_test_runs(data: Any) -> None:
+    """Raise ``ReportError`` unless ``data`` is a run of the GPU tests as RESULTS.md has it (one object, or
+    ``{"runs": [...]}``), each with its counts, its time and the failed tests' ids."""
+    runs = data["runs"] if isinstance(data, dict) and "runs" in data else [data]
+    _check(isinstance(runs, list) and bool(runs), "runs", "a non-empty list", runs)
+    for i, run in enumerate(runs):
+        where = f"runs[{i}]"
+        _need(run, where, TEST_RUN_KEYS)
+        for key in ("gpu", "date", "command", "commit"):
+            _check(isinstance(run[key], str) and run[key] != "", f"{where}.{key}", "a non-empty string", run[key])
+        for key in ("passed", "failed", "errors", "skipped"):
+            _check(_is_int(run[key]) and run[key] >= 0, f"{where}.{key}", "a count (>= 0)", run[key])
+        _check(_is_number(run["seconds"]) and run["seconds"] >= 0, f"{where}.seconds", "seconds (>= 0)", run["seconds"])
+        failures = run["failures"]
+        _check(
+            isinstance(failures, list) and all(isinstance(f, str) for f in failures),
+            f"{where}.failures",
+            "a list of test ids",
+            failures,
+        )
+        _check(
+            len(failures) == run["failed"] + run["errors"], f"{where}.failures", "one id per failure or error", failures
+        )
+
+
 # ---------------------------------------------------------------------------------------------- versions
 
 

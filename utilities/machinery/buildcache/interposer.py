@@ -508,8 +508,9 @@ class LazyMathdx:
         key = bytes(data[len(PENDING) :]).decode()
         if key in self.futures:
             waiting = sum(not f.done() for f in self.futures.values())
-            if waiting:
-                self.stage = f"waiting for {waiting} libmathdx functions from {self.pool.workers} worker processes"
+            if waiting:  # from this process's workers, or from another process that claimed them (no pool needed)
+                where = f"{self.pool.workers} worker processes" if self.pool is not None else "another build"
+                self.stage = f"waiting for {waiting} libmathdx functions from {where}"
             with self.timed("waiting for worker processes"):
                 return self._result(key).ltoir
         blob = self.cache.get(key)
