@@ -118,6 +118,7 @@ def test_the_command_line_of_each_tool():
     line = sanitizer.command("/opt/cs", "racecheck", "/tmp/s.py", python="/usr/bin/python3")
     assert line[:3] == ["/opt/cs", "--tool", "racecheck"] and line[-2:] == ["/usr/bin/python3", "/tmp/s.py"]
     assert "--error-exitcode" in line and "--racecheck-report" in line
+    assert line[line.index("--report-api-errors") + 1] == "no"  # a library's probes of the driver are no finding
     assert "--racecheck-report" not in sanitizer.command("/opt/cs", "memcheck", "/tmp/s.py")
     with pytest.raises(ValueError, match="tool must be one of"):
         sanitizer.command("/opt/cs", "initcheck", "/tmp/s.py")

@@ -132,7 +132,11 @@ def test_digits_kernel_matches_reduce_products(count):
 @pytest.mark.parametrize("count", [4, 15, 20])
 def test_reconstruct_kernel_matches_reference(count, from_products):
     """C from digits (or from int32 products), with alpha and beta, C unread when beta = 0, a NaN row of A and an
-    Inf column of B (there: DGEMM's NaN and +-Inf), to within the reconstruction's last rounding."""
+    Inf column of B (there: DGEMM's NaN and +-Inf), within the checker's derived bound (``check.c_bound``): a GPU
+    contracts the reconstruction's multiply-adds, so it is not the reference's bit for bit (on an H200 two of 48
+    entries differed from it by 4.4e-16 at a value near 0.01, past a relative 2^-51), where the simulator is."""
+    from utilities.ozaki2 import check
+
     a, b = inputs.exponent_spread(7, 50, 1.0, 12), inputs.exponent_spread(50, 9, 1.0, 13)
     a[3, 4], b[6, 2] = np.nan, np.inf
     st = ref.ozaki2_stages(a, b, count)
@@ -160,7 +164,9 @@ def test_reconstruct_kernel_matches_reference(count, from_products):
         bad = ~np.isfinite(want)
         np.testing.assert_array_equal(got[bad], native[bad])  # DGEMM's NaN and +-Inf, where DGEMM has them
         assert np.isnan(got[3]).all() and bad[:, 2].all()
-        np.testing.assert_allclose(got[~bad], want[~bad], rtol=2**-51, atol=0)
+        bound = check.c_bound(st, alpha, beta, c, want)
+        outside = ~bad & ~(np.abs(got - want) <= bound)
+        assert not outside.any(), f"{np.abs(got - want)[outside]} past {bound[outside]} (alpha {alpha}, beta {beta})"
 
 
 def test_the_reconstruction_is_nearly_correctly_rounded():
