@@ -80,9 +80,9 @@ poll)
     [ -f "$SESSION/exit" ] && echo "exit: $(cat "$SESSION/exit")" || echo "still running"
     ( for f in "$SESSION"/logs/*.log; do echo "===== $(basename "$f")"; tail -n "${TAIL:-60}" "$f"; done ) > "$OUT/logs.txt" 2>&1
     cp "$SESSION/suite.log" "$OUT/" 2>/dev/null
-    # at most 8 files come back from $OUT: the results and the steps' JSON and XML in one archive
+    # at most 8 files come back from $OUT: the results and the steps' files (JSON, XML, whole logs) in one archive
     cat "$SESSION"/logs/records/*.jsonl > "$SESSION/results/records.jsonl" 2>/dev/null
-    (cd "$SESSION" && tar -czf "$OUT/results.tar.gz" results $(cd "$SESSION" && ls logs/*.json logs/*.xml logs/*.done 2>/dev/null))
+    (cd "$SESSION" && tar -czf "$OUT/results.tar.gz" results $(cd "$SESSION" && ls logs/*.json logs/*.xml logs/*.done logs/*.log 2>/dev/null))
     ;;
 *)
     echo "usage: tools/gpu_session.sh proof|start|workshop|ledger <args> | import|export FILE | poll [seconds]" >&2; exit 2 ;;
