@@ -205,8 +205,20 @@ def _shape_text(shape: Any) -> str:
     return f"ref.{type(shape).__name__}({fields})"
 
 
-def _conv_driver(functions: Sequence[Any], *args: Any, shape: ref.ConvShape = CONV_SHAPE, **kwargs: Any) -> str:
+def small_conv_shape(shape: Any, c_out: int) -> Any:
+    """A check's smallest case: one image of 8 x 16 pixels (one row tile of 128, its border in the padding), the
+    check's input channels (every K stage), ``c_out`` output channels."""
+    fields = {**vars(shape), "batch": 1, "height": 8, "width": 16}
+    fields["c_out"] = c_out
+    return type(shape)(**fields)
+
+
+def _conv_driver(
+    functions: Sequence[Any], *args: Any, shape: ref.ConvShape = CONV_SHAPE, small: bool = False, **kwargs: Any
+) -> str:
     tile_n = kwargs.get("tile_n")
+    if small:  # one block: one row tile of pixels, one block width of output channels
+        shape = small_conv_shape(shape, tile_n or (64 if shape.c_out % 64 == 0 else 32))
     cfg = f"ConvConfig(tile_n={tile_n}, tile_k=64)" if tile_n else "None"
     return f"""
         import cupy as cp
@@ -219,7 +231,7 @@ def _conv_driver(functions: Sequence[Any], *args: Any, shape: ref.ConvShape = CO
         """
 
 
-@checker("3x3 convolution + bias + ReLU", driver=_conv_driver)
+@checker("3x3 convolution + bias + ReLU", driver=_conv_driver, shared=True)
 def check_conv(
     run: Callable[..., Any],
     *,
@@ -293,7 +305,11 @@ def _b2b_hint(got: np.ndarray, want: np.ndarray, bound: np.ndarray, candidates: 
 B2B_NEEDS = {"d0": 1}  # D0 is written by the first TODO region; D1 needs them all
 
 
-def _b2b_driver(functions: Sequence[Any], *args: Any, shape: ref.B2BShape = B2B_SHAPE, **kwargs: Any) -> str:
+def _b2b_driver(
+    functions: Sequence[Any], *args: Any, shape: ref.B2BShape = B2B_SHAPE, small: bool = False, **kwargs: Any
+) -> str:
+    if small:  # one row tile of 128 pixels, every channel (the fused kernel holds them all in one block)
+        shape = small_conv_shape(shape, shape.c_out)
     return f"""
         import cupy as cp
         from utilities.conv import reference as ref
@@ -306,7 +322,7 @@ def _b2b_driver(functions: Sequence[Any], *args: Any, shape: ref.B2BShape = B2B_
         """
 
 
-@checker("back-to-back convolutions", needs=B2B_NEEDS, driver=_b2b_driver)
+@checker("back-to-back convolutions", needs=B2B_NEEDS, driver=_b2b_driver, shared=True)
 def check_conv_b2b(
     run: Callable[..., Any],
     *,

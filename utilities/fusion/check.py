@@ -206,8 +206,18 @@ def _only(bound: np.ndarray, b: int) -> np.ndarray:
 B2B_NEEDS = {"d0": 1}
 
 
-def _b2b_driver(functions: Sequence[Any], *args: Any, shape: Sequence[int] = B2B_SHAPE, **kwargs: Any) -> str:
+def small_rows(m: int) -> int:
+    """The rows of a check's smallest case: one or two row tiles (128 rows: a multiple of every row tile the plans
+    choose), or ``m`` itself where it is no multiple of 128."""
+    return 128 if m % 128 == 0 else m
+
+
+def _b2b_driver(
+    functions: Sequence[Any], *args: Any, shape: Sequence[int] = B2B_SHAPE, small: bool = False, **kwargs: Any
+) -> str:
     batch = kwargs.get("batch", BATCH) if kwargs.get("batched") else None
+    if small:  # 128 rows, every K stage of GEMM 0; no batch (the batched plan runs the same kernel)
+        shape, batch = (small_rows(int(shape[0])), *shape[1:]), None
     return f"""
         import cupy as cp
         from utilities.fusion import reference as ref
@@ -222,7 +232,7 @@ def _b2b_driver(functions: Sequence[Any], *args: Any, shape: Sequence[int] = B2B
         """
 
 
-@checker("back-to-back GEMM", needs=B2B_NEEDS, driver=_b2b_driver)
+@checker("back-to-back GEMM", needs=B2B_NEEDS, driver=_b2b_driver, shared=True)
 def check_back_to_back(
     run: Callable[..., Any],
     *,
@@ -356,8 +366,12 @@ def gemm_corners(m: int, n: int, k: int, seed: int) -> list[ref.GemmInputs]:
     return [cancelling, ref.GemmInputs(NONFINITE, a, b, bias)]
 
 
-def _gemm_driver(functions: Sequence[Any], *args: Any, shape: Sequence[int] = GEMM_SHAPE, **kwargs: Any) -> str:
+def _gemm_driver(
+    functions: Sequence[Any], *args: Any, shape: Sequence[int] = GEMM_SHAPE, small: bool = False, **kwargs: Any
+) -> str:
     m, n, k = (int(v) for v in shape)
+    if small:  # one block tile (or a few) of 128 x 128, every K stage
+        m, n = small_rows(m), small_rows(n)
     return f"""
         import cupy as cp
         from utilities.fusion import reference as ref
@@ -369,7 +383,7 @@ def _gemm_driver(functions: Sequence[Any], *args: Any, shape: Sequence[int] = GE
         """
 
 
-@checker("GEMM + bias + ReLU", driver=_gemm_driver)
+@checker("GEMM + bias + ReLU", driver=_gemm_driver, shared=True)
 def check_gemm_bias_relu(
     run: Callable[..., Any],
     *,

@@ -70,21 +70,22 @@ def _diagnose(got: np.ndarray, parts: np.ndarray, bound: np.ndarray | None = Non
     )
 
 
-def _driver(functions: Sequence[Any], dtype: str = "int8", *args: Any, **kwargs: Any) -> str:
+def _driver(functions: Sequence[Any], dtype: str = "int8", *args: Any, small: bool = False, **kwargs: Any) -> str:
+    rows = TILE[0] if small else 2 * TILE[0]  # the smallest case: one block tile, three phases
     return f"""
         import cupy as cp
         from utilities import multipass as mp
         from utilities.multipass.reference import operands
         from utilities.multipass.tensorcore import Kernels, PassGemm
         cfg = mp.PassConfig("{dtype}", fused=2)
-        m, n, k = 256, 256, 3 * cfg.phase_k  # two block rows and columns, three phases
+        m, n, k = {rows}, {rows}, 3 * cfg.phase_k  # block rows and columns, three phases
         a, bt = operands("random", m, n, k, "{dtype}", 0)
         PassGemm(m, n, k, cfg, kernels=Kernels({sanitizer.kernels_arguments(functions)}))(cp.asarray(a), cp.asarray(bt))
         cp.cuda.runtime.deviceSynchronize()
         """
 
 
-@checker("multi-pass tile GEMM", driver=_driver)
+@checker("multi-pass tile GEMM", driver=_driver, shared=True)
 def check_pass_gemm(
     run: Callable[[np.ndarray, np.ndarray], Any],
     dtype: str = "int8",

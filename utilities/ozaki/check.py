@@ -116,11 +116,13 @@ def _epilogue_driver(functions: Sequence[Any], *args: Any, **kwargs: Any) -> str
         """
 
 
-def _gemm_driver(functions: Sequence[Any], *args: Any, **kwargs: Any) -> str:
+def _gemm_driver(functions: Sequence[Any], *args: Any, small: bool = False, **kwargs: Any) -> str:
     names = [sanitizer.def_name(fn) for fn in functions]
     variant = "fused" if "make_fused_kernel" in names else "partial" if "make_diagonals_kernel" in names else "unfused"
     slices = int(args[0]) if args else int(kwargs.get("slices", 7))
     m, n, k = (kwargs.get("shapes") or GEMM_SHAPES)[-1]
+    if small:  # one output tile of 128 x 128, every K stage and every slice
+        m, n = 128, 128
     return f"""
         import cupy as cp
         from utilities import inputs
@@ -796,7 +798,7 @@ def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckR
 _STAGE_ORDER = ["a_slices", "b_slices", "products", "diagonals"]
 
 
-@checker("Ozaki-I GEMM", needs=GEMM_NEEDS, driver=_gemm_driver)
+@checker("Ozaki-I GEMM", needs=GEMM_NEEDS, driver=_gemm_driver, shared=True)
 def check_ozaki_gemm(
     run: Callable[..., Any],
     slices: int = 7,

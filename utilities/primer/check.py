@@ -60,8 +60,16 @@ def diagnose(got: np.ndarray, want: np.ndarray, tile: tuple[int, int]) -> tuple[
     return "C", f"every tile is wrong: the order is {ORDER}"
 
 
-def _driver(functions: Sequence[Any], *args: Any, shape: tuple[int, int, int] = (256, 384, 64), **kwargs: Any) -> str:
+def _driver(
+    functions: Sequence[Any],
+    *args: Any,
+    shape: tuple[int, int, int] = (256, 384, 64),
+    small: bool = False,
+    **kwargs: Any,
+) -> str:
     m, n, _ = shape
+    if small:  # one block: one tile of C
+        m, n = kwargs.get("tile", (128, 128))
     return f"""
         import cupy as cp
         from utilities.primer.reference import operands
@@ -73,7 +81,7 @@ def _driver(functions: Sequence[Any], *args: Any, shape: tuple[int, int, int] = 
         """
 
 
-@checker(NAME, driver=_driver)
+@checker(NAME, driver=_driver, shared=True)
 def check_tile_gemm(
     run: Callable[[np.ndarray, np.ndarray], Any],
     *,
