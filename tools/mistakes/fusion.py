@@ -37,12 +37,15 @@ MISTAKES = [
             message="rounded to FP16 before beta1", stage="d1"),
     # 2b: the barriers around D0 (the race shows in few runs: the default check's racecheck finds it)
     Mistake("2b b2b", "race", "no barrier between D0's store to shared memory and GEMM 1's reads of it",
-            old="        cuda.syncthreads()  # D0 is complete in shared memory (and B1 landed with the last copy_wait)\n",
-            new="", message="cuda.syncthreads() is missing", stage="sanitizer"),
+            old="        cuda.syncthreads()  # D0 is complete in shared memory (and B1 landed",
+            new="        pass  # D0 is complete in shared memory (and B1 landed",
+            message="cuda.syncthreads() is missing",
+            stage="sanitizer"),
     Mistake("2b b2b", "race", "the barrier before D0's store moved above GEMM 0's last MMA: D0 overwrites operands "
             "another warp may still read",
             old="        MM0.execute(sa, sb, acc0)\n        cuda.syncthreads()  # every warp is done reading GEMM 0's",
-            new="        cuda.syncthreads()\n        MM0.execute(sa, sb, acc0)\n        pass  # every warp is done reading GEMM 0's",
+            new="        cuda.syncthreads()\n        MM0.execute(sa, sb, acc0)\n"
+                "        pass  # every warp is done reading GEMM 0's",
             message="cuda.syncthreads() is missing", stage="sanitizer"),
     Mistake("2b b2b", "missing", "forgets the second ReLU",
             old="out[i] = x if x > 0 else float32(0)\n                #",  # the branch that reads C1

@@ -50,49 +50,114 @@ def _python(fn: Any) -> Callable[..., int]:
     return getattr(fn, "py_func", fn)
 
 
-def _neighbor_hint(got: int, want: int, m: int, r: int, s: int, height: int, width: int) -> str:
-    if want == -1:
-        return (
-            "this tap falls outside the image: it must read the zero padding, -1 (check both the row, h + r - 1, "
-            "and the column, w + s - 1, against the image)"
-        )
-    if got == -1:
-        return "this tap lies inside the image: only taps with h + r - 1 or w + s - 1 outside it read the padding"
-    if got == ref.neighbor(m, s, r, height, width):
-        return "r and s are swapped: r moves along the height (a whole image row, width pixels), s along the width"
-    if got == m - (r - 1) * width - (s - 1):
-        return "the wrong direction: tap (r, s) reads pixel (h + r - 1, w + s - 1), so tap (0, 0) is above and left"
-    return "tap (r, s) of pixel (b, h, w) reads (b, h + r - 1, w + s - 1), whose flat index is m + (r - 1) W + (s - 1)"
+def _map(
+    shape: ref.ConvShape,
+    row: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    col: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    inside: Callable[..., np.ndarray] | None = None,
+    flat: Callable[..., np.ndarray] | None = None,
+    outside: int = -1,
+    h_of: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> np.ndarray:
+    """An index map (every pixel, every tap) built the way a mistake builds it: pixel m's row is ``h_of(m)`` (default
+    (m // W) % H); tap (r, s) reads row ``row(h, r)`` and column ``col(w, s)``, is inside where ``inside(hh, ww, h,
+    w, r, s)`` says (default: within the image), and reads the flat pixel ``flat(m, hh, ww, r, s)`` (default: m moved
+    by the offsets), else ``outside``."""
+    m = np.arange(shape.m, dtype=np.int64)[:, None]
+    h = (m // shape.width) % shape.height if h_of is None else h_of(m)
+    w = m % shape.width
+    r, s = np.divmod(np.arange(ref.TAPS, dtype=np.int64)[None, :], 3)
+    hh, ww = row(h, r), col(w, s)
+    if inside is None:
+        ok = (hh >= 0) & (hh < shape.height) & (ww >= 0) & (ww < shape.width)
+    else:
+        ok = inside(hh, ww, h, w, r, s)
+    target = m + (hh - h) * shape.width + (ww - w) if flat is None else flat(m, hh, ww, r, s)
+    return np.where(ok, target, outside)
 
 
-def _flipped(shape: ref.ConvShape, padding_as_is: bool) -> np.ndarray:
-    """The index map of a filter applied in the wrong direction: tap (r, s) reads (h - r + 1, w - s + 1), with its
-    own padding (``padding_as_is=False``: the whole map mirrored) or with the right one (the bounds checked as
-    for (h + r - 1, w + s - 1), only the offset mirrored)."""
-    want = ref.neighbor_table(shape)
-    m = np.arange(shape.m)[:, None]
-    r, s = np.divmod(np.arange(ref.TAPS), 3)
-    if padding_as_is:
-        return np.where(want == -1, -1, m - (r[None, :] - 1) * shape.width - (s[None, :] - 1))
-    return ref.neighbor_table(shape)[:, (2 - r) * 3 + (2 - s)]
+def _neighbor_mistakes(shape: ref.ConvShape) -> dict[str, list[np.ndarray]]:
+    """The index maps of each usual mistake on ``shape`` (a mistake may be written two ways), by the hint that names
+    it; each is tested against the attendee's whole map on every geometry (:func:`_table_hint`)."""
+    H, W = shape.height, shape.width
+
+    def down(h: np.ndarray, r: np.ndarray) -> np.ndarray:
+        return h + r - 1
+
+    def up(h: np.ndarray, r: np.ndarray) -> np.ndarray:
+        return h - r + 1
+
+    def right(w: np.ndarray, s: np.ndarray) -> np.ndarray:
+        return w + s - 1
+
+    def left(w: np.ndarray, s: np.ndarray) -> np.ndarray:
+        return w - s + 1
+
+    def within(rows: bool = True, cols: bool = True, last_row: int = H - 1, last_col: int = W - 1) -> Callable:
+        def test(hh, ww, h, w, r, s):  # the bounds of the right taps (h + r - 1, w + s - 1)
+            ok = np.ones(np.broadcast(h, r).shape, bool)
+            if rows:
+                ok &= (down(h, r) >= 0) & (down(h, r) <= last_row)
+            if cols:
+                ok &= (right(w, s) >= 0) & (right(w, s) <= last_col)
+            return ok
+
+        return test
+
+    direction = (
+        "the wrong direction{axis}: tap (r, s) must read pixel (h + r - 1, w + s - 1), so tap (0, 0) is above and to "
+        "the left; your map reads {read}, the filter flipped{how} (a correlation turned into a convolution)"
+    )
+    out = {}
+    for axis, read, how, row, col in (
+        ("", "(h - r + 1, w - s + 1)", "", up, left),
+        (" along the rows", "(h - r + 1, w + s - 1)", " along r only", up, right),
+        (" along the columns", "(h + r - 1, w - s + 1)", " along s only", down, left),
+    ):  # mirrored with its own padding, or only the offset mirrored (the bounds of the right taps)
+        out[direction.format(axis=axis, read=read, how=how)] = [
+            _map(shape, row, col),
+            _map(shape, row, col, inside=within()),
+        ]
+    swapped = [3 * (t % 3) + t // 3 for t in range(ref.TAPS)]
+    out["r and s are swapped: r moves along the height (a whole image row, width pixels), s along the width"] = [
+        ref.neighbor_table(shape)[:, swapped],
+        _map(shape, down, right, inside=within(), flat=lambda m, hh, ww, r, s: m + (s - 1) * W + (r - 1)),
+    ]
+    out[
+        "only the row is checked against the image: a tap left or right of it reads the neighbouring image row (or "
+        "image); check w + s - 1 too"
+    ] = [_map(shape, down, right, inside=within(cols=False))]
+    out[
+        "only the column is checked against the image: a tap above or below it reads the neighbouring image (or past "
+        "the input); check h + r - 1 too"
+    ] = [_map(shape, down, right, inside=within(rows=False))]
+    out["the last row is taken for inside the image: the test must be h + r - 1 >= height (rows 0 .. height - 1)"] = [
+        _map(shape, down, right, inside=within(last_row=H))
+    ]
+    out[
+        "the last column is taken for inside the image: the test must be w + s - 1 >= width (columns 0 .. width - 1)"
+    ] = [_map(shape, down, right, inside=within(last_col=W))]
+    out[
+        "the batch is missing from the flat index: every image reads the first one; move m itself by "
+        "(r - 1) * width + (s - 1), which keeps b"
+    ] = [_map(shape, down, right, flat=lambda m, hh, ww, r, s: hh * W + ww)]
+    out[
+        "the row is taken over the whole batch (h = m // width, without % height): every image after the first "
+        "reads padding; h = (m // width) % height"
+    ] = [_map(shape, down, right, h_of=lambda m: m // W)]
+    out["the padding reads pixel 0: a tap outside the image must return -1 (nothing to read)"] = [
+        _map(shape, down, right, outside=0)
+    ]
+    return out
 
 
 def _table_hint(results: Sequence[tuple[ref.ConvShape, np.ndarray, np.ndarray]]) -> str:
-    """A hint for a map that is wrong as a whole, tested on every geometry: the filter applied in the wrong direction
-    (mirrored with its padding, or only its offset), r and s swapped. "" when none reproduces every entry."""
-    tests = {
-        "the wrong direction: tap (r, s) must read pixel (h + r - 1, w + s - 1), so tap (0, 0) is above and to the "
-        "left; your map reads (h - r + 1, w - s + 1), the filter flipped (a correlation turned into a convolution)": (
-            lambda shape: _flipped(shape, False),
-            lambda shape: _flipped(shape, True),
-        ),
-        "r and s are swapped: r moves along the height (a whole image row, width pixels), s along the width": (
-            lambda shape: ref.neighbor_table(shape)[:, [3 * (t % 3) + t // 3 for t in range(ref.TAPS)]],
-        ),
-    }
-    for hint, tables in tests.items():
-        for table in tables:
-            if all(np.array_equal(got, table(shape)) for shape, got, _ in results):
+    """The hint of the usual mistake whose whole index map equals the attendee's on every geometry
+    (:func:`_neighbor_mistakes`); "" when none does."""
+    tables = [_neighbor_mistakes(shape) for shape, _, _ in results]
+    for hint in tables[0]:
+        for variant in range(len(tables[0][hint])):
+            if all(np.array_equal(got, t[hint][variant]) for (_, got, _), t in zip(results, tables, strict=True)):
                 return hint
     return ""
 
@@ -122,12 +187,12 @@ def check_neighbor(fn: Callable[..., int], *, seed: int | None = None) -> CheckR
             m, t = (int(v) for v in bad[0])
             r, s = divmod(t, 3)
             b, h, w = shape.pixel(m)
-            hint = whole or _neighbor_hint(int(got[m, t]), int(want[m, t]), m, r, s, shape.height, shape.width)
+            where = "in the padding" if want[m, t] == -1 else f"pixel (b {b}, h {h + r - 1}, w {w + s - 1})"
             raise CheckFailure(
                 "index map",
                 f"stage 'index map' on {shape.batch} images of {shape.height} x {shape.width}: pixel m = {m} "
-                f"(b {b}, h {h}, w {w}), tap (r {r}, s {s}): got {got[m, t]}, expected {want[m, t]} "
-                f"({len(bad)} of {got.size} entries wrong)\nhint: {hint}",
+                f"(b {b}, h {h}, w {w}), tap (r {r}, s {s}): got {got[m, t]}, expected {want[m, t]} ({where}; "
+                f"{len(bad)} of {got.size} entries wrong)" + (f"\nhint: {whole}" if whole else ""),
             )
     return passed(name, len(results), seed)
 
