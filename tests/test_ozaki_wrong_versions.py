@@ -97,6 +97,42 @@ def test_trunc_code_with_a_wrong_tie_rule_is_not_told_about_floor(judged):
     assert verdict.status == "rejected" and "floor is not exact" not in verdict.message
 
 
+def test_a_digit_mistake_no_hint_recomputes_is_told_by_its_entries_alone(judged):
+    """Issue 41: a wrong digit on a row of the carry's limits was told about a carry, which no test had found; a
+    hint is only given where a recomputed mistake gives the attendee's digits."""
+    odd = mutants.Mistake(SLICE, "rounding", "the last digit one too high at 5 slices", old="digits.append(round(t))",
+                          new="digits.append(round(t) + (slices == 5))", message="")  # fmt: skip
+    verdict = judged(odd, SEEDS)
+    assert verdict.status == "rejected" and "hint:" not in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize(
+    ("rule", "says"),
+    [
+        ("round(t) if t >= 0 else -math.floor(-t + 0.5)", "a negative tie of the last digit rounds away from zero"),
+        ("round(t) if t >= 0 else math.floor(t + 0.5)", "a negative tie of the last digit rounds toward zero"),
+        ("math.ceil(t - 0.5)", "half down"),
+        ("int(math.copysign(math.ceil(abs(t) - 0.5), t))", "half toward zero"),
+    ],
+)
+def test_a_tie_rounded_the_wrong_way_is_named_by_its_rule(rule, says, judged):
+    wrong = mutants.Mistake(SLICE, "rounding", rule, old="digits.append(round(t))", new=f"digits.append({rule})",
+                            message=says)  # fmt: skip
+    verdict = judged(wrong, SEEDS)
+    hint = verdict.message.split("\nhint: ")[1]
+    assert verdict.status == "rejected" and "carr" not in hint, verdict.message
+
+
+def test_a_power_of_two_past_the_doubles_is_named_only_where_the_other_rows_are_right(judged):
+    """3b's device function scaled by 2.0 ** (8 S - 1 - e): Inf for a subnormal row, whose digits alone are wrong."""
+    wrong = mutants.Mistake("3b split_digits (device function)", "edge", "2.0 ** n",
+                            old="v = math.ldexp(x, int(8 * SLICES - 1 - e))", new="v = x * 2.0 ** (8 * SLICES - 1 - e)",
+                            message="at an end of the FP64 range")  # fmt: skip
+    assert judged(wrong, SEEDS[:2]).status == "rejected"
+    assert check._range_hint([-1066], 7, True) and not check._range_hint([-1066, 3], 7, True)
+    assert not check._range_hint([-1066], 7, False), "a wrong ordinary row: not the power of two alone"
+
+
 # --- 3b's FP64 epilogue: a NumPy stand-in for the kernel, right and wrong ------------------------------------------
 
 
