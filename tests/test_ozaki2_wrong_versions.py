@@ -65,7 +65,7 @@ WRONG = [
     mutants.Mistake(DEVICE_RESIDUE, "edge", "the tie of p = 256 fixed for negative w only",
                     old="if r > HI[t]:", new="if r > HI[t] and w < 0:", message="at a tie", stage="residue(w, t)"),
     mutants.Mistake(DIGIT, "convention", "a negative u made positive by its absolute value instead of adding p",
-                    old="u += p", new="u = -u", message="u + p where u < 0", stage="digits"),
+                    old="u += p", new="u = -u", message="made positive by its magnitude", stage="digits"),
 ]  # fmt: skip
 
 RIGHT = [

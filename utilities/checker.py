@@ -274,6 +274,39 @@ def c_read_when_beta_is_zero(
     )
 
 
+ALPHA_ZERO = (
+    "alpha = 0 (any beta): C = beta C (0 when beta = 0), A and B unread as reference BLAS's quick return leaves them, "
+    "or read: where a line of A or B holds a NaN or an Inf (or alpha's product overflows), C may be NaN, as alpha "
+    "(A B) makes it, or beta C; an early exit that leaves C unwritten or drops beta C is wrong"
+)
+
+
+def quick_return(got: Any, want: np.ndarray, alpha: float, beta: float, c: np.ndarray | None) -> np.ndarray:
+    """``want`` with reference BLAS's quick return accepted where alpha = 0 (:data:`ALPHA_ZERO`): an entry that alpha
+    (A B) makes NaN may hold beta C instead (0 when beta = 0), as it is where BLAS reads neither A nor B. Elsewhere,
+    and for any other alpha, ``want`` as it is."""
+    got = np.asarray(got)
+    if alpha != 0.0 or got.shape != np.shape(want) or got.dtype.kind != "f":
+        return want
+    quick = np.zeros(np.shape(want)) if beta == 0.0 or c is None else float(beta) * np.asarray(c, np.float64)
+    return np.where(np.isnan(want) & (got == quick), quick, want)
+
+
+def alpha_zero_hint(got: Any, want: np.ndarray, alpha: float, beta: float, written: float = np.nan) -> str:
+    """The hint of an alpha = 0 mistake, recomputed: C left unwritten (every entry still ``written``, the poison) or
+    beta C dropped (every entry 0 where beta C is not); "" for any other result, or alpha != 0."""
+    got = np.asarray(got, np.float64)
+    if alpha != 0.0 or got.shape != np.shape(want):
+        return ""
+    finite = np.isfinite(want)
+    unwritten = np.isnan(got) if np.isnan(written) else got == written
+    if finite.any() and unwritten[finite].all():
+        return "with alpha = 0 C was left unwritten: C = beta C then (0 when beta = 0); write it, do not return early"
+    if beta != 0.0 and finite.any() and (got[finite] == 0).all() and (want[finite] != 0).any():
+        return "with alpha = 0 C came out 0: C = beta C then; an early exit must still scale C by beta"
+    return ""
+
+
 # What in a kernel causes each CUDA error (the driver's name; the runtime's cudaErrorXxx maps to the same).
 CUDA_CAUSES = {
     "ILLEGAL_ADDRESS": "an access outside an array: an index past its end (a missing `if i < m` bound check, a row "
