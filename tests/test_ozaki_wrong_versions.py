@@ -181,3 +181,65 @@ def test_each_wrong_epilogue_is_rejected_on_every_seed_with_its_name(what, fn, s
 @pytest.mark.parametrize("seed", SEEDS)
 def test_correct_epilogues_pass_on_every_seed(sums, seed):
     assert check.check_epilogue(epilogue(sum_dtype=sums), seed=seed).status == "passed"
+
+
+# --- issue 41: alpha = 0 in every combination with beta, sums exactly zero --------------------------------------
+
+
+def epilogue_shortcut(kind: str):
+    """The right epilogue but for one shortcut: ``"alpha 0: return"`` leaves C unwritten where alpha = 0, ``"alpha 0:
+    zero"`` writes 0 there (beta C dropped), ``"alpha 0: quick"`` writes beta C (BLAS's quick return: right),
+    ``"zero sum"`` writes 0 where the sum is 0 (beta C dropped there)."""
+    right = epilogue()
+
+    def fn(terms, offsets, e, f, alpha, beta, c):
+        if alpha == 0.0 and kind.startswith("alpha 0"):
+            out = np.full(c.shape, np.nan)
+            if kind == "alpha 0: zero":
+                out[...] = 0.0
+            elif kind == "alpha 0: quick":
+                out[...] = beta * c if beta != 0.0 else 0.0
+            return out
+        out = right(terms, offsets, e, f, alpha, beta, c)
+        if kind == "zero sum":
+            zero = (terms == 0).all(axis=0)
+            out = np.where(zero & ~np.isnan(out), 0.0, out)
+        return out
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("alpha 0: return", "with alpha = 0 C was left unwritten"),
+        ("alpha 0: zero", "with alpha = 0 C came out 0"),
+        ("zero sum", ""),
+    ],
+)
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_an_alpha_zero_or_zero_sum_shortcut_is_rejected(kind, says, seed):
+    with pytest.raises(check.CheckFailure) as info:
+        check.check_epilogue(epilogue_shortcut(kind), seed=seed)
+    assert info.value.stage == "FP64 epilogue" and says in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_blas_quick_return_passes_the_epilogue_and_the_gemm_checks(seed):
+    assert check.check_epilogue(epilogue_shortcut("alpha 0: quick"), seed=seed).status == "passed"
+
+    def gemm(a, b, c, alpha, beta):
+        if alpha == 0.0:
+            return beta * c if beta != 0.0 else np.zeros_like(c)
+        return check._reference.ozaki_gemm_ref(a, b, 7, alpha, beta, c, nonfinite="propagate")
+
+    assert check.check_ozaki_gemm(gemm, 7, shapes=[(40, 24, 56)], seed=seed).status == "passed"
+
+
+def test_every_alpha_and_beta_combination_meets_the_gemm_check():
+    combos = {(alpha == 0.0, beta == 0.0, alpha < 0) for alpha, beta in check.GEMM_SCALARS}
+    assert {(True, True, False), (True, False, False), (False, True, False), (False, False, False)} <= combos
+    assert {(False, True, True), (False, False, True)} <= combos, "a negative alpha with beta 0 and not"
+    cases = 2 + 14 + 2 + 2  # random and spread, adversarial, the ends of the range, NaN and Inf
+    nonfinite = [check.GEMM_SCALARS[i % len(check.GEMM_SCALARS)] for i in (cases - 2, cases - 1)]
+    assert all(alpha == 0.0 for alpha, _ in nonfinite), "the NaN and Inf pairs meet alpha = 0"

@@ -30,8 +30,10 @@ import numpy as np
 
 from .. import inputs, sanitizer
 from ..checker import (
+    ALPHA_ZERO,
     CheckFailure,
     CheckResult,
+    alpha_zero_hint,
     c_read_when_beta_is_zero,
     checker,
     compare,
@@ -40,6 +42,7 @@ from ..checker import (
     output,
     passed,
     plain,
+    quick_return,
     untouched,
 )
 from ..operands import NONFINITE_SHIFT
@@ -59,8 +62,9 @@ EPILOGUE_SHAPE = (41, 70)  # wider than the epilogue's 32 x 8 launch block along
 GEMM_SHAPES = ((256, 384, 384), (300, 136, 392))  # 2 x 3 and 3 x 2 tiles of 128 x 128, the second padded
 # The exercise functions each stage depends on (``utilities.checker.unfinished_for``): the shifts are the
 # course's code; the digits come from split_digits; products and diagonals from the products kernels.
-# alpha of either sign, beta 0 (C handed in all NaN: it must not be read) and not: the order of each step shows
-GEMM_SCALARS = ((1.0, 0.0), (0.5, -2.0), (-1.5, 0.0), (-0.75, 1.25))
+# alpha of either sign and 0, beta 0 (C handed in all NaN: it must not be read) and not, in every combination: the
+# order of each step shows. A shape's 20 cases meet each; its NaN and Inf pairs, the last two, meet alpha = 0.
+GEMM_SCALARS = ((1.0, 0.0), (0.5, -2.0), (-1.5, 0.0), (-0.75, 1.25), (0.0, 1.25), (0.0, 0.0), (2.0, 0.5))
 GEMM_NEEDS = {
     "exponent shifts of A": (),
     "exponent shifts of B": (),
@@ -78,12 +82,14 @@ DOMAIN_SLICING = DOMAIN_DIGITS + "; zero rows, signed zeros, NaN and Inf rows (t
 DOMAIN_EPILOGUE = (
     "1 to 12 slices in both layouts (S(S+1)/2 products, S diagonals); a 41 x 70 output (wider than a 32 x 8 block "
     "along each axis); shifts at both ends of the FP64 range; NaN sentinels in e and f; diagonal sums near 2^30; "
-    "unfused terms of K = 131071 (2^31 - 2^14), whose diagonal sums pass 2^31; alpha negative and not, |alpha| "
-    "above 1 and below, a C full of NaN when beta = 0, a C that cancels alpha times the sum"
+    "unfused terms of K = 131071 (2^31 - 2^14), whose diagonal sums pass 2^31; entries whose terms are all zero and "
+    "entries whose last diagonal is zero; alpha negative, positive and 0, |alpha| above 1 and below, beta 0 and not "
+    "in every combination, a C full of NaN when beta = 0, a C that cancels alpha times the sum; " + ALPHA_ZERO
 )
 DOMAIN_GEMM = (
     "shapes of 2 x 3 and 3 x 2 tiles, one padded; random, spread and adversarial operands; rows near DBL_MAX and "
-    "subnormal rows; a NaN and an Inf in each operand; alpha of either sign, a C full of NaN when beta = 0"
+    "subnormal rows; a NaN and an Inf in each operand; zero rows and columns; alpha of either sign and 0, beta 0 and "
+    "not in every combination, a C full of NaN when beta = 0; " + ALPHA_ZERO
 )
 
 
@@ -635,6 +641,9 @@ def _epilogue_variant(
     """The epilogue with one of the usual mistakes (for a hint that names it)."""
     S = len(offsets) - 1
     order = range(S) if mistake == "largest weight first" else range(S - 1, -1, -1)
+    if mistake == "last diagonal dropped":
+        order = range(S - 2, -1, -1)
+    weight = 8 if mistake == "weights 2^(8d)" else -8
     acc = np.zeros(terms.shape[1:])
     for d in order:
         if mistake == "accumulated in float32":
@@ -654,9 +663,14 @@ def _epilogue_variant(
                 diagonal = ((exact + 2**31) % 2**32 - 2**31).astype(np.float64)  # what an int32 accumulator keeps
             else:
                 diagonal = chosen.sum(axis=0, dtype=np.int64).astype(np.float64)
-        acc = acc + diagonal * 2.0 ** (-8 * d)
+        acc = acc + diagonal * 2.0 ** (weight * d)
     with np.errstate(over="ignore", invalid="ignore"):
-        shift = e.astype(np.int64)[:, None] + f.astype(np.int64)[None, :] - 14
+        shift = (
+            e.astype(np.int64)[:, None]
+            + f.astype(np.int64)[None, :]
+            - 14
+            + {"shift 13": 1, "shift 15": -1}.get(mistake, 0)
+        )
         out = alpha * np.ldexp(acc, shift)
         if beta != 0:
             out = out + beta * c
@@ -677,6 +691,12 @@ EPILOGUE_MISTAKES = {
     "one term per diagonal": "terms[d] was taken as diagonal d: in the unfused layout diagonal d has d + 1 terms, "
     "terms offsets[d] .. offsets[d + 1] - 1; add them all",
     "first term only": "only the first term of each diagonal was added: loop t from offsets[d] to offsets[d + 1] - 1",
+    "last diagonal dropped": "diagonal S - 1 (the smallest weight) was left out: add all S = len(offsets) - 1 "
+    "diagonals, not a fixed count",
+    "weights 2^(8d)": "diagonal d was weighted by 2^(8d): its weight is 2^(-8d) (the digits of A and B each weigh "
+    "2^(-8s) and 2^(-8t))",
+    "shift 13": "C is twice the right one: the scale is 2^(e_i + f_j - 14), not 2^(e_i + f_j - 13)",
+    "shift 15": "C is half the right one: the scale is 2^(e_i + f_j - 14), not 2^(e_i + f_j - 15)",
 }
 
 
@@ -697,11 +717,7 @@ def _epilogue_hint(
             same = (np.abs(got - candidate) <= bound) | (np.isnan(got) & np.isnan(candidate)) | (got == candidate)
         if same.all():
             return hint
-    return (
-        f"add the {len(offsets) - 1} diagonals from d = S-1 down to 0 (S = len(offsets) - 1, not a fixed "
-        "count), each the exact sum of its terms converted to FP64, times 2^(-8d); then alpha * ldexp(acc, "
-        "e_i + f_j - 14) and beta * C only when beta != 0; NaN where a shift is the non-finite sentinel"
-    )
+    return ""
 
 
 def _epilogue_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
@@ -715,7 +731,9 @@ def _epilogue_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray, np.nda
         terms = rng.integers(-(2**24), 2**24, (int(offsets[-1]), m, n)).astype(np.int32)
         e, f = rng.integers(-40, 41, m).astype(np.int32), rng.integers(-40, 41, n).astype(np.int32)
         e[int(rng.integers(m))], f[int(rng.integers(n))] = NONFINITE_SHIFT, NONFINITE_SHIFT
-        cases.append((f"random terms, {s} slices, {layout} layout", terms, offsets, e, f))
+        terms[:, 1, :] = 0  # row 1: every sum exactly zero (C = beta C there)
+        terms[offsets[s - 1] :, 2, :] = 0  # row 2: the last diagonal zero, the others not
+        cases.append((f"random terms (sums exactly zero in row 1), {s} slices, {layout} layout", terms, offsets, e, f))
     k, s = 48, 7
     for case, a, b in (
         *_range_pairs(m, k, n, seed),
@@ -770,7 +788,8 @@ def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckR
     """
     name, seed = "FP64 epilogue", fresh_seed(seed)
     rng = np.random.default_rng(seed)
-    scalars = [(1.0, 0.0), (-1.5, 0.75), (0.5, 0.0), (3.0, -1.0), (-0.75, 1.25)]  # |alpha| above 1 and below
+    # |alpha| above 1 and below, and 0; beta 0 and not in every combination (the NaN and Inf pairs meet alpha = 0)
+    scalars = [(1.0, 0.0), (-1.5, 0.75), (0.5, 0.0), (3.0, -1.0), (-0.75, 1.25), (0.0, 1.25), (0.0, 0.0)]
     count = 0
     cases = _epilogue_cases(seed)
     cases.append(("C cancels alpha times the sum to 2^-30 of it, " + cases[6][0], *cases[6][1:]))
@@ -793,12 +812,15 @@ def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckR
             c_read_when_beta_is_zero(name, got, want, rerun, names=("row", "col"), case=label)
         with np.errstate(invalid="ignore", over="ignore"):
             x = epilogue_reference(terms, offsets, e, f, 1.0, 0.0, c)  # what alpha multiplies
+        want = quick_return(got, want, alpha, beta, c)
         bound = epilogue_bound(x, c, alpha, beta, want)
         hint = ""
         if got.shape == want.shape and got.dtype == want.dtype:
-            ok = np.abs(got - want) <= bound
+            with np.errstate(invalid="ignore"):
+                ok = np.abs(got - want) <= bound
             if not (ok | (got == want) | (np.isnan(got) & np.isnan(want))).all():
-                hint = _epilogue_hint(got, terms, offsets, e, f, alpha, beta, c, bound)
+                hint = alpha_zero_hint(got, want, alpha, beta)
+                hint = hint or _epilogue_hint(got, terms, offsets, e, f, alpha, beta, c, bound)
         compare(name, got, want, bound=bound, names=("row", "col"), case=label, hint=hint)
         count += 1
     return passed(name, count, seed, DOMAIN_EPILOGUE)
@@ -857,35 +879,72 @@ def check_ozaki_gemm(
                     return not_yet(name, "C is all zero or was not written")
             if kept:
                 _compare_stages(kept, ref, label)
-            compare(
-                "C",
-                got,
-                want,
-                bound=epilogue_bound(x, c, alpha, beta, want),
-                names=("row", "col"),
-                case=label,
-                hint=_gemm_hint(got, want),
-            )
+            want = quick_return(got, want, alpha, beta, c)
+            bound = epilogue_bound(x, c, alpha, beta, want)
+
+            def recount(other: int, a=a, b=b, c=c, alpha=alpha, beta=beta) -> np.ndarray:
+                st = _reference.ozaki_stages(a, b, other)
+                return reconstruct(st.diagonals, st.e, st.f, alpha, beta, c)
+
+            hint = _gemm_hint(got, want, bound, alpha, beta, kept, recount, slices)
+            compare("C", got, want, bound=bound, names=("row", "col"), case=label, hint=hint)
             count += 1
     return passed(name, count, seed, DOMAIN_GEMM + f"; {slices} slices; shapes {plain(list(shapes))}")
 
 
-def _gemm_hint(got: np.ndarray, want: np.ndarray) -> str:
-    """The epilogue's hint, and where the wrong entries lie when they fill whole tiles (a wrong tile index)."""
-    hint = (
-        "the stages before C agree with the reference: look at the epilogue (weights, shifts, alpha/beta; C "
-        "unread when beta = 0; NaN where a shift is the non-finite sentinel)"
-    )
-    if got.shape != want.shape or got.shape[0] <= 128 or got.shape[1] <= 128:
-        return hint
-    nan = np.isnan(got) & ~np.isnan(want)
-    if nan.any() and not nan.all():
-        rows, cols = np.flatnonzero(nan.any(axis=1)), np.flatnonzero(nan.any(axis=0))
-        hint += (
-            f"; entries of rows {rows[0]}..{rows[-1]} and columns {cols[0]}..{cols[-1]} were never written: "
-            "does each block write the tile (bx, by) it computed, with bx along the rows?"
-        )
-    return hint
+def _gemm_hint(
+    got: np.ndarray,
+    want: np.ndarray,
+    bound: np.ndarray,
+    alpha: float,
+    beta: float,
+    kept: dict[str, Any],
+    recount: Callable[[int], np.ndarray] | None = None,
+    slices: int = 0,
+) -> str:
+    """What a wrong C is, where the checker tested it: an alpha = 0 shortcut, or C of one slice more or fewer
+    (``recount(s)``), recomputed; the stages before C, when the plan kept them, compared right (so C's own step is
+    wrong); whole tiles still holding the poison. "" else."""
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        return ""
+    with np.errstate(invalid="ignore"):
+        wrong = ~((np.abs(got - want) <= bound) | (got == want) | (np.isnan(got) & np.isnan(want)))
+    if not wrong.any():
+        return ""
+    hints = [alpha_zero_hint(got, want, alpha, beta)]
+    for other in (slices - 1, slices + 1) if recount is not None and not hints[0] else ():
+        if _slicing.MIN_SLICES <= other <= _slicing.MAX_SLICES:
+            value = recount(other)
+            with np.errstate(invalid="ignore"):
+                same = (np.abs(got - value) <= bound) | (got == value) | (np.isnan(got) & np.isnan(value))
+            if same.all():
+                hints.append(f"C is what {other} slices give: this plan's count is {slices}; take it from the plan")
+                break
+    if not any(hints) and any(stage in kept for stage in ("products", "diagonals")):
+        hints.append("every stage the plan kept came out right (compared before C): the step from them to C is wrong")
+    poison = np.isnan(got) & ~np.isnan(want)
+    tiles = [t for t in _tiles_where(poison, 128) if poison[t[0] : t[0] + 128, t[1] : t[1] + 128].all()]
+    if tiles and (poison == _tile_mask(poison.shape, tiles, 128)).all():
+        hints.append(f"the tiles of C at rows and columns {plain(tiles[:6])} still hold the poison: never written")
+    return "; ".join(h for h in hints if h)
+
+
+def _tiles_where(mask: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """The (first row, first column) of every size x size tile of ``mask`` that holds a True."""
+    return [
+        (i, j)
+        for i in range(0, mask.shape[0], size)
+        for j in range(0, mask.shape[1], size)
+        if mask[i : i + size, j : j + size].any()
+    ]
+
+
+def _tile_mask(shape: tuple[int, ...], tiles: list[tuple[int, int]], size: int) -> np.ndarray:
+    out = np.zeros(shape, bool)
+    for i, j in tiles:
+        out[i : i + size, j : j + size] = True
+    return out
 
 
 def _compare_stages(kept: dict[str, Any], ref: _reference.OzakiStages, case: str) -> None:

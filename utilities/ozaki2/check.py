@@ -889,7 +889,9 @@ def check_ozaki2_gemm(
         pairs = [("random normal", inputs.normal(m, k, seed), inputs.normal(k, n, seed + 1))]
         pairs += inputs.adversarial_pairs(m, k, n, seed + cases)
         nonfinite = ("an Inf in a row of A, a NaN in a column of B", *inputs.nonfinite_lines(m, k, n, seed))
-        pairs.insert(GEMM_SCALARS.index((0.0, 1.25)), nonfinite)  # NaN and Inf lines with alpha = 0 (the quick return)
+        zero = next((i for i, (alpha, beta) in enumerate(GEMM_SCALARS) if alpha == 0.0 and beta != 0.0), None)
+        if zero is not None:  # NaN and Inf lines with alpha = 0 (the quick return), and below with alpha != 0
+            pairs.insert(zero, nonfinite)
         scalars = [GEMM_SCALARS[i % len(GEMM_SCALARS)] for i in range(len(pairs))]
         pairs.append(nonfinite)
         scalars.append((-0.75, 1.25))  # and with alpha != 0: DGEMM's NaN and Inf
