@@ -304,6 +304,7 @@ def test_every_drivers_script_compiles_and_its_cpu_imports_resolve():
     for driver, functions, args, kwargs in _tracks_drivers():
         text = sanitizer.script(functions, driver(functions, *args, **kwargs), sanitizer.PREAMBLE)
         compile(text, driver.__name__, "exec")
+        assert "cupy.cuda.set_allocator(None)" in text, "memcheck sees a write past an array only without the pool"
         for name in map(sanitizer.def_name, functions):
             assert f"def {name}(" in text, (driver.__name__, name)
         cpu = [

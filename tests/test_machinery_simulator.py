@@ -46,3 +46,22 @@ def test_kernels_get_the_same_results_with_direct_calls() -> None:
     assert out.copy_to_host().tolist() == [2 * i + i % 32 for i in range(64)]
     assert twice.__dict__.get("course_direct") is True
     assert where.__dict__.get("course_direct") is False
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="the corner blocks are the simulator's")
+def test_corner_blocks_run_the_first_and_last_block_of_each_axis_only() -> None:
+    @cuda.jit
+    def mark(out):
+        cuda.atomic.add(out, (cuda.blockIdx.x, cuda.blockIdx.y), 1)
+
+    out = np.zeros((5, 7), np.int32)
+    with simulator.corner_blocks() as blocks:
+        mark[(5, 7), 2](out)
+        mark[(1, 3), 2](out)
+    assert blocks == {"ran": 4 + 2, "skipped": 31 + 1}
+    want = np.zeros((5, 7), np.int32)
+    want[[0, 0, 4, 4], [0, 6, 0, 6]] = 2  # one block of each corner, two threads each
+    want[0, [0, 2]] += 2  # the 1 x 3 grid's corners
+    np.testing.assert_array_equal(out, want)
+    mark[(5, 7), 2](out)  # outside it, every block again
+    assert (out - want == 2).all()

@@ -243,3 +243,34 @@ def test_ozaki1_chooses_its_slices_from_the_same_statistics(gpu, phi):
     assert auto.choice.count == want.count == auto.slices, (auto.choice.describe(), want.describe())
     fixed = OzakiGemm(n, n, n, want.count)
     np.testing.assert_array_equal(got, cp.asnumpy(fixed(cp.asarray(a), cp.asarray(b))))
+
+
+MEMCHECK_OZAKI2 = """
+import cupy as cp
+
+cp.cuda.set_allocator(None)  # every buffer its own allocation: memcheck sees a write past one (CuPy's pool hides it)
+from utilities import inputs
+from utilities.ozaki2.tensorcore import Ozaki2Gemm
+
+modes = [{}, {"digits": "late"}, {"products": "batched"}, {"overlap": False}]
+for (m, n, k), moduli in [((256, 192, 320), 14), ((120, 136, 200), 14), ((120, 136, 200), "auto")]:
+    a, b = cp.asarray(inputs.normal(m, k, 1)), cp.asarray(inputs.normal(k, n, 2))
+    for options in modes:
+        Ozaki2Gemm(m, n, k, moduli, **options)(a, b, cp.ones((m, n)), -1.5, 0.75)
+cp.cuda.runtime.deviceSynchronize()
+print("ran every plan")
+"""
+
+
+@pytest.mark.slow
+def test_every_plan_at_the_notebooks_shapes_is_clean_under_memcheck_with_the_pool_off(gpu):
+    """4b's shapes, every way of keeping the products, and the automatic count, under compute-sanitizer's memcheck
+    with CuPy's memory pool off, which hides a write past a buffer inside its blocks (skipped where compute-sanitizer
+    is not installed: ``pip install nvidia-cuda-sanitizer-api``); ``tests/test_ozaki2_plans.py`` runs the same launches
+    in numba's simulator."""
+    from utilities import sanitizer
+
+    if sanitizer.find_binary() is None:
+        pytest.skip(sanitizer.MISSING)
+    (report,) = sanitizer.run(MEMCHECK_OZAKI2, ("memcheck",), timeout=1800.0)
+    assert report.clean, sanitizer.describe([report])

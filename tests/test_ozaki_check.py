@@ -316,3 +316,48 @@ def test_a_gemm_that_reads_c_when_beta_is_zero_is_named(define):
     with pytest.raises(CheckFailure, match="C was read although beta = 0") as info:
         check.check_ozaki_gemm(reads_c, 7, shapes=[(40, 24, 56)], seed=5, exercise=attempt)
     assert info.value.stage == "C" and "at (row" in str(info.value)
+
+
+# --- the products stage's hint: a right kernel is not sent back to its code ----------------------------------------
+
+
+def products_plan(tables: str = "written", kernel: str = "right", keep_tables: bool = True):
+    """A plan whose products stage computes, for each product p, A_s @ B_t from its index tables ``term_s`` and
+    ``term_t``: as the plan wrote them, or with term_s written over with zeros (what 3b's products met on an H200);
+    its kernel reads them right, takes s = 0, or swaps s and t. ``stages()`` keeps the tables or not."""
+    slices, kept = 3, {}
+
+    def run(a, b, c, alpha, beta):
+        st = ozaki.ozaki_stages(a, b, slices)
+        term_s, term_t = (np.array(x, np.int32) for x in zip(*ozaki.product_terms(slices), strict=True))
+        if tables == "overwritten":
+            term_s[:] = 0
+        pairs = {"right": list(zip(term_s, term_t, strict=True))}
+        pairs |= {"s = 0": [(0, t) for _, t in pairs["right"]], "swapped": [(t, s) for s, t in pairs["right"]]}
+        a64, b64 = st.a_slices.astype(np.int64), st.b_slices.astype(np.int64)
+        products = np.stack([a64[s] @ b64[t].T for s, t in pairs[kernel]]).astype(np.int32)
+        kept.update(e=st.e, f=st.f, a_slices=st.a_slices, b_slices=st.b_slices, products=products)
+        if keep_tables:
+            kept.update(term_s=term_s, term_t=term_t)
+        return ozaki.reconstruct(st.diagonals, st.e, st.f, alpha, beta, c)
+
+    return lambda seed: check.check_ozaki_gemm(run, slices, shapes=[(40, 24, 56)], stages=lambda: kept, seed=seed)
+
+
+@pytest.mark.parametrize(
+    ("plan", "says", "not_said"),
+    [
+        (products_plan("overwritten"), ["no longer hold what the plan wrote", "your kernel is right"], []),
+        (products_plan("overwritten", keep_tables=False), ["A_0 @ B_t", "a fresh plan then passes"], ["is right"]),
+        (products_plan(kernel="s = 0"), ["your kernel took slice 0 of A, not s = term_s[p]"], ["fresh plan"]),
+        (products_plan("overwritten", "swapped"), ["no longer hold", "look at yours too"], ["your kernel is right"]),
+        (products_plan(kernel="swapped"), ["s and t are swapped"], ["fresh plan"]),
+    ],
+    ids=["tables overwritten", "tables overwritten, not kept", "kernel takes s = 0", "both", "kernel swaps s and t"],
+)
+def test_the_products_hint_tells_an_overwritten_table_from_a_wrong_kernel(plan, says, not_said):
+    with pytest.raises(CheckFailure) as failure:
+        plan(6)
+    message = str(failure.value)
+    assert failure.value.stage == "slice products", message
+    assert all(text in message for text in says) and not any(text in message for text in not_said), message

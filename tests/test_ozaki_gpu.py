@@ -43,14 +43,15 @@ def _runner(cp, plan):
         if plan.variant == "partial":
             kept["diagonals"] = plan.terms
         if plan.variant == "unfused":
-            kept["products"] = plan.terms
+            kept |= {"products": plan.terms, "term_s": plan.term_s, "term_t": plan.term_t}
         return {k: cp.asnumpy(v) for k, v in kept.items()}
 
     return run, stages
 
 
-# (shape, slices) of the end-to-end checks of 3b, 3c and 3d; the second shape is padded and has four K tiles, one more
-# than the pipeline's depth (where 3b's unfused products went wrong)
+# (shape, slices) of the end-to-end checks of 3b, 3c and 3d; the second shape is padded (B's 136 columns to 256: where
+# the slicing wrote past B's column maxima on an H200, 2026-11-28) and has four K tiles, one more than the pipeline's
+# depth
 NOTEBOOK_CHECKS = [((256, 384, 384), 7), ((300, 136, 392), 7), ((300, 136, 392), 12)]
 
 
@@ -102,7 +103,8 @@ def test_bad_inputs_are_refused_with_the_fix(gpu):
 def test_3b_check_passes_with_its_solution_kernels_built_in_the_notebooks_order(gpu):
     """3b's end-to-end check with the notebook's own kernels (its code cells run as a notebook runs them, the slicing
     check left out): on an H200 (2026-11-27) the second shape's products were wrong for every slice of A but the
-    first, in 5 of 5 processes, with slices and paddings right and a fresh plan right (instructor-notes/ozaki.md)."""
+    first, in 5 of 5 processes, with slices and paddings right and a fresh plan right. The cause, found in numba's
+    simulator: ``shifts_from_max_kernel`` wrote past B's column maxima into ``term_s`` (instructor-notes/ozaki.md)."""
     import json
 
     cp, Z = gpu
@@ -120,3 +122,63 @@ def test_3b_check_passes_with_its_solution_kernels_built_in_the_notebooks_order(
     for shape, slices in NOTEBOOK_CHECKS:
         run, stages = names["run_and_keep"](Z.OzakiGemm(*shape, slices=slices, variant="unfused", kernels=mine))
         assert check.check_ozaki_gemm(run, slices, shapes=[shape], stages=stages, seed=1234).status == "passed"
+
+
+@pytest.mark.parametrize("pool", ["on", "off"])
+def test_3b_padded_case_keeps_the_products_index_tables(gpu, pool, capsys):
+    """3b's failing case (300 x 136 x 392, 7 slices, unfused, the course's kernels): on an H200 (2026-11-28) every
+    product with s >= 1 was A_0 @ B_t, because the slicing's ``shifts_from_max_kernel`` wrote zeros past B's column
+    maxima into the next block of CuPy's memory pool, where ``term_s`` lay (``tests/test_ozaki_plans.py`` finds
+    that write in numba's simulator). With the pool on (where it happened) and off (every buffer its own allocation,
+    which compute-sanitizer's memcheck needs to see such a write): the check passes, and ``term_s`` and ``term_t``,
+    printed, still hold the products' slice indices after the run."""
+    cp, Z = gpu
+    if pool == "off":
+        cp.cuda.set_allocator(None)
+    try:
+        plan = Z.OzakiGemm(300, 136, 392, SLICES, "unfused")
+        run, stages = _runner(cp, plan)
+        result = check.check_ozaki_gemm(run, SLICES, shapes=[(300, 136, 392)], stages=stages, seed=1234)
+        got_s, got_t = cp.asnumpy(plan.term_s).tolist(), cp.asnumpy(plan.term_t).tolist()
+        maxima = cp.asnumpy(plan.col_max), cp.asnumpy(plan.col_bad)
+    finally:
+        cp.cuda.set_allocator(cp.get_default_memory_pool().malloc)
+    with capsys.disabled():
+        print(f"\npool {pool}: term_s {got_s}\n          term_t {got_t}")
+    terms = ozaki.product_terms(SLICES)
+    assert got_s == [s for s, _ in terms] and got_t == [t for _, t in terms]
+    assert not maxima[0].any() and not maxima[1].any(), "B's maxima are zeroed for the next call"
+    assert result.status == "passed", result
+
+
+MEMCHECK_OZAKI = """
+import cupy as cp
+
+cp.cuda.set_allocator(None)  # every buffer its own allocation: memcheck sees a write past one (CuPy's pool hides it)
+from utilities import inputs
+from utilities.machinery import buildcache
+
+buildcache.install(quiet=True)
+from utilities.ozaki.tensorcore import OzakiGemm
+
+for (m, n, k), slices in [((256, 384, 384), 7), ((300, 136, 392), 7), ((300, 136, 392), 12), ((300, 136, 392), "auto")]:
+    a, b = cp.asarray(inputs.normal(m, k, 1)), cp.asarray(inputs.normal(k, n, 2))
+    for variant in ("unfused", "partial", "fused"):
+        OzakiGemm(m, n, k, slices, variant)(a, b, cp.ones((m, n)), -1.5, 0.75)
+cp.cuda.runtime.deviceSynchronize()
+print("ran every plan")
+"""
+
+
+@pytest.mark.slow
+def test_every_plan_at_the_notebooks_shapes_is_clean_under_memcheck_with_the_pool_off(gpu):
+    """Every variant at 3b-3d's shapes and slice counts, and the automatic count, under compute-sanitizer's memcheck
+    with CuPy's memory pool off (skipped where compute-sanitizer is not installed: ``pip install
+    nvidia-cuda-sanitizer-api``). The tensor-core kernels' accesses are checked here only: the simulator cannot run
+    them."""
+    from utilities import sanitizer
+
+    if sanitizer.find_binary() is None:
+        pytest.skip(sanitizer.MISSING)
+    (report,) = sanitizer.run(MEMCHECK_OZAKI, ("memcheck",), timeout=1800.0)
+    assert report.clean, sanitizer.describe([report])

@@ -56,6 +56,12 @@ def test_junit_counts_reads_a_real_pytest_run(tmp_path: Path) -> None:
     ]
 
 
+def test_runs_made_side_by_side_add_up() -> None:
+    a = gpu_proof.TestCounts(10, 1, 0, 2, 300.0, ["t::a"])
+    b = gpu_proof.TestCounts(2, 0, 1, 0, 500.0, ["t::b (error)"])
+    assert gpu_proof.merge_counts([a, b]) == gpu_proof.TestCounts(12, 1, 1, 2, 500.0, ["t::a", "t::b (error)"])
+
+
 def test_test_runs_are_kept(tmp_path: Path) -> None:
     path = tmp_path / "gpu-tests.json"
     path.write_text(json.dumps({"gpu": "X", "passed": 3}))  # an older file that held one run

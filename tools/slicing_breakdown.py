@@ -1,9 +1,9 @@
 """Developer tool: where the Ozaki-I slicing time goes, kernel by kernel, against the memory floor.
 
 Run on a GPU: ``python tools/slicing_breakdown.py [--size 8192] [--slices 7]``. Launches the plain numba
-kernels of ``utilities.ozaki.simt.slicing_launches``, as ``OzakiGemm.slice`` does (no cuBLASDx build needed),
-and prints, for each, the GPU-event median (cupyx.profiler.benchmark), the bytes it must move and the bandwidth
-achieved.
+kernels of the plan's slicing (``utilities.ozaki.simt.SimtPlan.slicing_steps``: the plan's own buffers and grids,
+as ``OzakiGemm.slice`` runs them; no cuBLASDx build needed), and prints, for each, the GPU-event median
+(cupyx.profiler.benchmark), the bytes it must move and the bandwidth achieved.
 """
 
 from __future__ import annotations
@@ -30,12 +30,10 @@ def main() -> None:
     from utilities.ozaki import simt as plain
 
     n = m = k = args.size
-    S, kp = args.slices, -(-args.size // 128) * 128
+    S = args.slices
     a, b = cp.asarray(inputs.exponent_spread(m, k, 1.0, 1)), cp.asarray(inputs.exponent_spread(k, n, 1.0, 2))
-    a_words, b_words = cp.zeros((S, m, kp // 4), cp.int32), cp.zeros((S, n, kp // 4), cp.int32)
-    e, f = cp.zeros(m, cp.int32), cp.zeros(n, cp.int32)
-    mu, bad = cp.zeros(n, cp.float64), cp.zeros(n, cp.int32)
-    launch_args = ((a, a_words, e), (b, mu, bad), (mu, bad, f), (b, f, b_words))
+    plan = plain.SimtPlan(m, n, k, S, "fused", xp=cp)  # the plan's own buffers and launches (OzakiGemm's host side)
+    kp = plan.kp
     moved = {  # what each must move: FP64 in, int8 slices out (shifts_from_max: mu, bad and f, 24 bytes a column)
         "slice_rows": 8 * m * k + S * m * kp,
         "col_max": 8 * k * n,
@@ -49,8 +47,7 @@ def main() -> None:
 
         return one_launch
 
-    steps = zip(plain.slicing_launches(m, n, k, kp, S), launch_args, strict=True)
-    stages = {step.name: (run(step, step_args), moved[step.name]) for step, step_args in steps}
+    stages = {step.name: (run(step, step_args), moved[step.name]) for step, step_args in plan.slicing_steps(a, b)}
 
     def everything() -> None:
         for fn, _ in stages.values():

@@ -41,6 +41,8 @@ from .ledger import VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The GPU tests in two processes at once: the slow ones (whole plans under compute-sanitizer) beside the rest.
+TEST_PARTS = {"tests": "(gpu or device) and not slow", "tests-slow": "(gpu or device) and slow"}
 # What "the course passes on this GPU" means (issue "GPU green"): limits of the run-through after a prebuild or import.
 TARGETS = {
     "build_wait_s": 180.0,  # every notebook's build waits, summed over the whole run-through
@@ -82,6 +84,18 @@ def junit_counts(path: Path) -> TestCounts:
                 failures.append(test_id + (" (error)" if key == "errors" else ""))
     return TestCounts(
         counts["passed"], counts["failed"], counts["errors"], counts["skipped"], round(seconds, 1), failures
+    )
+
+
+def merge_counts(parts: list[TestCounts]) -> TestCounts:
+    """The counts of pytest runs made side by side, as one (their wall time is the longest one's)."""
+    return TestCounts(
+        sum(p.passed for p in parts),
+        sum(p.failed for p in parts),
+        sum(p.errors for p in parts),
+        sum(p.skipped for p in parts),
+        max((p.seconds for p in parts), default=0.0),
+        [f for p in parts for f in p.failures],
     )
 
 
@@ -259,27 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     previous = out / f"{slug}-workshop.json"
     weights = {}
     if previous.exists():
-        weights = {e["notebook"]: e["wall_s"] for e in json.loads(previous.read_text()).get("notebooks", [])}
+        entries = json.loads(previous.read_text()).get("notebooks", [])
+        weights = {e["notebook"]: e["wall_s"] for e in entries if not e.get("core")}
     started = []
-    if not runner.done("tests"):
-        junit = logs / "tests.xml"
-        started.append(
-            runner.start(
-                "tests",
-                [
-                    py,
-                    "-m",
-                    "pytest",
-                    "-m",
-                    "gpu or device",
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                    f"--junitxml={junit}",
-                    "tests",
-                ],
-            )
-        )
+    for part, marks in TEST_PARTS.items():  # the slow tests (sanitizer runs) in a process beside the others
+        if not runner.done(part):
+            junit = logs / f"{part}.xml"
+            cmd = [py, "-m", "pytest", "-m", marks, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "tests"]
+            started.append(runner.start(part, cmd))
     groups = split_evenly(stems, weights, args.parallel)
     for i, group in enumerate(groups):
         if not runner.done(f"workshop-{i}"):
@@ -336,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # the results
     date = time.strftime("%Y-%m-%d")
-    tests = junit_counts(logs / "tests.xml") if (logs / "tests.xml").exists() else None
+    parts = [junit_counts(logs / f"{part}.xml") for part in TEST_PARTS if (logs / f"{part}.xml").exists()]
+    tests = merge_counts(parts) if len(parts) == len(TEST_PARTS) else None
     if tests is not None:
         run = {
             "gpu": gpu,

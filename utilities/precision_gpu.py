@@ -538,16 +538,20 @@ class SchemeTables:
     line_offset: Callable[..., Any]
 
 
-def scheme_tables(scheme: Any, k: int, line_offset: Callable[..., Any], counts: Sequence[int] | None = None):
+def scheme_tables(
+    scheme: Any, k: int, line_offset: Callable[..., Any], counts: Sequence[int] | None = None, *, xp: Any = None
+):
     """:class:`SchemeTables` of a ``utilities.precision.Scheme`` for inner dimension k; ``line_offset`` is the device
-    function computing the scheme's g (the track's)."""
-    import cupy as cp
+    function computing the scheme's g (the track's). ``xp``: the array module (CuPy by default; NumPy in numba's
+    simulator)."""
+    if xp is None:
+        import cupy as xp
 
     counts = tuple(scheme.counts(k) if counts is None else counts)
     if not 0 < len(counts) <= MAX_COUNTS:
         raise ValueError(f"a choice tries 1 to {MAX_COUNTS} counts, got {len(counts)}")
-    offsets = cp.asarray([scheme.offset(c) for c in counts], dtype=cp.int64)
-    weights = cp.asarray([scheme.weight(c) for c in counts], dtype=cp.float64)
+    offsets = xp.asarray([scheme.offset(c) for c in counts], dtype=xp.int64)
+    weights = xp.asarray([scheme.weight(c) for c in counts], dtype=xp.float64)
     return SchemeTables(scheme.name, counts, offsets, weights, scheme.divisor, target(k), scheme.products, line_offset)
 
 
@@ -561,28 +565,43 @@ class GemmStatistics:
     ``columns(b)``: B's column statistics alone (a plan with a fixed count: the residues of B need each column's
     exponent); ``compute(a, b)``: everything a choice reads; ``choose(tables)``: the count, with one copy of
     ``1 + NC`` doubles to the host. ``rows_f``, ``rows_i``, ``cols_f``, ``cols_i`` hold the statistics in the
-    layout ``(AMAX, NORM2, CROSS2)`` and ``(EXP, TERMS, BAD)``; ``tops`` A's and B's largest exponents.
+    layout ``(AMAX, NORM2, CROSS2)`` and ``(EXP, TERMS, BAD)``; ``tops`` A's and B's largest exponents. ``xp``: the
+    array module of the buffers, CuPy by default; the tests pass NumPy and run the same launches in numba's
+    simulator, on these very buffers (``tests/test_ozaki_plans.py``, ``tests/test_ozaki2_plans.py``).
     """
 
-    def __init__(self, m: int, n: int, k: int, *, threads: int | None = None, choice_threads: int = CHOICE_THREADS):
-        import cupy as cp
+    def __init__(
+        self,
+        m: int,
+        n: int,
+        k: int,
+        *,
+        threads: int | None = None,
+        choice_threads: int = CHOICE_THREADS,
+        xp: Any = None,
+    ):
+        if xp is None:
+            import cupy as xp
 
         self.m, self.n, self.k, self.threads, self.choice_threads = m, n, k, threads, choice_threads
-        f, i = cp.float64, cp.int64
-        self.rows_f, self.rows_i = cp.zeros((3, m), f), cp.zeros((3, m), i)
-        self.cols_f, self.cols_i = cp.zeros((3, n), f), cp.zeros((3, n), i)
-        self.a_cols_f, self.a_cols_i = cp.zeros((3, k), f), cp.zeros((3, k), i)
-        self.b_rows_f, self.b_rows_i = cp.zeros((3, k), f), cp.zeros((3, k), i)
-        self.a_chunks = cp.zeros((3, _ceil_div(m, CHUNK), k), f), cp.zeros((3, _ceil_div(m, CHUNK), k), i)
-        self.b_chunks = cp.zeros((3, _ceil_div(k, CHUNK), n), f), cp.zeros((3, _ceil_div(k, CHUNK), n), i)
-        self.q, self.r = cp.zeros(k, f), cp.zeros(k, f)  # A's column norms weigh B's columns; B's row norms A's rows
-        self.tops = cp.zeros(2, cp.int32)
+        f, i = xp.float64, xp.int64
+        self.rows_f, self.rows_i = xp.zeros((3, m), f), xp.zeros((3, m), i)
+        self.cols_f, self.cols_i = xp.zeros((3, n), f), xp.zeros((3, n), i)
+        self.a_cols_f, self.a_cols_i = xp.zeros((3, k), f), xp.zeros((3, k), i)
+        self.b_rows_f, self.b_rows_i = xp.zeros((3, k), f), xp.zeros((3, k), i)
+        self.a_chunks = xp.zeros((3, _ceil_div(m, CHUNK), k), f), xp.zeros((3, _ceil_div(m, CHUNK), k), i)
+        self.b_chunks = xp.zeros((3, _ceil_div(k, CHUNK), n), f), xp.zeros((3, _ceil_div(k, CHUNK), n), i)
+        self.q, self.r = xp.zeros(k, f), xp.zeros(k, f)  # A's column norms weigh B's columns; B's row norms A's rows
+        self.tops = xp.zeros(2, xp.int32)
         self.blocks = _ceil_div(m + n, choice_threads)
-        self.partial = cp.zeros((self.blocks, 2 * (MAX_COUNTS + 1)), f)
-        self.worst = cp.zeros((self.blocks, MAX_COUNTS), f)
-        self.out = cp.zeros(1 + MAX_COUNTS, f)
-        self._pinned = cp.cuda.alloc_pinned_memory(8 * (1 + MAX_COUNTS))
-        self.host_out = np.frombuffer(self._pinned, np.float64, 1 + MAX_COUNTS)
+        self.partial = xp.zeros((self.blocks, 2 * (MAX_COUNTS + 1)), f)
+        self.worst = xp.zeros((self.blocks, MAX_COUNTS), f)
+        self.out = xp.zeros(1 + MAX_COUNTS, f)
+        if xp is np:
+            self.host_out = np.zeros(1 + MAX_COUNTS)
+        else:  # the choice's one copy to the host lands in pinned memory
+            self._pinned = xp.cuda.alloc_pinned_memory(8 * (1 + MAX_COUNTS))
+            self.host_out = np.frombuffer(self._pinned, np.float64, 1 + MAX_COUNTS)
 
     def _col_chunks(
         self, x: Any, w: Any, chunks: tuple[Any, Any], out_f: Any, out_i: Any, top: Any, weighted: bool
@@ -655,7 +674,10 @@ class GemmStatistics:
 
     def to_host(self, out: Any, host: np.ndarray) -> None:
         """The one copy to the host of a choice: the count and the estimates (into pinned memory; waits for it)."""
-        out.get(out=host)
+        if isinstance(out, np.ndarray):
+            host[...] = out
+        else:
+            out.get(out=host)
 
 
 def tables_choice(tables: SchemeTables, out: np.ndarray) -> Choice:

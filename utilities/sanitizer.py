@@ -9,7 +9,9 @@ plan with them and runs it once at the check's small shape; it runs that script 
 
 - ``racecheck``: shared-memory hazards, "Race reported between Write access at ... and Read access at ...";
 - ``synccheck``: barriers that not every thread reaches;
-- ``memcheck``: reads and writes outside an allocation ("Invalid __global__ write of size 4 bytes").
+- ``memcheck``: reads and writes outside an allocation ("Invalid __global__ write of size 4 bytes"). CuPy's memory
+  pool carves many arrays out of one allocation, so a write past one array into the next is inside an allocation:
+  the script turns the pool off first (:data:`PREAMBLE`), and every array is then an allocation of its own.
 
 The tool comes from the package index, the wheel ``nvidia-cuda-sanitizer-api`` (``nvidia/cu13/bin/
 compute-sanitizer`` in site-packages, :func:`find_binary`); ``COMPUTE_SANITIZER`` names another binary. Without it
@@ -371,8 +373,11 @@ def script(functions: Sequence[Any], driver: str, preamble: str = "") -> str:
 
 
 PREAMBLE = """
+import cupy
+
 from utilities.machinery import buildcache
 
+cupy.cuda.set_allocator(None)  # every buffer its own allocation: CuPy's pool hides a write past one from memcheck
 buildcache.install(quiet=True)  # the kernel the check just built loads from the cache where it can
 """
 

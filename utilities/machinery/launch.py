@@ -21,6 +21,7 @@ import weakref
 from typing import Any
 
 import numpy as np
+from numba import config
 from numba.cuda.typing import typeof as cuda_typeof
 
 from . import versions
@@ -162,7 +163,13 @@ def _fast_launcher(kernel: Any, shared: int, args: tuple[Any, ...]) -> Any:
 
 
 def launch(kernel: Any, grid: Any, block: Any, shared: int, *args: Any) -> None:
-    """Launch with ``shared`` bytes of dynamic shared memory, raising the limit first when needed."""
+    """Launch with ``shared`` bytes of dynamic shared memory, raising the limit first when needed.
+
+    In numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) this is the simulated kernel's own call: the tests run the
+    plans' host code there as it is, on NumPy buffers, where an index past the end of one raises."""
+    if config.ENABLE_CUDASIM:
+        kernel[grid, block, 0, shared](*args)
+        return
     fast = _fast_launcher(kernel, shared, args)  # (each step that types the arguments runs once per signature)
     if fast is None:
         if shared > 0:  # static shared memory counts towards the 48 KiB default too: raise the limit

@@ -25,9 +25,9 @@ is requested when the pipeline is made, so that the build cache's workers genera
 
 A guard band: the pipeline's storage is allocated with :data:`STORAGE_GUARD` bytes more than libmathdx's
 ``STORAGE_BYTES`` says, filled with a pattern, and checked after the init kernel ran: a write past the storage
-lands there instead of in another buffer, and a warning says how far it went. (3b's products once went wrong in a way
-that followed where a plan's buffers were, not their contents: ``instructor-notes/ozaki.md``; the guard tests that
-hypothesis on every pipeline made.)
+lands there instead of in another buffer, and a warning says how far it went. (It was added when 3b's products went
+wrong in a way that followed where a plan's buffers were; the cause was a write past a buffer in CuPy's memory pool,
+which a band after nvmath's storage cannot see: ``instructor-notes/ozaki.md``.)
 
 Only :func:`device_pipeline` needs a GPU; the helpers above it are plain Python.
 """

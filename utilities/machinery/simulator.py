@@ -7,12 +7,16 @@ threads, and with the GIL handing them over every few milliseconds, a kernel tha
 (a residue per entry and per modulus) queues on those locks, for a time that changes from run to run
 (instructor-notes/machinery.md has the figures). A device function whose body does not name ``cuda`` needs no swap:
 it runs the same Python either way. The tests install this (conftest.py); the course's own code never needs it.
+
+:func:`corner_blocks` is for the tests that look for an index past the end of a buffer at full-size shapes: the
+simulator takes about a second a block of 512 threads, so it runs the blocks at the corners of each grid only.
 """
 
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from . import versions
@@ -66,3 +70,44 @@ def call_device_functions_directly() -> bool:
     call.course_direct = True  # type: ignore[attr-defined]
     sim.FakeCUDAKernel.__call__ = call
     return True
+
+
+@contextmanager
+def corner_blocks() -> Iterator[dict[str, int]]:
+    """Within it, numba's simulator runs, of each launch, only the blocks at the corners of its grid (first or last
+    along every axis: at most 2, 4 or 8 blocks), and counts the blocks it ran and left out (``{"ran", "skipped"}``).
+
+    What it is for: an index past the end of a buffer, at a shape whose full grid the simulator cannot run in a test's
+    time. The largest indices a launch reaches are its last blocks' along each axis, the smallest its first blocks'
+    (a kernel's indices grow with its block index; one that permutes its blocks, as ``grouped_tile`` does, needs the
+    full grid). What the left-out blocks would have written is missing, so values read afterwards are not the
+    kernel's: such a run checks bounds, not results. Outside the simulator, and with another numba-cuda than the
+    pinned one (it says so once), every block runs.
+    """
+    from numba import config
+
+    counts = {"ran": 0, "skipped": 0}
+    if not config.ENABLE_CUDASIM:
+        yield counts
+        return
+    if not versions.verified(SIMULATOR_CALLS):
+        versions.fall_back("corner blocks in the simulator", SIMULATOR_CALLS, "every block of each grid runs")
+        yield counts
+        return
+    from numba.cuda.simulator import kernel as sim
+
+    whole = sim.BlockManager
+
+    class CornerBlocks(whole):  # type: ignore[misc, valid-type]
+        def run(self, grid_point: tuple[int, ...], *args: Any) -> None:
+            if all(i in (0, size - 1) for i, size in zip(grid_point, self._grid_dim, strict=True)):
+                counts["ran"] += 1
+                super().run(grid_point, *args)
+            else:
+                counts["skipped"] += 1
+
+    sim.BlockManager = CornerBlocks
+    try:
+        yield counts
+    finally:
+        sim.BlockManager = whole

@@ -8,7 +8,8 @@ Modules (the same names hold the same roles in every track):
 - ``check``: the checkers of notebooks 3a-3d;
 - ``model``: bytes, operations and the time each design must take;
 - ``figures``: the track's plots;
-- ``simt``: the plain numba kernels (slicing, the FP64 epilogue) and their launches;
+- ``simt``: the plain numba kernels (slicing, the FP64 epilogue) and their launches, and ``SimtPlan``: the plan's
+  buffers and plain numba stages (``OzakiGemm`` without its tensor cores; the tests run it in numba's simulator);
 - ``tensorcore`` (GPU): the int8 tensor-core kernels (unfused, partially and fully fused) and the plan ``OzakiGemm``;
 - ``benchmarks`` (GPU): every variant beside cuBLAS DGEMM and cuBLAS's int8 GEMM.
 

@@ -970,11 +970,70 @@ def _compare_stages(kept: dict[str, Any], ref: _reference.OzakiStages, case: str
         )
     if "products" in view:
         want = _products.slice_products(ref.a_slices, ref.b_slices)
+        got = view["products"][:, :m, :n]
         compare(
             "slice products",
-            view["products"][:, :m, :n],
+            got,
             want,
             names=("product", "row", "col"),
             case=case,
-            hint="product p is A_s @ B_t with (s, t) = (term_s[p], term_t[p]): s picks the slice of A, t that of B",
+            hint="" if np.array_equal(got, want) else _products_hint(got, want, ref, view),
         )
+
+
+def _pairs_held(got: np.ndarray, ref: _reference.OzakiStages) -> list[set[tuple[int, int]]]:
+    """For each product the plan kept, the slice pairs (s, t) whose product A_s @ B_t it equals (none: garbage)."""
+    S, m, k = ref.a_slices.shape
+    n = ref.b_slices.shape[1]
+    a, b = ref.a_slices.reshape(S * m, k).astype(np.float64), ref.b_slices.reshape(S * n, k).astype(np.float64)
+    table = (a @ b.T).reshape(S, m, S, n).transpose(0, 2, 1, 3).reshape(S * S, m, n)  # exact: below 2^53
+    w = np.random.default_rng(0).random(m * n)
+    keys = table.reshape(S * S, m * n) @ w  # a fingerprint of each pair's product, then compared in full
+    held = []
+    for product in got:
+        near = np.flatnonzero(np.isclose(keys, product.astype(np.float64).ravel() @ w, rtol=1e-9, atol=1e-9))
+        held.append({(int(i) // S, int(i) % S) for i in near if np.array_equal(table[i], product)})
+    return held
+
+
+def _products_hint(got: np.ndarray, want: np.ndarray, ref: _reference.OzakiStages, kept: dict[str, Any]) -> str:
+    """What the wrong products hold, so that an attendee whose kernel is right is not sent back to it: when the plan's
+    tables ``term_s`` and ``term_t`` (if ``stages()`` keeps them) no longer hold what the plan wrote, say so, and
+    whether the products are what the course's products kernel computes from them; else the one pattern of slice
+    pairs that every wrong product shows, if there is one."""
+    terms = _products.product_terms(ref.a_slices.shape[0])
+    if got.shape != want.shape:
+        return f"the plan kept {len(got)} products, {len(terms)} expected: each (s, t) with s + t < S once, by diagonal"
+    wrong = [p for p in range(len(terms)) if not np.array_equal(got[p], want[p])]
+    held = _pairs_held(got, ref)
+    if "term_s" in kept and "term_t" in kept:
+        now = list(zip(np.ravel(kept["term_s"]).tolist(), np.ravel(kept["term_t"]).tolist(), strict=False))
+        if now[: len(terms)] != terms:
+            p = next(p for p in range(len(terms)) if p >= len(now) or now[p] != terms[p])
+            text = (
+                f"the plan's term_s and term_t (the slices each product multiplies) no longer hold what the plan "
+                f"wrote: (term_s[{p}], term_t[{p}]) is {now[p] if p < len(now) else 'missing'}, the plan wrote "
+                f"{terms[p]}; something wrote over them after the plan was built"
+            )
+            if all(p < len(now) and now[p] in held[p] for p in wrong):
+                text += ", and your products are what the course's kernel computes from them: your kernel is right"
+            else:
+                text += ", and your products are not what the course's kernel computes from them: look at yours too"
+            return text + "; build a new plan and check again (instructor-notes/ozaki.md, 3b's wrong products)"
+    if all((0, terms[p][1]) in held[p] for p in wrong):
+        if "term_s" in kept:  # and it holds what the plan wrote
+            return "every wrong product p is A_0 @ B_t: your kernel took slice 0 of A, not s = term_s[p]"
+        return (
+            "every wrong product p is A_0 @ B_t: the kernel took slice 0 of A; if yours reads s = term_s[p], term_s "
+            "held zeros when it ran, written over after the plan was built (a fresh plan then passes: "
+            "instructor-notes/ozaki.md, 3b's wrong products); keep term_s and term_t in stages() to tell"
+        )
+    if all((terms[p][1], terms[p][0]) in held[p] for p in wrong):
+        return "every wrong product p is A_t @ B_s: s and t are swapped (s picks the slice of A: get_tile's first)"
+    if all(held[p] for p in wrong):
+        p = wrong[0]
+        return (
+            f"product {p} should be A_{terms[p][0]} @ B_{terms[p][1]} and is A_s @ B_t for (s, t) in "
+            f"{sorted(held[p])}: product p multiplies the slices (term_s[p], term_t[p])"
+        )
+    return "product p is A_s @ B_t with (s, t) = (term_s[p], term_t[p]): s picks the slice of A, t that of B"

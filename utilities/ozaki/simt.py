@@ -1,10 +1,13 @@
-"""The plain numba (SIMT) kernels of Ozaki-I: exponent shifts, slicing and the FP64 epilogue, with their launches.
+"""The plain numba (SIMT) kernels of Ozaki-I: exponent shifts, slicing and the FP64 epilogue, with their launches,
+and the plan's host side, :class:`SimtPlan`: every buffer ``OzakiGemm`` allocates and its plain numba stages.
 
 Their outputs are bit-identical to the NumPy reference's (``utilities.ozaki``): the epilogue follows it
 operation for operation, and the slicing computes the same integers by an exact integer route. The tests
 run them under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) on small sizes, and on the device on a GPU
-machine; the GPU notebooks use them as they are. Kernels are built by factories because their sizes
-(slices, items per thread) are compile-time constants; factories cache what they build.
+machine; the GPU notebooks use them as they are. ``SimtPlan`` runs on NumPy in the simulator too, so that its
+launches meet the plan's own buffers there, where an index past the end of one raises. Kernels are built by
+factories because their sizes (slices, items per thread) are compile-time constants; factories cache what they
+build.
 
 Memory traffic, the number to beat: slicing an m x k FP64 matrix into S int8 slices reads 8mk bytes and
 writes S*mk bytes; for 8192^2 and S = 7 that is 0.54 GB + 0.47 GB per operand.
@@ -15,13 +18,19 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 from numba import config, cuda, float64, int8, int32, int64
 
+from .. import plans
+from ..machinery import launch
 from ..operands import NONFINITE_SHIFT  # the sentinel for rows/columns holding NaN or Inf
 from ..simt import pack_digits
+from ..smem import ceil_to
+from .products import check_int32_budget, product_terms
+from .slicing import check_slices
 
 _MAX_FINITE = np.finfo(np.float64).max
 ROWS_THREADS = 512  # threads per row of A in slice_rows_kernel
@@ -212,15 +221,22 @@ def make_col_max_kernel(rows_per_block: int = 256, threads: int = 256):
 
 @cuda.jit
 def shifts_from_max_kernel(mu, bad, shifts):
-    """``shifts[j] = shift_from_max(mu[j])``, or the non-finite sentinel where ``bad[j]``.
+    """``shifts[j] = shift_from_max(mu[j])``, or the non-finite sentinel where ``bad[j]``; 0 past the end of ``mu``.
 
-    Then zeroes ``mu[j]`` and ``bad[j]``: the next ``col_max_kernel`` needs them zeroed, and this saves two fills.
+    ``mu`` and ``bad`` hold one entry per column of B; ``shifts`` may be longer (a plan's f has its padded width):
+    its entries past B's columns get 0, the shift of a zero column, which a padded column of B is. The launch
+    covers ``shifts``, and each array is indexed only below its own length. Then zeroes ``mu[j]`` and ``bad[j]``:
+    the next ``col_max_kernel`` needs them zeroed, and this saves two fills.
     """
     j = cuda.grid(1)
-    if j < shifts.shape[0]:
+    if j >= shifts.shape[0]:
+        return
+    if j < mu.shape[0] and j < bad.shape[0]:
         shifts[j] = NONFINITE_SHIFT if bad[j] != 0 else shift_from_max(mu[j])
         mu[j] = 0.0
         bad[j] = 0
+    else:
+        shifts[j] = 0  # a padded column: zero, and shift_from_max(0.0) is 0
 
 
 @functools.cache
@@ -288,13 +304,21 @@ class Launch(NamedTuple):
 
 
 def slicing_launches(
-    m: int, n: int, k: int, kp: int, slices: int, split_digits_factory: Callable[[int], Any] = make_split_digits
+    m: int,
+    n: int,
+    k: int,
+    kp: int,
+    slices: int,
+    split_digits_factory: Callable[[int], Any] = make_split_digits,
+    *,
+    np_: int | None = None,
 ) -> list[Launch]:
     """The slicing stage of an m x k by k x n product, in order, with the arguments each launch takes:
 
     ``slice_rows (a, a_words, e)``, ``col_max (b, mu, bad)``, ``shifts_from_max (mu, bad, f)`` and
-    ``slice_cols (b, f, b_words)``. ``mu`` and ``bad`` must start at zero; ``shifts_from_max`` zeroes them again
-    for the next call. Used by the plans (``utilities.ozaki.tensorcore``) and by ``tools/slicing_breakdown.py``.
+    ``slice_cols (b, f, b_words)``. ``mu`` and ``bad`` (n entries) must start at zero; ``shifts_from_max`` zeroes
+    them again for the next call. ``np_``: the length of f (default n), which ``shifts_from_max`` covers. Used by
+    :class:`SimtPlan`, the plans' host side.
     """
     tile, rows = COLS_BLOCK
     return [
@@ -302,7 +326,7 @@ def slicing_launches(
             "slice_rows", make_slice_rows_kernel(k, kp, slices, ROWS_THREADS, split_digits_factory), m, ROWS_THREADS
         ),
         Launch("col_max", make_col_max_kernel(), (-(-n // 256), -(-k // 256)), 256),
-        Launch("shifts_from_max", shifts_from_max_kernel, -(-n // 256), 256),
+        Launch("shifts_from_max", shifts_from_max_kernel, -(-(np_ or n) // 256), 256),
         Launch(
             "slice_cols",
             make_slice_cols_kernel(slices, tile, rows, split_digits_factory),
@@ -374,3 +398,190 @@ def make_epilogue_kernel():
         out[i, j] = result
 
     return ozaki_epilogue_kernel
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The plan's host side: its buffers and its plain numba stages, one code path on CuPy and in numba's simulator
+# ------------------------------------------------------------------------------------------------------------
+
+VARIANTS = ("unfused", "partial", "fused")
+SLICE_CAPACITY = 10  # slice buffers hold this many slices (more if asked): one kernel build for S = 1..10
+
+
+@dataclass(frozen=True, kw_only=True)
+class OzakiConfig(plans.TileConfig):
+    """Block tile of the int8 GEMM and the ``depth`` of its pipeline (K stages in flight). Chosen per GPU by
+    :func:`tile_config`."""
+
+    tile_k: int = 128
+    depth: int = 3
+
+
+def compute_capability() -> tuple[int, int]:
+    return tuple(cuda.get_current_device().compute_capability)
+
+
+def tile_config(variant: str, cc: tuple[int, int] | None = None) -> OzakiConfig:
+    """A tile that suits the GPU: 128x128x128 where shared memory allows (sm_80, sm_90), 64-deep K on sm_86/89.
+
+    256 threads (two warpgroups on Hopper): the fused kernel holds an FP64 accumulator beside the int32 one,
+    and 64 + 2 x 64 registers of accumulators per thread still fit; on an H100 this configuration also ran the
+    int8 products faster than 128 threads (``instructor-notes/ozaki.md``, "256 threads"). All variants use it, so
+    that they differ only in what they fuse.
+    """
+    cc = cc or compute_capability()
+    if cc[0] < 8:
+        raise RuntimeError(f"compute capability {cc[0]}.{cc[1]}: int8 tensor-core pipelines need sm_80 or newer")
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    threads = 256
+    if cc in {(8, 6), (8, 7), (8, 9), (12, 0), (12, 1)}:  # about 100 KiB of shared memory per block
+        return OzakiConfig(tile_m=128, tile_n=128, tile_k=64, threads=threads, depth=3)
+    return OzakiConfig(tile_m=128, tile_n=128, tile_k=128, threads=threads, depth=3)
+
+
+def index_tables(slices: int, variant: str) -> dict[str, np.ndarray]:
+    """The plan's int32 tables for ``slices`` slices: ``term_s`` and ``term_t``, the slices of A and B that each
+    unfused product multiplies (diagonal by diagonal), and, but for the fused variant, ``offsets``: where each
+    diagonal's terms start (the unfused products, or the partially fused diagonals)."""
+    terms = product_terms(slices)
+    tables = {
+        "term_s": np.array([s for s, _ in terms], np.int32),
+        "term_t": np.array([t for _, t in terms], np.int32),
+    }
+    if variant == "unfused":
+        tables["offsets"] = np.array([d * (d + 1) // 2 for d in range(slices + 1)], np.int32)
+    elif variant == "partial":
+        tables["offsets"] = np.arange(slices + 1, dtype=np.int32)
+    return tables
+
+
+class SimtPlan:
+    """An Ozaki-I plan without its tensor cores: every buffer the plan allocates, and its plain numba stages (the
+    slicing, the epilogue, the automatic count's statistics), on the array module ``xp``.
+
+    ``OzakiGemm`` (``utilities.ozaki.tensorcore``) is this plan on CuPy with the tensor-core stages added. The tests
+    run it on NumPy in numba's simulator, where an index past the end of a buffer raises: the buffers are the
+    plan's own, allocated here and nowhere else, and so are the launches' grids (``tests/test_ozaki_plans.py``).
+
+    Shapes that do not divide the tile are padded inside: slices of A (capacity, mp, kp) and of B (capacity, np_, kp),
+    shifts e (mp,) and f (np_,), int32 terms (T, mp, np_); the padding holds zero digits and zero shifts. B's column
+    maxima and non-finite flags (``col_max``, ``col_bad``) hold one entry per column of B.
+    """
+
+    def __init__(
+        self,
+        m: int,
+        n: int,
+        k: int,
+        slices: int | str = 7,
+        variant: str = "fused",
+        cfg: OzakiConfig | None = None,
+        *,
+        split_digits: Callable[[int], Any] | None = None,
+        epilogue: Callable[[], Any] | None = None,
+        xp: Any = None,
+    ):
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if xp is None:
+            import cupy as xp
+        self.xp = xp
+        self.auto = slices == "auto"
+        self.stats = self.tables = self.choice = None
+        if self.auto:  # the count is chosen on every call, from the statistics Ozaki-II's choice reads too
+            from ..precision_gpu import GemmStatistics, scheme_tables
+            from .precision import scheme, slice_counts
+
+            counts = slice_counts(k)
+            if not counts:
+                raise ValueError(f"k = {k}: no slice count keeps the anti-diagonal sums within int32")
+            self.tables = scheme_tables(scheme(k), k, choice_offset, counts, xp=xp)
+            self.stats = GemmStatistics(m, n, k, xp=xp)
+            slices = max(counts)  # buffers for the largest count the choice may take
+        slices = check_slices(slices)
+        self.m, self.n, self.k, self.slices, self.variant = m, n, k, slices, variant
+        self.max_slices = slices
+        self.split_digits = split_digits or make_split_digits
+        self.epilogue_factory = epilogue or make_epilogue_kernel
+        self.cfg = cfg or tile_config(variant)
+        check_int32_budget(k, slices, terms_per_accumulator=1 if variant == "unfused" else None)
+        c = self.cfg
+        self.mp, self.np_, self.kp = ceil_to(m, c.tile_m), ceil_to(n, c.tile_n), ceil_to(k, c.tile_k)
+        if self.kp // c.tile_k < c.depth:
+            raise ValueError(
+                f"K = {k} is too small for a {c.depth}-stage pipeline of {c.tile_k}-deep tiles: "
+                f"use K >= {c.depth * c.tile_k}, or an OzakiConfig with a smaller depth or tile_k"
+            )
+        S = slices
+        # Room for SLICE_CAPACITY slices whatever S is: the slice buffers keep one shape for every slice count
+        # (which matters where pipelines are per shape: with another stack than the verified one).
+        capacity = max(S, SLICE_CAPACITY)
+        self.a_slices = xp.zeros((capacity, self.mp, self.kp), dtype=xp.int8)
+        self.b_slices = xp.zeros((capacity, self.np_, self.kp), dtype=xp.int8)
+        self.e = xp.zeros(self.mp, dtype=xp.int32)
+        self.f = xp.zeros(self.np_, dtype=xp.int32)
+        self.col_max = xp.zeros(n, dtype=xp.float64)  # zero before the first call: shifts_from_max re-zeroes them
+        self.col_bad = xp.zeros(n, dtype=xp.int32)
+        self._set_tables(S)
+        if variant == "unfused":
+            self._all_terms = xp.zeros((len(product_terms(S)), self.mp, self.np_), dtype=xp.int32)
+        elif variant == "partial":
+            self._all_terms = xp.zeros((S, self.mp, self.np_), dtype=xp.int32)
+        else:
+            self._all_terms = None
+        self.terms = self._all_terms
+        self.grid = (self.mp // c.tile_m, self.np_ // c.tile_n)
+
+    def _set_tables(self, slices: int) -> None:
+        for name, table in index_tables(slices, self.variant).items():
+            setattr(self, name, self.xp.asarray(table))
+
+    def use_slices(self, slices: int) -> None:
+        """Run the next calls with ``slices`` slices, at most the count the buffers were built for (the automatic
+        choice calls this; the fused kernel reads the count at run time, the slicing kernels are built per count)."""
+        S = check_slices(slices)
+        if S > self.max_slices:
+            raise ValueError(f"{S} slices: this plan's buffers hold at most {self.max_slices} slices")
+        self.slices = S
+        self._set_tables(S)
+        if self.variant == "unfused":
+            self.terms = self._all_terms[: len(product_terms(S))]
+        elif self.variant == "partial":
+            self.terms = self._all_terms[:S]
+
+    def choose(self, a: Any, b: Any) -> Any:
+        """The slice count for these operands (``slices="auto"``): statistics and choice on the GPU, one small copy to
+        the host (``utilities.precision_gpu``); the plan then runs with it."""
+        if self.stats is None:
+            raise RuntimeError(f"this plan has a fixed count ({self.slices} slices): it chooses nothing")
+        self.stats.compute(a, b)
+        self.choice = self.stats.choose(self.tables)
+        self.use_slices(self.choice.count)
+        return self.choice
+
+    def slicing_steps(self, a: Any, b: Any) -> list[tuple[Launch, tuple[Any, ...]]]:
+        """Stage 1's launches, in order, each with its arguments (``slice`` runs them; ``tools/slicing_breakdown.py``
+        times each): the slices are written through int32 views of the int8 buffers, 4 digits a word."""
+        words_a, words_b = self.a_slices.view(self.xp.int32), self.b_slices.view(self.xp.int32)
+        args = {
+            "slice_rows": (a, words_a, self.e),
+            "col_max": (b, self.col_max, self.col_bad),
+            "shifts_from_max": (self.col_max, self.col_bad, self.f),
+            "slice_cols": (b, self.f, words_b),
+        }
+        steps = slicing_launches(self.m, self.n, self.k, self.kp, self.slices, self.split_digits, np_=self.np_)
+        return [(step, args[step.name]) for step in steps]
+
+    def slice(self, a: Any, b: Any) -> None:
+        """Stage 1: shifts and slices of A (rows) and B (columns)."""
+        for step, args in self.slicing_steps(a, b):
+            launch.launch(step.kernel, step.grid, step.block, 0, *args)
+
+    def epilogue(self, out: Any, c: Any, alpha: float, beta: float) -> None:
+        """Stage 3 of the unfused and partially fused variants: C from the int32 terms."""
+        if self.terms is None:
+            raise RuntimeError("the fused variant has no separate epilogue")
+        step = epilogue_launch(self.m, self.n, self.epilogue_factory)
+        args = (self.terms, self.offsets, self.e, self.f, np.float64(alpha), np.float64(beta), c, out)
+        launch.launch(step.kernel, step.grid, step.block, 0, *args)

@@ -34,12 +34,13 @@ from ..operands import require_fp64_gemm
 from ..smem import ceil_to
 from ..tiles import pipeline_matmul
 from . import simt as plain
-from .products import check_int32_budget, product_terms
+from .simt import SLICE_CAPACITY as SLICE_CAPACITY  # the plan's host side (plain Python): re-exported for its users
+from .simt import VARIANTS as VARIANTS
+from .simt import OzakiConfig as OzakiConfig
+from .simt import compute_capability as compute_capability
 from .simt import grouped_tile
-from .slicing import check_slices
+from .simt import tile_config as tile_config
 
-VARIANTS = ("unfused", "partial", "fused")
-SLICE_CAPACITY = 10  # slice buffers hold this many slices (more if asked): one kernel build for S = 1..10
 NONFINITE_SHIFT = plain.NONFINITE_SHIFT
 
 
@@ -66,38 +67,6 @@ class Kernels(plans.Kernels):
             "fused": make_fused_kernel,
             "epilogue": plain.make_epilogue_kernel,
         }
-
-
-@dataclass(frozen=True, kw_only=True)
-class OzakiConfig(plans.TileConfig):
-    """Block tile of the int8 GEMM and the ``depth`` of its pipeline (K stages in flight). Chosen per GPU by
-    :func:`tile_config`."""
-
-    tile_k: int = 128
-    depth: int = 3
-
-
-def compute_capability() -> tuple[int, int]:
-    return tuple(cuda.get_current_device().compute_capability)
-
-
-def tile_config(variant: str, cc: tuple[int, int] | None = None) -> OzakiConfig:
-    """A tile that suits the GPU: 128x128x128 where shared memory allows (sm_80, sm_90), 64-deep K on sm_86/89.
-
-    256 threads (two warpgroups on Hopper): the fused kernel holds an FP64 accumulator beside the int32 one,
-    and 64 + 2 x 64 registers of accumulators per thread still fit; on an H100 this configuration also ran the
-    int8 products faster than 128 threads (``instructor-notes/ozaki.md``, "256 threads"). All variants use it, so
-    that they differ only in what they fuse.
-    """
-    cc = cc or compute_capability()
-    if cc[0] < 8:
-        raise RuntimeError(f"compute capability {cc[0]}.{cc[1]}: int8 tensor-core pipelines need sm_80 or newer")
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    threads = 256
-    if cc in {(8, 6), (8, 7), (8, 9), (12, 0), (12, 1)}:  # about 100 KiB of shared memory per block
-        return OzakiConfig(tile_m=128, tile_n=128, tile_k=64, threads=threads, depth=3)
-    return OzakiConfig(tile_m=128, tile_n=128, tile_k=128, threads=threads, depth=3)
 
 
 def int8_matmul(cfg: OzakiConfig, sm: int | None = None) -> Matmul:
@@ -233,13 +202,15 @@ def make_fused_kernel(MM: Matmul):
 # ------------------------------------------------------------------------------------------------------------
 
 
-class OzakiGemm:
+class OzakiGemm(plain.SimtPlan):
     """C = alpha A @ B + beta C emulated with ``slices`` int8 slices (or ``"auto"``: chosen from the inputs on every
     call, as ``Ozaki2Gemm(moduli="auto")`` chooses its moduli; ``self.choice`` says what and why), for one shape and
     one variant.
 
     Shapes that do not divide the tile are padded inside (the padding holds zero digits); the output is
-    written only where C is. Building a plan builds its kernels (cached on disk by ``utilities.machinery.buildcache``).
+    written only where C is. The buffers, the slicing, the epilogue and the choice are ``utilities.ozaki.simt``'s
+    ``SimtPlan`` on CuPy (the tests run that part in numba's simulator); this adds the tensor-core stages. Building a
+    plan builds its kernels (cached on disk by ``utilities.machinery.buildcache``).
     """
 
     def __init__(
@@ -252,101 +223,14 @@ class OzakiGemm:
         cfg: OzakiConfig | None = None,
         kernels: Kernels | None = None,
     ):
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-        self.auto = slices == "auto"
-        self.stats = self.tables = self.choice = None
-        if self.auto:  # the count is chosen on every call, from the statistics Ozaki-II's choice reads too
-            from ..precision_gpu import GemmStatistics, scheme_tables
-            from .precision import scheme, slice_counts
-
-            counts = slice_counts(k)
-            if not counts:
-                raise ValueError(f"k = {k}: no slice count keeps the anti-diagonal sums within int32")
-            self.tables = scheme_tables(scheme(k), k, plain.choice_offset, counts)
-            self.stats = GemmStatistics(m, n, k)
-            slices = max(counts)  # buffers for the largest count the choice may take
-        slices = check_slices(slices)
-        self.m, self.n, self.k, self.slices, self.variant = m, n, k, slices, variant
-        self.max_slices = slices
         self.kernels = kernels or Kernels()
-        self.cfg = cfg or tile_config(variant)
-        check_int32_budget(k, slices, terms_per_accumulator=1 if variant == "unfused" else None)
-        c = self.cfg
-        self.mp, self.np_, self.kp = ceil_to(m, c.tile_m), ceil_to(n, c.tile_n), ceil_to(k, c.tile_k)
-        if self.kp // c.tile_k < c.depth:
-            raise ValueError(
-                f"K = {k} is too small for a {c.depth}-stage pipeline of {c.tile_k}-deep tiles: "
-                f"use K >= {c.depth * c.tile_k}, or an OzakiConfig with a smaller depth or tile_k"
-            )
+        split, epilogue = self.kernels.factory("split_digits"), self.kernels.factory("epilogue")
+        super().__init__(m, n, k, slices, variant, cfg, split_digits=split, epilogue=epilogue, xp=cp)
         self.MM = int8_matmul(self.cfg)
-        S = slices
-        # Room for SLICE_CAPACITY slices whatever S is: the slice buffers keep one shape for every slice count
-        # (which matters where pipelines are per shape: with another stack than the verified one).
-        capacity = max(S, SLICE_CAPACITY)
-        self.a_slices = cp.zeros((capacity, self.mp, self.kp), dtype=cp.int8)
-        self.b_slices = cp.zeros((capacity, self.np_, self.kp), dtype=cp.int8)
-        self._a_words, self._b_words = self.a_slices.view(cp.int32), self.b_slices.view(cp.int32)  # 4 digits a word
-        self.e = cp.zeros(self.mp, dtype=cp.int32)
-        self.f = cp.zeros(self.np_, dtype=cp.int32)
-        self._mu = cp.zeros(n, dtype=cp.float64)
-        self._bad = cp.zeros(n, dtype=cp.int32)
         # the pipeline sees (m, k, S) and (k, n, S) views of the slice buffers
         self.pipeline = pipelines.device_pipeline(
-            self.MM, c.depth, self.a_slices.transpose(1, 2, 0), self.b_slices.transpose(2, 1, 0)
+            self.MM, self.cfg.depth, self.a_slices.transpose(1, 2, 0), self.b_slices.transpose(2, 1, 0)
         )
-        terms = product_terms(S)
-        self.term_s = cp.asarray([s for s, _ in terms], dtype=cp.int32)
-        self.term_t = cp.asarray([t for _, t in terms], dtype=cp.int32)
-        if variant == "unfused":
-            self.terms = cp.zeros((len(terms), self.mp, self.np_), dtype=cp.int32)
-            self.offsets = cp.asarray([d * (d + 1) // 2 for d in range(S + 1)], dtype=cp.int32)
-        elif variant == "partial":
-            self.terms = cp.zeros((S, self.mp, self.np_), dtype=cp.int32)
-            self.offsets = cp.arange(S + 1, dtype=cp.int32)
-        self.grid = (self.mp // c.tile_m, self.np_ // c.tile_n)
-        self._all_terms = getattr(self, "terms", None)
-
-    def use_slices(self, slices: int) -> None:
-        """Run the next calls with ``slices`` slices, at most the count the buffers were built for (the automatic
-        choice calls this; the fused kernel reads the count at run time, the slicing kernels are built per count)."""
-        S = check_slices(slices)
-        if S > self.max_slices:
-            raise ValueError(f"{S} slices: this plan's buffers hold at most {self.max_slices} slices")
-        self.slices = S
-        if self.variant == "unfused":
-            terms = product_terms(S)
-            self.terms = self._all_terms[: len(terms)]
-            self.term_s = cp.asarray([s for s, _ in terms], dtype=cp.int32)
-            self.term_t = cp.asarray([t for _, t in terms], dtype=cp.int32)
-            self.offsets = cp.asarray([d * (d + 1) // 2 for d in range(S + 1)], dtype=cp.int32)
-        elif self.variant == "partial":
-            self.terms = self._all_terms[:S]
-            self.offsets = cp.arange(S + 1, dtype=cp.int32)
-
-    def choose(self, a: Any, b: Any) -> Any:
-        """The slice count for these operands (``slices="auto"``): statistics and choice on the GPU, one small copy to
-        the host (``utilities.precision_gpu``); the plan then runs with it."""
-        if self.stats is None:
-            raise RuntimeError(f"this plan has a fixed count ({self.slices} slices): it chooses nothing")
-        self.stats.compute(a, b)
-        self.choice = self.stats.choose(self.tables)
-        self.use_slices(self.choice.count)
-        return self.choice
-
-    # -- stages ------------------------------------------------------------------------------------------------
-    def slice(self, a: Any, b: Any) -> None:
-        """Stage 1: shifts and slices of A (rows) and B (columns)."""
-        m, n, k, S = self.m, self.n, self.k, self.slices
-        split = self.kernels.factory("split_digits")
-        args = (
-            (a, self._a_words, self.e),
-            (b, self._mu, self._bad),  # the maxima start at zero, and shifts_from_max zeroes them again
-            (self._mu, self._bad, self.f),
-            (b, self.f, self._b_words),
-        )
-        for step, step_args in zip(plain.slicing_launches(m, n, k, self.kp, S, split), args, strict=True):
-            launch.launch(step.kernel, step.grid, step.block, 0, *step_args)
 
     def products(self) -> None:
         """Stage 2 of the unfused and partially fused variants: int32 products or anti-diagonals."""
@@ -361,12 +245,6 @@ class OzakiGemm:
             launch.launch(kernel, self.grid, block, shared, self.terms, self.pipeline)
         else:
             raise RuntimeError("the fused variant has no separate products stage")
-
-    def epilogue(self, out: Any, c: Any, alpha: float, beta: float) -> None:
-        """Stage 3 of the unfused and partially fused variants: C from the int32 terms."""
-        step = plain.epilogue_launch(self.m, self.n, self.kernels.factory("epilogue"))
-        args = (self.terms, self.offsets, self.e, self.f, np.float64(alpha), np.float64(beta), c, out)
-        launch.launch(step.kernel, step.grid, step.block, 0, *args)
 
     def fused(self, out: Any, c: Any, alpha: float, beta: float) -> None:
         """Stages 2 and 3 of the fused variant: one kernel from the slices to C."""

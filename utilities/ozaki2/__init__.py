@@ -8,7 +8,8 @@ Modules (the same names hold the same roles in every track):
 - ``check``: the checkers of notebooks 4a and 4b;
 - ``model``: bytes, operations and the time each design must take;
 - ``figures``: the track's plots;
-- ``simt``: the plain numba kernels (residues of A's rows and of B's columns, CRT digits, reconstruction);
+- ``simt``: the plain numba kernels (residues of A's rows and of B's columns, CRT digits, reconstruction), and
+  ``SimtPlan``: the plan's buffers and plain numba stages (``Ozaki2Gemm`` without cuBLAS; run in numba's simulator);
 - ``tensorcore`` (GPU): the plan ``Ozaki2Gemm`` (the count chosen on the device, one cuBLAS int8 GEMM per modulus
   or one batched call, digits early or late);
 - ``benchmarks`` (GPU): Ozaki-II beside cuBLAS DGEMM and Ozaki-I, every stage against its floor

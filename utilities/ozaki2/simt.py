@@ -1,5 +1,6 @@
 """The plain numba (SIMT) kernels of Ozaki-II, with their launches: residues of A's rows and of B's columns, the
-CRT digit of each int32 product, and the reconstruction.
+CRT digit of each int32 product, and the reconstruction; and the plan's host side, :class:`SimtPlan`: every buffer
+``Ozaki2Gemm`` allocates and its plain numba stages (run on NumPy in numba's simulator by the tests).
 
 They reproduce ``utilities.ozaki2.reference``: exponents, residues and digits bit for bit (integer arithmetic, and
 FP64 operations whose results are exact integers), C to its last rounding (a GPU fuses multiply-adds). They run
@@ -30,24 +31,32 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 from numba import cuda, float64, int8, int32, int64
 
+from .. import plans
+from ..machinery import launch
 from ..operands import NONFINITE_SHIFT
+from ..precision import Choice
 from ..precision_gpu import (
     BAD,
     EXP,
     ROWS_THREADS,
     TERMS,
+    GemmStatistics,
     items_per_thread,
     make_row_statistics,
     row_kernel,
     rows_threads,
+    scheme_tables,
 )
 from ..simt import fma, int32_of, pack_digits, round_near, scale2, trunc_f64
+from ..smem import ceil_to
 from . import reference as ref
+from .precision import SCHEME
 
 SPLIT = 2.0**40  # x = h 2^40 + l: |h| < 2^38 and |l| < 2^40 for |x| < 2^78
 COLS_TILE, COLS_ROWS, COLS_DEPTH = 32, 8, 64  # residue_cols_kernel: 32 columns by 64 rows, 8 rows a thread
@@ -415,3 +424,146 @@ def reconstruct_launch(
     factory = reconstruct_factory or make_reconstruct_kernel
     kernel = factory(count, from_products) if from_products else factory(count)
     return Launch("reconstruct", kernel, (-(-n // tx), -(-m // ty)), RECONSTRUCT_BLOCK)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The plan's host side: its buffers and its plain numba stages, one code path on CuPy and in numba's simulator
+# ------------------------------------------------------------------------------------------------------------
+
+K_ALIGN = 16  # the residue planes' padded width: cuBLAS's int8 GEMM wants lda = ldb a multiple of 4 (16 B lines)
+PRODUCTS = ("per-modulus", "batched")
+DIGITS = ("early", "late")
+
+
+@dataclass(frozen=True)
+class Kernels(plans.Kernels):
+    """Kernel factories a plan uses instead of the course's (the exercises pass the attendee's), in stage order.
+
+    None means the course's: ``make_residue``, ``make_digit`` and ``make_reconstruct_kernel`` (this module).
+    """
+
+    residue: Callable[..., Any] | None = None
+    digit: Callable[..., Any] | None = None
+    reconstruct: Callable[..., Any] | None = None
+
+    def course(self) -> dict[str, Callable[..., Any]]:
+        return {"residue": make_residue, "digit": make_digit, "reconstruct": make_reconstruct_kernel}
+
+
+class SimtPlan:
+    """An Ozaki-II plan without its int8 GEMMs: every buffer the plan allocates, and its plain numba stages (the
+    choice's statistics, the residues, the CRT digits, the reconstruction), on the array module ``xp``.
+
+    ``Ozaki2Gemm`` (``utilities.ozaki2.tensorcore``) is this plan on CuPy with cuBLAS's products (and their stream)
+    added. The tests run it on NumPy in numba's simulator, where an index past the end of a buffer raises: the
+    buffers are the plan's own, allocated here and nowhere else, and so are the launches' grids
+    (``tests/test_ozaki2_plans.py``). Residue planes (top, m, kp) and (top, n, kp), kp = k padded to 16, for the
+    largest count the plan may use; int32 products (top or 2, m, n); uint8 digits (top, m, n) when they come early.
+    """
+
+    def __init__(
+        self,
+        m: int,
+        n: int,
+        k: int,
+        moduli: int | str = 14,
+        kernels: Kernels | None = None,
+        *,
+        products: str = "per-modulus",
+        digits: str = "early",
+        xp: Any = None,
+    ):
+        if moduli != "auto":
+            moduli = ref.check_moduli(moduli)
+        if not 0 < k <= ref.MAX_K:
+            raise ValueError(f"k = {k}: int8 products stay exact in int32 only for 0 < k <= {ref.MAX_K}")
+        if products not in PRODUCTS or digits not in DIGITS:
+            raise ValueError(
+                f"products must be one of {PRODUCTS} and digits one of {DIGITS}, got {products!r}, {digits!r}"
+            )
+        if xp is None:
+            import cupy as xp
+        self.xp = xp
+        self.m, self.n, self.k, self.moduli = m, n, k, moduli
+        self.products_mode, self.digits_mode = products, digits
+        self.kernels = kernels or Kernels()
+        self.kp = ceil_to(k, K_ALIGN)
+        top = ref.MAX_MODULI if moduli == "auto" else moduli
+        self.a_res = xp.zeros((top, m, self.kp), xp.int8)
+        self.b_res = xp.zeros((top, n, self.kp), xp.int8)
+        self.mu, self.nu = xp.zeros(m, xp.int32), xp.zeros(n, xp.int32)
+        self.stats = GemmStatistics(m, n, k, xp=xp)
+        self.keep_all = digits == "late" or products == "batched"  # every int32 product kept, or two planes in turn
+        self.products_buffer = xp.empty((top if self.keep_all else 2, m, n), xp.int32)
+        self.digits = xp.empty((top, m, n), xp.uint8) if digits == "early" else None
+        self.count = None if moduli == "auto" else moduli
+        self.choice: Choice | None = None
+        self.tables = scheme_tables(SCHEME, k, line_offset, xp=xp) if moduli == "auto" else None
+
+    # -- stages ----------------------------------------------------------------------------------------------------
+    def choose(self, a: Any, b: Any) -> Choice:
+        """Stage 0: the statistics of A's rows and B's columns, and the count (``moduli="auto"``)."""
+        if self.tables is None:
+            raise RuntimeError(f"this plan has a fixed count ({self.moduli} moduli): it chooses nothing")
+        self.stats.compute(a, b)
+        self.choice = self.stats.choose(self.tables)
+        self.count = self.choice.count
+        return self.choice
+
+    def scale(self, a: Any, b: Any, columns_known: bool = False) -> None:
+        """Stage 1: exponents and residues of A (rows) and of B (columns, transposed). B's column statistics are
+        computed first unless ``columns_known`` (the choice took them)."""
+        N = self.count
+        if not columns_known:
+            self.stats.columns(b)
+        residue = self.kernels.factory("residue")
+        rows = residue_launch(self.m, self.k, self.kp, N, residue)
+        launch.launch(rows.kernel, rows.grid, rows.block, 0, a, self.a_res[:N].view(self.xp.int32), self.mu)
+        cols = residue_cols_launch(self.k, self.n, self.kp, N, residue)
+        words = self.b_res[:N].view(self.xp.int32)
+        launch.launch(cols.kernel, cols.grid, cols.block, 0, b, self.stats.cols_i, words, self.nu)
+
+    def product_plane(self, t: int) -> Any:
+        """The int32 plane that product t (modulus t) is written to: its own when every product is kept, else the
+        one of two that early digits take turns with (the digits of product t - 2 have been read out of it)."""
+        return self.products_buffer[t if self.keep_all else t % 2]
+
+    def int8_gemm(self, t: int, plane: Any) -> None:
+        """Product t: A's residues of modulus t times B's, into the int32 ``plane`` (exact: |r| <= 128 and
+        K <= MAX_K). Here the array module's matmul, which the tests run on NumPy; ``Ozaki2Gemm`` calls cuBLAS."""
+        xp = self.xp
+        xp.matmul(self.a_res[t].astype(xp.int32), self.b_res[t].T.astype(xp.int32), out=plane)
+
+    def products(self) -> None:
+        """Stage 2, one modulus after another: each int8 GEMM, and with early digits its digits right after it
+        (``Ozaki2Gemm`` also batches the GEMMs, or reduces on a second stream beside the next GEMM)."""
+        for t in range(self.count):
+            plane = self.product_plane(t)
+            self.int8_gemm(t, plane)
+            if self.digits is not None:
+                self.digits_of(plane, t)
+
+    def digits_of(self, plane: Any, t: int) -> None:
+        """Stage 2's reduction: the CRT digits of modulus t from its int32 product ``plane``, into ``digits[t]``."""
+        step = digits_launch(self.m * self.n, self.count, self.kernels.factory("digit"))
+        launch.launch(step.kernel, step.grid, step.block, 0, plane.ravel(), np.int64(t), self.digits[t].ravel())
+
+    def reconstruct(self, a: Any, b: Any, out: Any, c: Any, alpha: float, beta: float) -> None:
+        """Stage 3: C from the digits (or the int32 products); the lines of A and B that hold a NaN or an Inf get
+        DGEMM's result (FP64 dot products)."""
+        N = self.count
+        late = self.digits is None
+        step = reconstruct_launch(self.m, self.n, N, self.kernels.factory("reconstruct"), from_products=late)
+        planes = self.products_buffer[:N] if late else self.digits[:N]
+        scalars = (np.float64(alpha), np.float64(beta))
+        launch.launch(step.kernel, step.grid, step.block, 0, planes, self.mu, self.nu, a, b, *scalars, c, out)
+
+    def run(self, a: Any, b: Any, out: Any, c: Any, alpha: float, beta: float) -> None:
+        """Every stage in order, on operands already checked: the choice (``moduli="auto"``), the residues, the
+        products and their digits, the reconstruction into ``out``."""
+        auto = self.tables is not None
+        if auto:
+            self.choose(a, b)
+        self.scale(a, b, columns_known=auto)
+        self.products()
+        self.reconstruct(a, b, out, c, alpha, beta)

@@ -1,0 +1,113 @@
+"""Ozaki-II's plan on its own buffers: every plain numba launch of ``Ozaki2Gemm`` (the choice's statistics and
+choice, the residues of A and B, the CRT digits, the reconstruction) runs in numba's simulator on NumPy buffers of
+exactly the plan's shapes and dtypes, allocated by the plan's own code (``utilities.ozaki2.simt.SimtPlan``, which
+``Ozaki2Gemm`` is on CuPy), so that an index past the end of one raises. The int8 GEMMs, cuBLAS's on the GPU, are
+NumPy's matmul here (``SimtPlan.int8_gemm``).
+
+At a small shape every block runs and C is checked against the NumPy reference, for each way the plan keeps its
+products (two planes in turn with early digits, every plane with late digits or a batched call). At the notebooks'
+and checkers' shapes only the corner blocks of each grid run (``utilities.machinery.simulator.corner_blocks``):
+bounds, not values. Why these tests exist: ``tests/test_ozaki_plans.py``.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+from utilities import inputs
+from utilities.machinery import simulator
+from utilities.ozaki2 import check, simt
+from utilities.ozaki2 import reference as ref
+
+pytestmark = pytest.mark.device
+
+
+def test_the_shapes_are_the_checkers():
+    """4b's end-to-end checks run 256 x 192 x 320 and 120 x 136 x 200 (both also the sanitizer driver's)."""
+    shapes = inspect.signature(check.check_ozaki2_gemm).parameters["shapes"].default
+    assert set(shapes) == {(256, 192, 320), (120, 136, 200)}
+
+
+def _stage_one(plan: simt.SimtPlan) -> list[tuple]:
+    """The shapes and dtypes of what the choice and the residues write (the same in every way of keeping products)."""
+    arrays = [plan.a_res, plan.b_res, plan.mu, plan.nu, *vars(plan.stats).values()]
+    return [(x.shape, x.dtype) for x in arrays if isinstance(x, np.ndarray)]
+
+
+def test_small_plans_give_the_references_c():
+    """Every block runs. 3 x 37 x 70 with 5 moduli: B's columns span two tiles of the residue kernel (the second
+    partial), K two row tiles (the second partial, then padding to 80); a NaN row of A. Its residues are taken once,
+    by the plan with early digits (two product planes in turn); the plans with late digits and with a batched call
+    (every plane kept) take the same buffers' shapes, get the same residues, and run their own products, digits and
+    reconstruction. Then 2 x 32 x 64, whose launches' tiles fit exactly. C to within the reconstruction's last
+    rounding, DGEMM's result on the NaN row."""
+    m, n, k, count = 3, 37, 70, 5
+    a, b = inputs.exponent_spread(m, k, 1.0, 1), inputs.exponent_spread(k, n, 1.0, 2)
+    a[1, 4] = np.nan
+    c = np.random.default_rng(0).standard_normal((m, n))
+    want = ref.ozaki2_gemm_ref(a, b, count, alpha=-1.5, beta=0.5, c=c, nonfinite="propagate")
+    assert np.isnan(want[1]).all()
+    first = simt.SimtPlan(m, n, k, count, xp=np)
+    assert first.kp == 80 and first.products_buffer.shape[0] == 2
+    out = np.full((m, n), -1.0)
+    first.run(a, b, out, c, -1.5, 0.5)
+    np.testing.assert_allclose(out, want, rtol=2**-50, atol=0)
+    for modes in ({"digits": "late"}, {"products": "batched"}):
+        plan = simt.SimtPlan(m, n, k, count, xp=np, **modes)
+        assert _stage_one(plan) == _stage_one(first) and plan.products_buffer.shape[0] == count, modes
+        for name in ("a_res", "b_res", "mu", "nu"):
+            getattr(plan, name)[...] = getattr(first, name)
+        out = np.full((m, n), -1.0)
+        plan.products()
+        plan.reconstruct(a, b, out, c, -1.5, 0.5)
+        np.testing.assert_allclose(out, want, rtol=2**-50, atol=0, err_msg=str(modes))
+
+    m, n, k = 2, 32, 64
+    a, b = inputs.normal(m, k, 3), inputs.normal(k, n, 4)
+    plan = simt.SimtPlan(m, n, k, count, xp=np)
+    out = np.full((m, n), np.nan)
+    plan.run(a, b, out, np.full((m, n), np.nan), 2.0, 0.0)  # beta = 0: C is not read
+    np.testing.assert_allclose(out, ref.ozaki2_gemm_ref(a, b, count, alpha=2.0), rtol=2**-50, atol=0)
+
+
+def test_every_launch_stays_in_the_plans_buffers_at_the_notebooks_padded_shape():
+    """120 x 136 x 200 with 14 moduli, digits early and late, as 4b checks it (B's columns in 4 tiles of 32 and 8
+    more, K padded to 208 over 4 row tiles of 64); corner blocks only. The residues are taken once (early), the late
+    plan's buffers compared with them. 4b's other shape, 256 x 192 x 320, divides every launch's tile, as the small
+    test's second shape does."""
+    m, n, k = 120, 136, 200
+    a, b = inputs.normal(m, k, 1), inputs.normal(k, n, 2)
+    early, late = (simt.SimtPlan(m, n, k, 14, digits=digits, xp=np) for digits in ("early", "late"))
+    assert _stage_one(late) == _stage_one(early)
+    with simulator.corner_blocks() as blocks:
+        early.run(a, b, np.zeros((m, n)), np.zeros((m, n)), 1.0, 0.0)
+        late.products()
+        late.reconstruct(a, b, np.zeros((m, n)), np.zeros((m, n)), 1.0, 0.0)
+    assert blocks["ran"] > 0 and blocks["skipped"] > 0
+
+
+def test_the_automatic_count_stays_in_the_plans_buffers():
+    """``moduli="auto"``: buffers for the largest count, the statistics of both operands and the choice, then every
+    stage at the chosen count, at a padded shape (as 4b's 512^3 runs it, which pads nothing); corner blocks only
+    (B's row statistics are K blocks)."""
+    m, n, k = 3, 37, 70
+    plan = simt.SimtPlan(m, n, k, "auto", xp=np)
+    assert plan.a_res.shape[0] == ref.MAX_MODULI
+    with simulator.corner_blocks() as blocks:
+        plan.run(inputs.normal(m, k, 1), inputs.normal(k, n, 2), np.zeros((m, n)), np.zeros((m, n)), 1.0, 0.0)
+    assert plan.count == plan.choice.count and blocks["ran"] > 0
+
+
+def test_bad_plans_are_refused_before_anything_is_allocated():
+    """The plan's checks are its host side's: they run on a CPU."""
+    with pytest.raises(ref.ModuliError, match="from 2 to 20"):
+        simt.SimtPlan(64, 64, 64, 40, xp=np)
+    with pytest.raises(ValueError, match="int32"):
+        simt.SimtPlan(64, 64, 2**17, 14, xp=np)
+    with pytest.raises(ValueError, match="products must be one of"):
+        simt.SimtPlan(64, 64, 64, 14, products="fused", xp=np)
+    with pytest.raises(RuntimeError, match="chooses nothing"):
+        simt.SimtPlan(64, 64, 64, 14, xp=np).choose(np.zeros((64, 64)), np.zeros((64, 64)))
