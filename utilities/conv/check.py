@@ -232,15 +232,13 @@ def _candidates(x: ref.ConvInputs, r: ref.ConvReference, tile_n: int | None = No
 
 
 def _border_hint(bad: np.ndarray) -> str:
-    """A hint when the wrong outputs lie on the images' borders only."""
+    """Where the wrong outputs lie, when that is the images' borders alone (the pixels whose taps reach the
+    padding): a fact of the entries, no guess at a cause."""
     border = np.zeros(bad.shape[:3], bool)
     border[:, [0, -1], :] = border[:, :, [0, -1]] = True
     wrong = bad.any(axis=3)
     if wrong.any() and not (wrong & ~border).any():
-        return (
-            "only pixels on an image's border are wrong: the taps that fall outside the image must read zeros "
-            "(padding 1), not a neighbouring row or image"
-        )
+        return "only pixels on an image's border are wrong (those whose taps reach the padding), the others right"
     return ""
 
 

@@ -15,7 +15,9 @@ Domain, fed on every run beside the random inputs:
 - back-to-back GEMM: the plan's shape, batched or not, the cases of ``reference.B2B_CASES`` with a C1 full of NaN
   when beta1 = 0 (it must not be read: the failure then says "C1 was read although beta1 = 0"), a negative alpha0
   (ReLU before alpha0 shows), a C1 that cancels alpha1 D0 B1 to 2^-11 of it (a rounding to FP16 before beta1 C1 is
-  added shows), and an Inf and a -Inf in C1 with beta1 != 0. With D0 kept, D1 is held to the 1x1 GEMM of the
+  added shows), an Inf and a -Inf in C1 with beta1 != 0, and alpha0, alpha1 and beta1 each 0 and not in every
+  combination (alpha0 = 0: D0 = 0; alpha1 = 0: D1 = relu(beta1 C1); an early exit must still write
+  them). With D0 kept, D1 is held to the 1x1 GEMM of the
   GPU's own D0 within the second stage's rounding alone (``reference.d1_from_d0``), not D0's error besides.
 
 Outputs handed back from a guard band (``utilities.guard``) fail the stage when the kernel wrote outside them. A
@@ -58,28 +60,22 @@ def _within(got: np.ndarray, want: np.ndarray, bound: np.ndarray, share: float =
 
 
 def _structure_hint(got: np.ndarray, want: np.ndarray, bound: np.ndarray, what: str) -> str:
-    """A hint from where the wrong entries lie: NaNs, negative values, whole rows, whole columns."""
+    """What the wrong entries are, where it is a fact: NaN (the poison) where the result is finite, negative values
+    (no ReLU gives one), whole rows or whole columns wrong and the others right; no guess at a cause."""
     g = got.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         bad = ~(np.abs(g - want) <= bound)
     if (np.isnan(g) & ~np.isnan(want)).any():
-        return f"{what} holds NaN: some entries were never written (the poison value shows through)"
+        return f"{what} holds NaN where the result is finite: the poison it was handed in, never overwritten there"
     if (g < 0).any():
-        return f"ReLU missing: {what} has negative values"
+        return f"ReLU missing: {what} has negative values, which no ReLU gives"
     flat = bad.reshape(-1, bad.shape[-2], bad.shape[-1])
-    for axis, what_lines, fix in (
-        (2, "rows", "a block must compute D1 from the D0 rows it computed itself, and write the rows of its own tile"),
-        (1, "columns", "check the column offsets of the B tiles and of the output"),
-    ):
+    for axis, what_lines in ((2, "rows"), (1, "columns")):
         hit = flat.any(axis=(0, axis))  # lines (rows or columns) with a wrong entry
         share = flat.mean(axis=(0, axis))
         if 0 < hit.sum() < hit.size and share[hit].mean() > 0.25:
             lines = np.flatnonzero(hit)
-            label = "wrong row tile: " if what_lines == "rows" else ""
-            return (
-                f"{label}{what_lines} {lines[0]}..{lines[-1]} ({len(lines)} of {hit.size}) are wrong, the others "
-                f"right: {fix}"
-            )
+            return f"{what_lines} {lines[0]}..{lines[-1]} ({len(lines)} of {hit.size}) are wrong, the others right"
     return ""
 
 
@@ -286,17 +282,22 @@ def b2b_corners(x: ref.B2BInputs, seed: int) -> list[ref.B2BInputs]:
 
     - a negative alpha0: D0 = relu(alpha0 acc0) is nonzero where acc0 < 0, so ReLU before alpha0 shows;
     - a C1 that cancels alpha1 D0 B1 (C1 = -(alpha1 / beta1) D0 B1 from D0 as the GPU rounds it, itself rounded
-      to FP16): D1 is about 2^-11 of its terms, so rounding alpha1 acc1 to FP16 before adding beta1 C1 shows.
+      to FP16): D1 is about 2^-11 of its terms, so rounding alpha1 acc1 to FP16 before adding beta1 C1 shows;
+    - alpha0, alpha1 and beta1 zero: with the cases above every combination of the three, zero or not, is met.
     """
     rng = np.random.default_rng(seed)
     negative = dataclasses.replace(x, name="a negative alpha0", alpha0=-0.75, alpha1=1.25, beta1=-0.5)
+    zeros = [  # alpha0, alpha1 and beta1 zero and not, in every combination the other cases do not meet
+        dataclasses.replace(x, name=f"alpha0 = {a0}, alpha1 = {a1}, beta1 = {b1}", alpha0=a0, alpha1=a1, beta1=b1)
+        for a0, a1, b1 in ((0.0, 1.25, -0.5), (0.75, 0.0, 1.0), (0.0, 0.0, 0.0), (0.75, 0.0, 0.0), (0.0, 1.25, 0.0))
+    ]
     alpha1, beta1 = 1.5, -0.75
     d0, _ = ref.b2b_fp16(x.a0, x.b0, x.b1, x.c1, 0.75, alpha1, beta1)
     target = alpha1 * (d0.astype(np.float64) @ x.b1.astype(np.float64))
     c1 = (target / -beta1 * (1.0 + np.ldexp(rng.uniform(-1.0, 1.0, target.shape), -12))).astype(np.float16)
     cancelling = dataclasses.replace(x, name="beta1 C1 cancels alpha1 D0 B1", c1=c1, alpha0=0.75, alpha1=alpha1,
                                      beta1=beta1)  # fmt: skip
-    return [negative, cancelling]
+    return [negative, cancelling, *zeros]
 
 
 def _infinite_c1(x: ref.B2BInputs) -> ref.B2BInputs:
