@@ -273,7 +273,7 @@ def test_the_gpu_dry_run_lists_at_least_ten_mutants_per_kernel_exercise_without_
         planned, broken = gpu.plan_mutants(name, cell, 10)
         assert len(planned) >= 10 and not broken, name
         assert f"{name} (solutions/{exercise.stem}.ipynb" in done.stdout
-    assert {"1", "2a", "2b", "2c", "2d", "3b", "3c", "3d", "4b"} == {n.split()[0] for n in gpu.GPU_EXERCISES}
+    assert {"0", "1", "2a", "2b", "2c", "2d", "3b", "3c", "3d", "4b"} == {n.split()[0] for n in gpu.GPU_EXERCISES}
 
 
 def test_the_gpu_sample_is_deterministic_and_spread():

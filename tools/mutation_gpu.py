@@ -59,6 +59,7 @@ class GpuExercise:
 
 
 GPU_EXERCISES: dict[str, GpuExercise] = {
+    "0 primer": GpuExercise("0_primer", "5a154c68", "a44a93f2"),
     "1 multipass": GpuExercise("1_multipass", "8c696818", "23b9f981"),
     "2a gemm_bias_relu": GpuExercise("2a_epilogue_fusion", "41e8a00f", "71d73ac1"),
     "2b b2b": GpuExercise("2b_back_to_back", "4bf83648", "6433fcd3"),

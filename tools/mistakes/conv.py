@@ -50,6 +50,9 @@ MISTAKES = [
     Mistake(EPILOGUE, "hard-coded count", "a block width of 64 hard-coded in the bias's column offset",
             old="float32(bias[col0 + col])", new="float32(bias[cuda.blockIdx.y * 64 + col])",
             message="hard-coded", stage="out"),
+    Mistake(EPILOGUE, "hard-coded tile", "a row tile of 128 pixels written into the block's offset (the contract's "
+            "other block is 64 pixels tall)", old="row0, col0 = cuda.blockIdx.x * TM, cuda.blockIdx.y * TN",
+            new="row0, col0 = cuda.blockIdx.x * 128, cuda.blockIdx.y * TN", stage="out"),
     Mistake(EPILOGUE, "rounding order", "the FP32 sum rounded to FP16 before the bias and the ReLU",
             old="v = result[i] + float32(bias[col0 + col])",
             new="tile[i] = result[i]\n                v = float32(tile[i]) + float32(bias[col0 + col])"),

@@ -42,6 +42,16 @@ CONTRACT_CONV = (
 # (batch, height, width): odd sizes, a single row and a single column, and images smaller than a row tile
 NEIGHBOR_GEOMETRIES = ((2, 5, 7), (1, 1, 1), (3, 4, 1), (2, 1, 6), (1, 3, 3))
 CONV_SHAPE = ref.ConvShape(2, 24, 24, 64, 128)  # 9 row tiles of 128 pixels, starting mid-row; 2 column tiles of 64
+# The contract's parameters: the blocks (ConvConfig's fields) 2c's kernel is checked at, two values of every field its
+# factory's Matmul takes: the plan's choice for CONV_SHAPE (ConvConfig.for_shape), and one whose every size differs
+# (18 row tiles of 64 pixels, 4 column tiles of 32, K stages of 32 channels, 64 threads). No index may hold one.
+CONV_CONFIGS = (
+    {"tile_m": 64, "tile_n": 32, "tile_k": 32, "threads": 64},
+    {"tile_m": 128, "tile_n": 64, "tile_k": 64, "threads": 128},
+)
+# 2d's: the plan's default pipeline block (PipeConfig(tile_n=C_mid)) and one whose tile, K stage, threads and depth
+# differ (the stages a phase and the filters' residence are the course's pipeline, which the attendee does not write)
+CONV_B2B_CONFIGS = ({"tile_m": 64, "tile_k": 32, "threads": 256, "depth": 2}, {})
 NAMES = ("b", "h", "w", "c")
 
 
@@ -279,10 +289,13 @@ def small_conv_shape(shape: Any, c_out: int) -> Any:
 def _conv_driver(
     functions: Sequence[Any], *args: Any, shape: ref.ConvShape = CONV_SHAPE, small: bool = False, **kwargs: Any
 ) -> str:
-    tile_n = kwargs.get("tile_n")
+    block = dict(kwargs.get("block") or {})
+    tile_n = block.get("tile_n") or kwargs.get("tile_n")
     if small:  # one block: one row tile of pixels, one block width of output channels
         shape = small_conv_shape(shape, tile_n or (64 if shape.c_out % 64 == 0 else 32))
-    cfg = f"ConvConfig(tile_n={tile_n}, tile_k=64)" if tile_n else "None"
+    if tile_n and not block:
+        block = {"tile_n": tile_n, "tile_k": 64}
+    cfg = f"ConvConfig(**{block!r})" if block else "None"
     return f"""
         import cupy as cp
         from utilities.conv import reference as ref
@@ -301,17 +314,21 @@ def check_conv(
     shape: ref.ConvShape = CONV_SHAPE,
     fused: bool = True,
     tile_n: int | None = None,
+    block: dict[str, int] | None = None,
     seed: int | None = None,
     cases: Sequence[str] = ref.CONV_CASES,
 ) -> CheckResult:
     """``run(x, w, bias)`` returns ``relu(conv3x3(x, w) + bias)`` (NHWC, FP16, as NumPy); ``fused=False`` allows the
-    unfused path's one rounding more. Contract: :data:`CONTRACT_CONV`; ``tile_n``, the width of the plan's block,
-    labels the messages (a notebook checks a plan of each width, so that no index depends on one)."""
+    unfused path's one rounding more. Contract: :data:`CONTRACT_CONV`; ``block`` the plan's ConvConfig fields (or
+    ``tile_n`` alone, its width) labels the messages and names a width held in an index (a notebook checks the two
+    blocks of :data:`CONV_CONFIGS`, so that no index depends on one)."""
     name, seed = "3x3 convolution + bias + ReLU", fresh_seed(seed)
+    tile_n = (block or {}).get("tile_n", tile_n)
     count = 0
     dims = (shape.batch, shape.height, shape.width, shape.c_out)
     for x in ref.conv_cases(shape, seed, tuple(cases)):
         label = f"{x.name}, {shape.label}" + (f", blocks {tile_n} channels wide" if tile_n else "")
+        label += "".join(f", {key} {value}" for key, value in (block or {}).items() if key != "tile_n")
         got = output(run(*(v.copy() for v in x.args())), "out", label)
         r = ref.conv_ref(*x.args())
         if count == 0 and (untouched(got) or untouched(got, float("nan"))):
@@ -369,17 +386,24 @@ B2B_NEEDS = {"d0": 1}  # D0 is written by the first TODO region; D1 needs them a
 
 
 def _b2b_driver(
-    functions: Sequence[Any], *args: Any, shape: ref.B2BShape = B2B_SHAPE, small: bool = False, **kwargs: Any
+    functions: Sequence[Any],
+    *args: Any,
+    shape: ref.B2BShape = B2B_SHAPE,
+    small: bool = False,
+    block: dict[str, int] | None = None,
+    **kwargs: Any,
 ) -> str:
     if small:  # one row tile of 128 pixels, every channel (the fused kernel holds them all in one block)
         shape = small_conv_shape(shape, shape.c_out)
+    cfg = f"PipeConfig(tile_n={shape.c_mid}, **{dict(block)!r})" if block else "None"
     return f"""
         import cupy as cp
         from utilities.conv import reference as ref
+        from utilities.conv.layout import PipeConfig
         from utilities.conv.tensorcore import Kernels
         from utilities.conv.tensorcore_persistent import ConvB2B
         shape = {_shape_text(shape)}
-        plan = ConvB2B(shape, keep_d0=True, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
+        plan = ConvB2B(shape, cfg={cfg}, keep_d0=True, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
         plan(*(cp.asarray(v) for v in ref.b2b_inputs(shape, "random", 0).args()))
         cp.cuda.runtime.deviceSynchronize()
         """
@@ -391,6 +415,7 @@ def check_conv_b2b(
     *,
     stages: Callable[[], dict[str, Any]] | None = None,
     shape: ref.B2BShape = B2B_SHAPE,
+    block: dict[str, int] | None = None,
     seed: int | None = None,
     cases: Sequence[str] = ref.B2B_CASES,
 ) -> CheckResult:
@@ -399,9 +424,12 @@ def check_conv_b2b(
 
     D0 first, against the FP64 reference. Then D1: with D0 kept, against the 1x1 convolution of the kernel's own
     D0 (``utilities.rounding.gemm_bias_relu_ref``: the second stage's rounding alone); without it, against the
-    FP64 chain (whose bound carries D0's rounding too).
+    FP64 chain (whose bound carries D0's rounding too). ``block``: the plan's PipeConfig fields beside tile_n (None:
+    its default; the contract's two are :data:`CONV_B2B_CONFIGS`), for the messages.
     """
     name, seed = "back-to-back convolutions", fresh_seed(seed)
+    if block:
+        name += " (" + ", ".join(f"{key} {value}" for key, value in block.items()) + ")"
     count = 0
     dims = (shape.batch, shape.height, shape.width)
     for x in ref.b2b_cases(shape, seed, tuple(cases)):

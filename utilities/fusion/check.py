@@ -51,6 +51,20 @@ B2B_SHAPE = (256, 576, 64, 128)  # m, k0, n0, n1: example 13's K0, N0, N1 on a f
 GEMM_SHAPE = (256, 256, 256)  # m, n, k: two block columns of a 128-wide tile
 BATCH = 3
 
+# The contract's parameters: the blocks (BlockConfig's fields) each kernel exercise is checked at, two values of every
+# field its factory's Matmul takes (tile sizes, threads), so that no size held in an index passes. 2a: the course's
+# block (EPILOGUE_BLOCK) and a smaller one, at 2a's 384 x 256 x 192 (3 x 2 and 6 x 4 block tiles, 3 and 6 K stages).
+GEMM_CONFIGS = (
+    {"tile_m": 64, "tile_n": 64, "tile_k": 32, "threads": 64},
+    {"tile_m": 128, "tile_n": 128, "tile_k": 64, "threads": 128},
+)
+# 2b: the notebook's plan (the default block for its shape: 128 rows, K tile 64, 128 threads; N0 64, N1 128; D0 kept)
+# and a second one whose every size differs: rows 64, K tile 32, 256 threads, N0 128, N1 64, D0 not kept.
+B2B_CONFIGS = (
+    {"shape": (256, 288, 128, 64), "block": {"tile_m": 64, "tile_k": 32, "threads": 256}, "keep_d0": False},
+    {"shape": B2B_SHAPE, "block": {"tile_m": 128, "tile_k": 64, "threads": 128}, "keep_d0": True},
+)
+
 
 def _within(got: np.ndarray, want: np.ndarray, bound: np.ndarray, share: float = 0.99) -> bool:
     """True when at least ``share`` of the entries of ``got`` lie within ``bound`` of ``want``."""
@@ -87,6 +101,7 @@ def _diagnose(
     with np.errstate(invalid="ignore", over="ignore"):
         wrong = ~((np.abs(got.astype(np.float64) - want) <= bound) | (got == want))
     for hint, value in candidates.items():
+        value = np.where(np.isnan(value) & ~np.isnan(want), got.astype(np.float64), value)  # NaN: unknown there
         slack = bound + 4 * ref.U16 * np.abs(value)  # the bound was derived for ``want``, not for ``value``
         if not _within(got, value, slack) or not wrong.any():
             continue
@@ -209,19 +224,26 @@ def small_rows(m: int) -> int:
 
 
 def _b2b_driver(
-    functions: Sequence[Any], *args: Any, shape: Sequence[int] = B2B_SHAPE, small: bool = False, **kwargs: Any
+    functions: Sequence[Any],
+    *args: Any,
+    shape: Sequence[int] = B2B_SHAPE,
+    small: bool = False,
+    block: dict[str, int] | None = None,
+    **kwargs: Any,
 ) -> str:
     batch = kwargs.get("batch", BATCH) if kwargs.get("batched") else None
     if small:  # 128 rows, every K stage of GEMM 0; no batch (the batched plan runs the same kernel)
         shape, batch = (small_rows(int(shape[0])), *shape[1:]), None
+    keep = kwargs.get("stages") is not None
     return f"""
         import cupy as cp
         from utilities.fusion import reference as ref
-        from utilities.fusion.tensorcore import BackToBack, Kernels
+        from utilities.fusion.tensorcore import BackToBack, BlockConfig, Kernels
         shape = {tuple(int(v) for v in shape)}
         x = ref.b2b_inputs(*shape, "random", 0, {batch})
         kernels = Kernels({sanitizer.kernels_arguments(functions)})
-        plan = BackToBack(*shape, batch={batch}, keep_d0=True, kernels=kernels)
+        cfg = {f"BlockConfig(**{dict(block)!r})" if block else None}
+        plan = BackToBack(*shape, batch={batch}, keep_d0={keep}, cfg=cfg, kernels=kernels)
         for beta1 in (0.0, -0.5):  # both epilogues: C1 read and not
             plan(*(cp.asarray(v) for v in x.args()[:4]), -0.75, 1.25, beta1)
         cp.cuda.runtime.deviceSynchronize()
@@ -236,16 +258,20 @@ def check_back_to_back(
     batched: bool = False,
     shape: Sequence[int] = B2B_SHAPE,
     batch: int = BATCH,
+    block: dict[str, int] | None = None,
     seed: int | None = None,
     cases: Sequence[str] = ref.B2B_CASES,
 ) -> CheckResult:
     """``run(a0, b0, b1, c1, alpha0, alpha1, beta1)`` returns D1 (NumPy FP16); ``stages()`` returns ``{"d0": D0}``.
 
-    ``shape`` is ``(m, k0, n0, n1)`` of the plan that ``run`` calls; ``batched=True`` gives every operand a
-    leading axis of ``batch``. D0 is compared first when ``stages`` is given, so that a wrong first epilogue is
-    reported as a wrong D0 rather than as a wrong D1.
+    ``shape`` is ``(m, k0, n0, n1)`` of the plan that ``run`` calls, ``block`` its BlockConfig's fields (None: the
+    plan's default; the contract's two are :data:`B2B_CONFIGS`); ``batched=True`` gives every operand a leading axis
+    of ``batch``. D0 is compared first when ``stages`` is given, so that a wrong first epilogue is reported as a wrong
+    D0 rather than as a wrong D1.
     """
     name, seed = "back-to-back GEMM" + (f" (batched x{batch})" if batched else ""), fresh_seed(seed)
+    if block:
+        name += " (" + ", ".join(f"{key} {value}" for key, value in block.items()) + ")"
     m, k0, n0, n1 = (int(s) for s in shape)
     count = 0
     inputs = list(ref.b2b_cases(m, k0, n0, n1, seed, batch if batched else None, tuple(cases)))
@@ -313,7 +339,7 @@ def _infinite_c1(x: ref.B2BInputs) -> ref.B2BInputs:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _gemm_candidates(x: ref.GemmInputs) -> dict[str, np.ndarray]:
+def _gemm_candidates(x: ref.GemmInputs, tile_n: int | None = None) -> dict[str, np.ndarray]:
     p = x.a.astype(np.float64) @ x.b.astype(np.float64)
     bias = x.bias.astype(np.float64)
     out = {
@@ -329,6 +355,15 @@ def _gemm_candidates(x: ref.GemmInputs) -> dict[str, np.ndarray]:
             out[f"bias indexed by the column within a {tile}-wide block tile: add the block's column offset"] = (
                 ref.relu(p + local)
             )
+    for width in (64, 128):  # a block width hard-coded in the column offset, where this plan's blocks are tile_n wide
+        if tile_n and width != tile_n:
+            cols = np.arange(n)
+            at = width * (cols // tile_n) + cols % tile_n  # past the bias: whatever lies there, unknown (NaN)
+            read = np.where(at < n, bias[np.minimum(at, n - 1)], np.nan)
+            out[
+                f"a block width of {width} hard-coded in the bias's column offset: this plan's blocks are {tile_n} "
+                "wide; the offset is cuda.blockIdx.y * TN, TN from the Matmul (MM.size)"
+            ] = ref.relu(p + read)
     if p.shape[0] == p.shape[1]:
         out["bias indexed by row instead of by column"] = ref.relu(p + bias[:, None])
     with np.errstate(over="ignore", invalid="ignore"):
@@ -368,17 +403,23 @@ def gemm_corners(m: int, n: int, k: int, seed: int) -> list[ref.GemmInputs]:
 
 
 def _gemm_driver(
-    functions: Sequence[Any], *args: Any, shape: Sequence[int] = GEMM_SHAPE, small: bool = False, **kwargs: Any
+    functions: Sequence[Any],
+    *args: Any,
+    shape: Sequence[int] = GEMM_SHAPE,
+    small: bool = False,
+    block: dict[str, int] | None = None,
+    **kwargs: Any,
 ) -> str:
     m, n, k = (int(v) for v in shape)
     if small:  # one block tile (or a few) of 128 x 128, every K stage
         m, n = small_rows(m), small_rows(n)
+    cfg = f"BlockConfig(**{dict(block)!r})" if block else None
     return f"""
         import cupy as cp
         from utilities.fusion import reference as ref
-        from utilities.fusion.tensorcore import GemmBiasRelu, Kernels
+        from utilities.fusion.tensorcore import BlockConfig, GemmBiasRelu, Kernels
         x = ref.gemm_inputs({m}, {n}, {k}, "random", 0)
-        plan = GemmBiasRelu({m}, {n}, {k}, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
+        plan = GemmBiasRelu({m}, {n}, {k}, cfg={cfg}, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
         plan(*(cp.asarray(v) for v in x.args()))
         cp.cuda.runtime.deviceSynchronize()
         """
@@ -389,11 +430,15 @@ def check_gemm_bias_relu(
     run: Callable[..., Any],
     *,
     shape: Sequence[int] = GEMM_SHAPE,
+    block: dict[str, int] | None = None,
     seed: int | None = None,
     cases: Sequence[str] = ref.GEMM_CASES,
 ) -> CheckResult:
-    """``run(a, b, bias)`` returns ``relu(a @ b + bias)`` as NumPy FP16; ``shape`` is ``(m, n, k)`` of its plan."""
+    """``run(a, b, bias)`` returns ``relu(a @ b + bias)`` as NumPy FP16; ``shape`` is ``(m, n, k)`` of its plan,
+    ``block`` its BlockConfig's fields (None: the course's; the contract's two are :data:`GEMM_CONFIGS`)."""
     name, seed = "GEMM + bias + ReLU", fresh_seed(seed)
+    if block:
+        name += " (" + ", ".join(f"{key} {value}" for key, value in block.items()) + ")"
     m, n, k = (int(s) for s in shape)
     count = 0
     inputs = [*ref.gemm_cases(m, n, k, seed, tuple(cases)), *gemm_corners(m, n, k, seed)]
@@ -408,7 +453,8 @@ def check_gemm_bias_relu(
             raise CheckFailure("out", f"stage 'out' on input '{label}': dtype {got.dtype}, expected float16")
         if got.shape == want.shape:
             want = np.where(np.isnan(want) & (got == 0), 0.0, want)  # ReLU of NaN: NaN or 0 (x if x > 0 else 0)
-        hint = "" if got.shape != want.shape else _diagnose(got, bound, _gemm_candidates(x), want, "the output")
+        candidates = _gemm_candidates(x, (block or {}).get("tile_n"))
+        hint = "" if got.shape != want.shape else _diagnose(got, bound, candidates, want, "the output")
         compare("out", got, want, bound=bound, names=("row", "col"), hint=hint, case=label)
         count += 1
     return passed(name, count, seed, f"shape (m, n, k) = {(m, n, k)}; cases {', '.join(x.name for x in inputs)}")

@@ -23,6 +23,13 @@ from .reference import CASES, fp32_bound, operands, phase_products, reference
 
 NONFINITE = "a NaN in A's last phase, an Inf in B's first"
 TILE = (128, 128)  # the block tile of the course's configurations (PassConfig)
+# The contract's parameters: the PassConfig the notebook checks each dtype at (its fields beside the dtype). Across
+# the two, every size the kernel's Matmul takes has two values: the block tile (128 and 64), the threads (256 and
+# 128) and the phase depth F * PK (64 and 128 K), so that no index may hold one of them.
+CONFIGS = {
+    "int8": {"passes": 8, "fused": 2},
+    "float16": {"passes": 16, "fused": 8, "tile_m": 64, "tile_n": 64, "threads": 128},
+}
 
 
 def pass_gemm_shapes(phase_k: int, tile: tuple[int, int] = TILE) -> list[tuple[int, int, int]]:
@@ -91,7 +98,7 @@ def _diagnose(
         )
     if operands is not None:
         a, bt, phase_k, pass_k = operands
-        for shift in sorted({-phase_k, phase_k // 2, pass_k, -pass_k}):
+        for shift in sorted({-phase_k, -phase_k // 2, phase_k // 2, pass_k, -pass_k}):
             if shift and close(_shifted_prefetch(a, bt, phase_k, shift)):
                 return (
                     f"the prefetch of phase g + 1 loads K from (g + 1) F PK {'+' if shift > 0 else '-'} {abs(shift)}: "
@@ -101,13 +108,15 @@ def _diagnose(
 
 
 def _driver(functions: Sequence[Any], dtype: str = "int8", *args: Any, small: bool = False, **kwargs: Any) -> str:
-    rows = TILE[0] if small else 2 * TILE[0]  # the smallest case: one block tile, three phases
+    tile = kwargs.get("tile") or TILE
+    rows = tile[0] if small else 2 * tile[0]  # the smallest case: one block tile, three phases
+    fields = dict(kwargs.get("config") or CONFIGS.get(dtype, {"fused": 2}))
     return f"""
         import cupy as cp
         from utilities import multipass as mp
         from utilities.multipass.reference import operands
         from utilities.multipass.tensorcore import Kernels, PassGemm
-        cfg = mp.PassConfig("{dtype}", fused=2)
+        cfg = mp.PassConfig("{dtype}", **{fields!r})
         m, n, k = {rows}, {rows}, 3 * cfg.phase_k  # block rows and columns, three phases
         a, bt = operands("random", m, n, k, "{dtype}", 0)
         PassGemm(m, n, k, cfg, kernels=Kernels({sanitizer.kernels_arguments(functions)}))(cp.asarray(a), cp.asarray(bt))
@@ -121,19 +130,22 @@ def check_pass_gemm(
     dtype: str = "int8",
     *,
     phase_k: int | None = None,
+    tile: tuple[int, int] = TILE,
+    config: dict[str, int] | None = None,
     shapes: Sequence[tuple[int, int, int]] | None = None,
     cases: Iterable[str] | None = None,
     seed: int | None = None,
 ) -> CheckResult:
     """``run(a, bt)`` returns C = A @ B (B^T given as ``bt``, (n, k)): int32 exact for int8, FP32 within a bound.
 
-    ``run`` takes every shape of ``shapes`` (default: :func:`pass_gemm_shapes` of ``phase_k``, else one 256 x 256 x
-    1024 product); ``phase_k`` (F * PK), when given, lets a failure name the phase that went wrong. ``cases``
-    default: ``reference.CASES``, and :data:`NONFINITE` for FP16.
+    ``run`` takes every shape of ``shapes`` (default: :func:`pass_gemm_shapes` of ``phase_k`` and the plan's block
+    ``tile``, else one 256 x 256 x 1024 product); ``phase_k`` (F * PK), when given, lets a failure name the phase
+    that went wrong; ``config``: the plan's PassConfig fields (default: :data:`CONFIGS`), which the race run builds.
+    ``cases`` default: ``reference.CASES``, and :data:`NONFINITE` for FP16.
     """
     name, seed = f"multi-pass tile GEMM ({dtype})", fresh_seed(seed)
     if shapes is None:
-        shapes = pass_gemm_shapes(phase_k) if phase_k else [(256, 256, 1024)]
+        shapes = pass_gemm_shapes(phase_k, tile) if phase_k else [(256, 256, 1024)]
     if cases is None:
         cases = (*CASES, NONFINITE) if dtype == "float16" else CASES
     count = 0

@@ -60,6 +60,10 @@ SUBNORMAL = 2.0**-1074
 SLICE_NAMES = ("slice", "row", "col")
 EPILOGUE_SHAPE = (41, 70)  # wider than the epilogue's 32 x 8 launch block along each axis, a multiple of neither
 GEMM_SHAPES = ((256, 384, 384), (300, 136, 392))  # 2 x 3 and 3 x 2 tiles of 128 x 128, the second padded
+# The contract's parameters: beside the plan's tile for this GPU (tensorcore.tile_config: 128 x 128, K stages of 128
+# on sm_80 and sm_90, 256 threads, 3 stages in flight), the notebooks check one plan at a block whose every size
+# differs (OzakiConfig's fields), at GEMM_SHAPES[1]: 5 x 3 tiles of 64, 7 K stages of 64 (of 392, padded)
+OTHER_TILE = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "threads": 128, "depth": 2}
 # The exercise functions each stage depends on (``utilities.checker.unfinished_for``): the shifts are the
 # course's code; the digits come from split_digits; products and diagonals from the products kernels.
 # alpha of either sign and 0, beta 0 (C handed in all NaN: it must not be read) and not, in every combination: the
@@ -129,12 +133,14 @@ def _gemm_driver(functions: Sequence[Any], *args: Any, small: bool = False, **kw
     m, n, k = (kwargs.get("shapes") or GEMM_SHAPES)[-1]
     if small:  # one output tile of 128 x 128, every K stage and every slice
         m, n = 128, 128
+    block = kwargs.get("block")
+    cfg = f"OzakiConfig(**{dict(block)!r})" if block else "None"
     return f"""
         import cupy as cp
         from utilities import inputs
-        from utilities.ozaki.tensorcore import Kernels, OzakiGemm
+        from utilities.ozaki.tensorcore import Kernels, OzakiConfig, OzakiGemm
         a, b = cp.asarray(inputs.normal({m}, {k}, 1)), cp.asarray(inputs.normal({k}, {n}, 2))
-        plan = OzakiGemm({m}, {n}, {k}, slices={slices}, variant="{variant}",
+        plan = OzakiGemm({m}, {n}, {k}, slices={slices}, variant="{variant}", cfg={cfg},
                          kernels=Kernels({sanitizer.kernels_arguments(functions)}))
         plan(a, b, cp.ones(({m}, {n})), -1.5, 0.75)
         cp.cuda.runtime.deviceSynchronize()
@@ -645,6 +651,11 @@ def _epilogue_variant(
         order = range(S - 2, -1, -1)
     weight = 8 if mistake == "weights 2^(8d)" else -8
     acc = np.zeros(terms.shape[1:])
+    if mistake == "each term at its weight":  # one FP64 rounding per term, not per diagonal
+        for d in order:
+            for t in range(offsets[d], offsets[d + 1]):
+                acc = acc + terms[t].astype(np.float64) * 2.0 ** (-8 * d)
+        order = range(0)
     for d in order:
         if mistake == "accumulated in float32":
             diagonal = terms[offsets[d] : offsets[d + 1]].sum(axis=0, dtype=np.int64).astype(np.float64)
@@ -691,6 +702,8 @@ EPILOGUE_MISTAKES = {
     "one term per diagonal": "terms[d] was taken as diagonal d: in the unfused layout diagonal d has d + 1 terms, "
     "terms offsets[d] .. offsets[d + 1] - 1; add them all",
     "first term only": "only the first term of each diagonal was added: loop t from offsets[d] to offsets[d + 1] - 1",
+    "each term at its weight": "each term was added into acc at its weight, one FP64 rounding a term: add each "
+    "diagonal's terms first, the exact sum of its terms, then the diagonal at its weight",
     "last diagonal dropped": "diagonal S - 1 (the smallest weight) was left out: add all S = len(offsets) - 1 "
     "diagonals, not a fixed count",
     "weights 2^(8d)": "diagonal d was weighted by 2^(8d): its weight is 2^(-8d) (the digits of A and B each weigh "
@@ -841,6 +854,7 @@ def check_ozaki_gemm(
     *,
     shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES,
     stages: Callable[[], dict[str, Any]] | None = None,
+    block: dict[str, int] | None = None,
     seed: int | None = None,
     adversarial: bool = True,
 ) -> CheckResult:
@@ -849,7 +863,8 @@ def check_ozaki_gemm(
     Stage names understood: ``e``, ``f``, ``a_slices``, ``b_slices``, ``diagonals`` or ``products``. They are
     compared first, so that a wrong slice is reported as a wrong slice rather than as a wrong C. With beta = 0
     the C handed to ``run`` is all NaN: it must not be read. Domain: :data:`DOMAIN_GEMM` (the count is the plan's:
-    a notebook checks several plans).
+    a notebook checks several plans). ``block``: the plan's OzakiConfig fields when not its default (the contract's
+    other: :data:`OTHER_TILE`), for the messages and the race run.
     """
     name, seed = "Ozaki-I GEMM", fresh_seed(seed)
     rng = np.random.default_rng(seed)
@@ -889,7 +904,8 @@ def check_ozaki_gemm(
             hint = _gemm_hint(got, want, bound, alpha, beta, kept, recount, slices)
             compare("C", got, want, bound=bound, names=("row", "col"), case=label, hint=hint)
             count += 1
-    return passed(name, count, seed, DOMAIN_GEMM + f"; {slices} slices; shapes {plain(list(shapes))}")
+    tile = "" if not block else "; block " + ", ".join(f"{key} {value}" for key, value in block.items())
+    return passed(name, count, seed, DOMAIN_GEMM + f"; {slices} slices; shapes {plain(list(shapes))}{tile}")
 
 
 def _gemm_hint(

@@ -19,6 +19,13 @@ from ..checker import CheckResult, checker, compare, fresh_seed, not_yet, output
 from .reference import CASES, operands, product
 
 NAME = "tile GEMM"
+# The contract's parameters: the blocks (TileConfig's fields) the exercise's kernel is checked at, two values of every
+# field its Matmul takes, at 256 x 384 (2 x 3 tiles of the course's block, 4 x 6 of the other): no index may hold one
+# tile's size. The course's block (TILE_CONFIG) last.
+CONFIGS = (
+    {"tile_m": 64, "tile_n": 64, "tile_k": 32, "threads": 64},
+    {"tile_m": 128, "tile_n": 128, "tile_k": 64, "threads": 128},
+)
 ORDER = "copy(a_tile, sa), copy(b_tile, sb), copy_wait(), MM.execute(sa, sb, acc), then the store"
 STORE = "acc.partition_and_copy(acc.get_results(), c_tile)"
 
@@ -70,11 +77,14 @@ def _driver(
     m, n, _ = shape
     if small:  # one block: one tile of C
         m, n = kwargs.get("tile", (128, 128))
+    block = kwargs.get("block")
+    cfg = f"TileConfig(**{dict(block)!r})" if block else "None"
     return f"""
         import cupy as cp
         from utilities.primer.reference import operands
+        from utilities.plans import TileConfig
         from utilities.primer.tensorcore import Kernels, TileGemm
-        plan = TileGemm({m}, {n}, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
+        plan = TileGemm({m}, {n}, cfg={cfg}, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
         a, b = operands("random", {m}, {n}, plan.k, 0)
         plan(cp.asarray(a), cp.asarray(b))
         cp.cuda.runtime.deviceSynchronize()
@@ -87,13 +97,15 @@ def check_tile_gemm(
     *,
     shape: tuple[int, int, int] = (256, 384, 64),
     tile: tuple[int, int] = (128, 128),
+    block: dict[str, int] | None = None,
     cases: Iterable[str] = CASES,
     seed: int | None = None,
 ) -> CheckResult:
     """``run(a, b)`` returns C = A @ B (FP32, (m, n)) from the attendee's kernel, into a C poisoned with NaN.
 
     ``shape`` (m, n, k) spans several tiles along both axes, more along n than along m, so that a kernel that
-    mixes up its block indices shows; ``tile`` is the kernel's (TM, TN).
+    mixes up its block indices shows; ``tile`` is the kernel's (TM, TN); ``block`` the plan's TileConfig fields (the
+    contract's two: :data:`CONFIGS`), which the race run builds.
     """
     seed = fresh_seed(seed)
     m, n, k = shape
