@@ -315,7 +315,7 @@ def test_every_drivers_script_compiles_and_its_cpu_imports_resolve():
         ]
         done = subprocess.run([sys.executable, "-c", "\n".join(cpu)], capture_output=True, text=True, cwd=ROOT)
         assert done.returncode == 0, (driver.__name__, done.stderr[-800:])
-    assert "ConvConfig(tile_n=32, tile_k=64)" in conv_driver_text()
+    assert "ConvConfig(**{'tile_n': 32, 'tile_k': 64})" in conv_driver_text()
     assert 'variant="unfused"' in _ozaki_driver_text()
 
 
@@ -615,7 +615,18 @@ def test_the_smallest_cases_are_one_or_two_blocks_with_every_k_stage():
     assert "shape = (128, 576, 64, 128)" in b2b and "batch=None" in b2b and "(0.0, -0.5)" in b2b
     assert "GemmBiasRelu(128, 128, 192" in small(fusion._gemm_driver, shape=(384, 256, 192))
     text = small(conv._conv_driver, shape=conv.CONV_SHAPE, tile_n=32)
-    assert "ConvShape(batch=1, height=8, width=16, c_in=64, c_out=32)" in text and "tile_n=32" in text
+    assert "ConvShape(batch=1, height=8, width=16, c_in=64, c_out=32)" in text and "'tile_n': 32" in text
+    block = conv.CONV_CONFIGS[0]
+    text = small(conv._conv_driver, shape=conv.CONV_SHAPE, block=block)
+    assert f"c_out={block['tile_n']})" in text and f"ConvConfig(**{block!r})" in text
+    assert f"BlockConfig(**{fusion.GEMM_CONFIGS[0]!r})" in small(fusion._gemm_driver, block=fusion.GEMM_CONFIGS[0])
+    other = fusion.B2B_CONFIGS[0]
+    text = small(fusion._b2b_driver, shape=other["shape"], block=other["block"])
+    assert "keep_d0=False" in text and f"BlockConfig(**{other['block']!r})" in text
+    assert "keep_d0=True" in small(fusion._b2b_driver, stages=lambda: {})
+    assert f"OzakiConfig(**{ozaki.OTHER_TILE!r})" in small(ozaki._gemm_driver, 7, block=ozaki.OTHER_TILE)
+    assert "TileConfig(**{'tile_m': 64" in small(primer._driver, tile=(64, 64), block=primer.CONFIGS[0])
+    assert "'fused': 8" in small(multipass._driver, "float16", tile=(64, 64))
     assert "c_out=64)" in small(conv._conv_driver, shape=conv.CONV_SHAPE)
     assert "B2BShape(batch=1, height=8, width=16, c_in=64, c_mid=64, c_out=128)" in small(conv._b2b_driver)
     assert "TileGemm(128, 128" in small(primer._driver, shape=(256, 384, 64), tile=(128, 128))
