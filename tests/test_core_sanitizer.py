@@ -633,3 +633,15 @@ def test_the_smallest_cases_are_one_or_two_blocks_with_every_k_stage():
     assert "m, n, k = 128, 128, 3 * cfg.phase_k" in small(multipass._driver, "float16")
     text = small(ozaki._gemm_driver, 12, shapes=[(300, 136, 392)])
     assert "OzakiGemm(128, 128, 392, slices=12" in text
+
+
+def test_a_passed_check_waits_for_its_race_run_at_most_its_limit(tmp_path, monkeypatch, capsys, on_a_gpu):
+    check_toy, run, fn, _ = _shared_toy(tmp_path)
+    binary, _ = fake_tool(tmp_path, sleep=30.0)
+    real_start = sanitizer.start
+    monkeypatch.setattr(sanitizer, "start", lambda text, **kw: real_start(text, binary=binary, **kw))
+    monkeypatch.setenv("COURSE_RACECHECK_WAIT", "1")
+    assert check_toy(run, exercise=fn).status == "passed"
+    out = capsys.readouterr().out
+    assert "races not checked: racecheck: it ran past" in out and "stopped 1 s after the check" in out
+    assert checker.race_wait({"COURSE_RACECHECK_WAIT": "x"}) == sanitizer.RACE_WAIT == checker.race_wait({})

@@ -604,6 +604,18 @@ def race_check_skipped(
     return ("", False) if available else ("no GPU", False)
 
 
+def race_wait(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds a passed check waits at most for its race run (``COURSE_RACECHECK_WAIT``, else
+    ``utilities.sanitizer.RACE_WAIT``); past them the run is stopped and the check says races were not checked."""
+    from .sanitizer import RACE_WAIT
+
+    environ = os.environ if environ is None else environ
+    try:
+        return max(0.0, float(environ.get("COURSE_RACECHECK_WAIT", RACE_WAIT)))
+    except ValueError:
+        return RACE_WAIT
+
+
 class RaceCheck:
     """The default race run of one check (:func:`checker` with ``shared=True``): racecheck and synccheck on the
     check's smallest case, started in the background once the check's first run has built the kernel (the
@@ -669,7 +681,7 @@ class RaceCheck:
             return
         if before is None:
             waited = time.monotonic()
-            reports = self.pending.reports()
+            reports = self.pending.reports(wait=race_wait())
             waited = time.monotonic() - waited
             verdict, message = sanitizer.race_outcome(reports)
             if verdict != "not checked":  # a time-out or a failed script may pass another time

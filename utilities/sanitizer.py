@@ -431,6 +431,7 @@ def run(
 
 RACE_TOOLS = ("racecheck", "synccheck")  # a missing barrier (a race), a misplaced one (a barrier some threads skip)
 RACE_TIMEOUT = 180.0  # seconds from the start: past them the run is given up, and the check passes saying so
+RACE_WAIT = 60.0  # seconds a passed check waits for it at most (COURSE_RACECHECK_WAIT): issue 41 allows 10 s added
 RACE_ENV = "COURSE_RACECHECK"  # "off" turns the default race run off
 
 
@@ -462,18 +463,23 @@ class Pending:
     def finished(self) -> bool:
         return all(process.poll() is not None for _, process, _ in self.runs)
 
-    def reports(self) -> list[Report]:
-        """Wait for every tool (up to :attr:`timeout` seconds from the start), stop those past it, and read what
-        each said. A tool that ran past the time-out, or whose script failed, gives a report whose ``failed``
-        says so."""
+    def reports(self, wait: float | None = None) -> list[Report]:
+        """Wait for every tool (up to :attr:`timeout` seconds from the start, and at most ``wait`` seconds from now),
+        stop those past it, and read what each said. A tool stopped so, or whose script failed, gives a report whose
+        ``failed`` says so."""
         out = []
+        end = self.started + self.timeout
+        if wait is not None:
+            end = min(end, self.clock() + wait)
         for tool, process, path in self.runs:
-            left = max(0.0, self.timeout - (self.clock() - self.started))
             try:
-                code = process.wait(timeout=left)
+                code = process.wait(timeout=max(0.0, end - self.clock()))
             except subprocess.TimeoutExpired:
                 _stop(process)
-                out.append(Report(tool, failed=f"it ran past {self.timeout:.0f} s"))
+                took = self.clock() - self.started
+                out.append(Report(tool, failed=f"it ran past {took:.0f} s (stopped {wait or 0:.0f} s after the check)"
+                                  if wait is not None and end < self.started + self.timeout
+                                  else f"it ran past {self.timeout:.0f} s"))  # fmt: skip
                 continue
             output = path.read_text(errors="replace") if path.exists() else ""
             report = parse(tool, output)
