@@ -23,10 +23,10 @@ Races by default: a checker whose exercise is a kernel that shares memory betwee
 checker(..., shared=True)``) runs racecheck and synccheck on every check without being asked, on the check's
 smallest case (one or two blocks, every K stage): :func:`start` launches both tools at once, in the background,
 as soon as the check's first run has built the kernel (the subprocess then loads it from the build cache), so that
-they run beside the rest of the check; :meth:`Pending.reports` waits for them when the check has passed. A run
-that does not finish within :data:`RACE_TIMEOUT` seconds, or a script that fails under the tool, is said in one
-line and the check passes; a race or a barrier error fails the stage "sanitizer". ``COURSE_RACECHECK=off`` turns
-the default run off (``races=False`` for one call).
+they run beside the rest of the check; :meth:`Pending.reports` waits for them when the check has passed, at most
+:data:`RACE_WAIT` seconds. A run that does not finish by then (or within :data:`RACE_TIMEOUT` seconds of its start),
+or a script that fails under the tool, is said in one line and the check passes; a race or a barrier error fails
+the stage "sanitizer". ``COURSE_RACECHECK=off`` turns the default run off (``races=False`` for one call).
 """
 
 from __future__ import annotations
