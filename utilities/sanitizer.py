@@ -431,7 +431,7 @@ def run(
 
 RACE_TOOLS = ("racecheck", "synccheck")  # a missing barrier (a race), a misplaced one (a barrier some threads skip)
 RACE_TIMEOUT = 180.0  # seconds from the start: past them the run is given up, and the check passes saying so
-RACE_WAIT = 60.0  # seconds a passed check waits for it at most (COURSE_RACECHECK_WAIT): issue 41 allows 10 s added
+RACE_WAIT = 60.0  # seconds a passed check waits for it at most (COURSE_RACECHECK_WAIT); issue 41 sets what it may add
 RACE_ENV = "COURSE_RACECHECK"  # "off" turns the default race run off
 
 

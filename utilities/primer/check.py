@@ -52,14 +52,16 @@ def diagnose(got: np.ndarray, want: np.ndarray, tile: tuple[int, int]) -> tuple[
             "C is all zero: nothing reached the accumulator. MM.execute(sa, sb, acc) multiplies the tiles in "
             "shared memory into it, after copy_wait()"
         )
-    nonzero = want != 0
+    with np.errstate(over="ignore"):
+        fp16 = want.astype(np.float16).astype(np.float32)
+    if np.array_equal(got, fp16):
+        return "store", "C was rounded to FP16 before its store: C is FP32, and FP16 holds the integers up to 2048 only"
+    nonzero = (want != 0) & np.isfinite(got)
     if nonzero.any():
         ratio = got[nonzero] / want[nonzero]
         times = float(ratio[0])
-        if times == round(times) and times >= 2 and np.all(ratio == times) and not got[~nonzero].any():
+        if times == round(times) and times >= 2 and np.all(ratio == times) and not got[want == 0].any():
             return "execute", f"C is {int(times)} times A @ B: run MM.execute once per tile"
-    if np.array_equal(got, want.astype(np.float16).astype(np.float32)):
-        return "store", "C was rounded to FP16 before its store: C is FP32, and FP16 holds the integers up to 2048 only"
     wrong = tiles_where(got != want, tile)
     total = (got.shape[0] // tile[0]) * (got.shape[1] // tile[1])
     if 0 < len(wrong) < total:
