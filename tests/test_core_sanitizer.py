@@ -645,3 +645,14 @@ def test_a_passed_check_waits_for_its_race_run_at_most_its_limit(tmp_path, monke
     out = capsys.readouterr().out
     assert "races not checked: racecheck: it ran past" in out and "stopped 1 s after the check" in out
     assert checker.race_wait({"COURSE_RACECHECK_WAIT": "x"}) == sanitizer.RACE_WAIT == checker.race_wait({})
+
+
+def test_a_race_run_that_cannot_start_never_fails_the_attendees_check(tmp_path, monkeypatch, capsys, on_a_gpu):
+    check_toy, run, fn, _ = _shared_toy(tmp_path)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no session")
+
+    monkeypatch.setattr(sanitizer, "start", broken)
+    assert check_toy(run, exercise=fn).status == "passed"
+    assert "races not checked: RuntimeError: no session" in capsys.readouterr().out
