@@ -94,7 +94,7 @@ def _mistake(m, r, s, height, width, kind):
 @pytest.mark.parametrize(
     "kind, hint",
     [
-        ("no column check", "outside the image"),
+        ("no column check", "only the row is checked against the image"),
         ("swapped", "swapped"),
         ("backwards", r"pixel m = 0 \(b 0, h 0, w 0\), tap \(r 0, s 0\)"),
         ("one entry", "pixel m = 0"),

@@ -45,6 +45,29 @@ def batch_forgotten(m, r, s, height, width):
     return (h + r - 1) * width + (w + s - 1)
 
 
+def flipped_rows(m, r, s, height, width):
+    """The filter flipped along r only, with that tap's own padding (issue 41: it was told "this tap falls outside
+    the image", from its first wrong entry)."""
+    h, w = (m // width) % height, m % width
+    if not (0 <= h - r + 1 < height and 0 <= w + s - 1 < width):
+        return -1
+    return m - (r - 1) * width + (s - 1)
+
+
+def flipped_columns_offset(m, r, s, height, width):
+    """The right padding test, the offset mirrored along s only."""
+    h, w = (m // width) % height, m % width
+    if not (0 <= h + r - 1 < height and 0 <= w + s - 1 < width):
+        return -1
+    return m + (r - 1) * width - (s - 1)
+
+
+def one_tap_off(m, r, s, height, width):
+    """A mistake no hint knows (tap (2, 2) one pixel too far): the entries, and no guess."""
+    right = ref.neighbor(m, r, s, height, width)
+    return right + 1 if (r, s) == (2, 2) and right >= 0 else right
+
+
 def unflattened(m, r, s, height, width):
     """Right: (b, h, w) from m with divmod, then the neighbour's flat index."""
     b, rest = divmod(m, height * width)
@@ -58,7 +81,9 @@ def unflattened(m, r, s, height, width):
     [
         (flipped, "the wrong direction"),
         (flipped_offset, "the wrong direction"),
-        (batch_forgotten, "whose flat index is m + (r - 1) W + (s - 1)"),
+        (batch_forgotten, "the batch is missing from the flat index"),
+        (flipped_rows, "the wrong direction along the rows"),
+        (flipped_columns_offset, "the wrong direction along the columns"),
     ],
     ids=lambda v: getattr(v, "__name__", "")[:30],
 )
@@ -67,6 +92,13 @@ def test_each_wrong_index_map_is_rejected_on_every_seed_with_its_name(fn, says, 
     with pytest.raises(check.CheckFailure) as info:
         check.check_neighbor(fn, seed=seed)
     assert info.value.stage == "index map" and says in str(info.value), str(info.value)
+
+
+def test_a_mistake_no_hint_recomputes_is_told_by_its_entries_alone():
+    with pytest.raises(check.CheckFailure) as info:
+        check.check_neighbor(one_tap_off, seed=1)
+    message = str(info.value)
+    assert "tap (r 2, s 2)" in message and "hint:" not in message, message
 
 
 @pytest.mark.parametrize("seed", SEEDS)

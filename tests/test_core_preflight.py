@@ -127,13 +127,52 @@ def test_versions_off_the_pins_warn_but_pass() -> None:
     assert "warning: numpy 2.4.0 differs" in environment.table()
 
 
-def test_runtime_newer_than_driver_warns() -> None:
+def test_runtime_newer_than_driver_warns_where_no_gpu_is_required() -> None:
     newer_minor = dataclasses.replace(GOOD, runtimes={"cuda-bindings": "13.3", "nvrtc": "13.5"})
     assert judge(newer_minor).warnings == ()  # CUDA minor version compatibility, as on the verified H100
     facts = dataclasses.replace(GOOD, cuda_driver=12080, runtimes={"cuda-bindings": "13.3", "nvrtc": "12.8"})
-    assert judge(facts).warnings == (
+    assert judge(facts, require_gpu=False).warnings == (
         "the CUDA of cuda-bindings 13.3 is newer than this driver's CUDA 12.8: install a driver for CUDA 13 (>= 580)",
     )
+
+
+def test_a_driver_older_than_cuda_13_stops_a_gpu_notebook_with_the_fix() -> None:
+    facts = dataclasses.replace(GOOD, cuda_driver=12080, driver_release="550.54.15")
+    message = fails(facts, "driver 550.54.15 supports CUDA 12.8", "built for CUDA 13.0", "Fix:", "580 or newer")
+    assert message.count("\n- ") == 1
+    assert judge(facts, require_gpu=False).tracks["track 2 (block fusion)"] == "no: driver for CUDA 12.8"
+    assert judge(dataclasses.replace(GOOD, cuda_driver=13020)).tracks["track 2 (block fusion)"] == "yes"
+
+
+@pytest.mark.parametrize(
+    ("missing", "words"),
+    [
+        (("cupy-cuda13x",), ("CuPy is not installed", 'pip install "cupy-cuda13x==14.2.0"', "./course lab")),
+        (("nvmath-python",), ("nvmath-python is not installed", "cuBLASDx", 'pip install "nvmath-python==1.0.0"')),
+        (("numba",), ("numba is not installed", 'pip install "numba==0.68.0"')),
+    ],
+    ids=["cupy", "nvmath-python", "numba"],
+)
+def test_every_gpu_package_the_table_shows_missing_stops_a_gpu_notebook_with_the_fix(missing, words) -> None:
+    """Found by reading ``problems_for`` with a stand-in machine (issue 41): with a GPU and CuPy or nvmath-python
+    missing, the preflight passed and the next cell failed on an import."""
+    facts = dataclasses.replace(GOOD, versions=GOOD.versions | dict.fromkeys(missing))
+    message = fails(facts, *words)
+    assert message.count("\n- ") == 1  # that package alone
+    assert pf.stopped_message(pf.problems_for(facts)).startswith(
+        f"Not run: this cell needs what the preflight found missing ({words[0]}"
+    )
+    assert judge(facts, require_gpu=False).tracks["CPU notebooks 3a, 4a"] == "yes"  # the CPU notebooks need none
+
+
+def test_any_cupy_distribution_serves() -> None:
+    versions = GOOD.versions | {"cupy-cuda13x": None, "cupy": "14.2.0"}
+    assert judge(dataclasses.replace(GOOD, versions=versions)).tracks["track 1 (multi-pass)"] == "yes"
+
+
+def test_numpy_missing_stops_even_a_cpu_notebook() -> None:
+    facts = dataclasses.replace(NO_GPU, versions=GOOD.versions | {"numpy": None})
+    fails(facts, "numpy is not installed", 'pip install "numpy==2.3.5"', require_gpu=False)
 
 
 def test_missing_packages_show_in_table_and_tracks() -> None:

@@ -316,7 +316,7 @@ def test_every_drivers_script_compiles_and_its_cpu_imports_resolve():
         ]
         done = subprocess.run([sys.executable, "-c", "\n".join(cpu)], capture_output=True, text=True, cwd=ROOT)
         assert done.returncode == 0, (driver.__name__, done.stderr[-800:])
-    assert "ConvConfig(tile_n=32, tile_k=64)" in conv_driver_text()
+    assert "ConvConfig(**{'tile_n': 32, 'tile_k': 64})" in conv_driver_text()
     assert 'variant="unfused"' in _ozaki_driver_text()
 
 
@@ -357,3 +357,303 @@ def test_a_local_name_that_a_notebook_global_shadows_is_not_rebuilt(tmp_path):
     exec(compile(source, str(path), "exec"), namespace)
     text = sanitizer.script([namespace["make_kernel"]], "print(make_kernel(2)(1.5, 2.0))")
     assert "import math" in text and "a = " not in text.split("def make_kernel")[0]
+
+
+# --- races by default -----------------------------------------------------------------------------------------
+
+FAKE_TOOL = """#!{python}
+import sys, time
+tool = sys.argv[sys.argv.index("--tool") + 1]
+with open({log!r}, "a") as log:
+    log.write(f"{{tool}} {{time.monotonic()}}\\n")
+time.sleep({sleep})
+report = {reports!r}.get(tool, "")
+print("the program's own output")
+print(report or {clean!r}[tool])
+sys.exit({exit} if report else 0)
+"""
+
+
+def fake_tool(tmp_path, reports=None, sleep=0.0, exit=sanitizer.ERROR_EXIT):
+    """A stand-in compute-sanitizer: records when each tool started, prints the given report (or a clean one)."""
+    path = tmp_path / "compute-sanitizer"
+    log = tmp_path / "started.txt"
+    path.write_text(
+        FAKE_TOOL.format(
+            python=sys.executable, log=str(log), sleep=sleep, reports=reports or {}, clean=CLEAN, exit=exit
+        )
+    )
+    path.chmod(0o755)
+    return path, log
+
+
+def test_the_race_tools_run_at_once_in_processes_of_their_own(tmp_path):
+    binary, log = fake_tool(tmp_path, {"racecheck": RACE}, sleep=1.0)
+    pending = sanitizer.start("print('kernel')", binary=binary)
+    assert not pending.finished()
+    reports = pending.reports()
+    assert [r.tool for r in reports] == ["racecheck", "synccheck"]
+    starts = [float(line.split()[1]) for line in log.read_text().splitlines()]
+    assert len(starts) == 2 and abs(starts[0] - starts[1]) < 0.9, "both tools start before either ends"
+    assert pending.seconds < 1.9, "the two runs overlap"
+    verdict, message = sanitizer.race_outcome(reports)
+    assert verdict == "found" and "racecheck: Error: Race reported between Write access" in message
+    assert "cuda.syncthreads() is missing" in message and "synccheck" not in message
+    (tmp_path / "clean").mkdir()
+    clean, _ = fake_tool(tmp_path / "clean")
+    assert sanitizer.race_outcome(sanitizer.start("", binary=clean).reports()) == ("clean", "")
+
+
+def test_a_barrier_some_threads_skip_is_found_by_synccheck(tmp_path):
+    binary, _ = fake_tool(tmp_path, {"synccheck": SYNCCHECK})
+    verdict, message = sanitizer.race_outcome(sanitizer.start("", binary=binary).reports())
+    assert verdict == "found" and "Barrier error detected" in message and "inside an if" in message
+
+
+def test_a_race_run_past_its_time_is_stopped_and_gives_no_verdict(tmp_path):
+    binary, _ = fake_tool(tmp_path, sleep=30.0)
+    pending = sanitizer.start("", binary=binary, timeout=1.0)
+    reports = pending.reports()
+    assert pending.seconds < 15 and all("ran past 1 s" in r.failed for r in reports)
+    verdict, why = sanitizer.race_outcome(reports)
+    assert verdict == "not checked" and "racecheck: it ran past 1 s" in why
+
+
+def test_a_script_that_fails_under_the_race_tools_gives_no_verdict(tmp_path):
+    broken = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'cupy'\n"
+    binary, _ = fake_tool(tmp_path, {"racecheck": broken, "synccheck": broken}, exit=1)
+    verdict, why = sanitizer.race_outcome(sanitizer.start("", binary=binary).reports())
+    assert verdict == "not checked" and "No module named 'cupy'" in why
+
+
+def test_a_cancelled_race_run_leaves_no_process(tmp_path):
+    binary, _ = fake_tool(tmp_path, sleep=60.0)
+    pending = sanitizer.start("", binary=binary)
+    processes = [process for _, process, _ in pending.runs]
+    pending.cancel()
+    assert all(process.poll() is not None for process in processes)
+
+
+def test_no_tool_no_race_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(sanitizer, "find_binary", lambda search=None: None)
+    assert sanitizer.start("print(1)") is None
+
+
+def test_the_race_run_is_decided_by_where_the_kernels_ran():
+    class Cuda:
+        def __init__(self, available):
+            self.available = available
+
+        def is_available(self):
+            return self.available
+
+    gpu = {"numba.cuda": Cuda(True)}
+    assert checker.race_check_skipped({}, gpu) == ("", False)
+    assert checker.race_check_skipped({"COURSE_RACECHECK": "off"}, gpu) == ("COURSE_RACECHECK=off", True)
+    assert checker.race_check_skipped({"NUMBA_ENABLE_CUDASIM": "1"}, gpu)[1] is False
+    assert checker.race_check_skipped({}, {})[0].startswith("no kernel ran on a GPU")
+    assert checker.race_check_skipped({}, {"numba.cuda": Cuda(False)}) == ("no GPU", False)
+
+
+def _shared_toy(tmp_path, fails_on_call: int | None = None):
+    """A checker declared ``shared=True`` whose body calls ``run`` three times (a failure on call ``fails_on_call``),
+    and the record of what happened: the driver's keywords, when the race run started."""
+    fn = _toy_exercise(tmp_path)
+    record = {"drivers": [], "calls": 0, "started_after": []}
+
+    def driver(functions, *args, **kwargs):
+        record["drivers"].append(kwargs)
+        return "make_kernel(2)"
+
+    @checker.checker("toy kernel", driver=driver, shared=True)
+    def check_toy(run, *, shape=(256, 256), seed=None) -> CheckResult:
+        for call in range(3):
+            run()
+            if call == fails_on_call:
+                raise CheckFailure("C", "stage 'C': wrong")
+        return checker.passed("toy kernel", 3, 0)
+
+    def run():
+        record["calls"] += 1
+
+    return check_toy, run, fn, record
+
+
+@pytest.fixture
+def on_a_gpu(monkeypatch):
+    """The race run's decision as on a GPU machine, and no verdict remembered from another test."""
+    monkeypatch.setattr(checker, "race_check_skipped", lambda environ=None, modules=None: ("", False))
+    monkeypatch.setattr(checker, "RACE_VERDICTS", {})
+
+
+def test_a_shared_memory_check_finds_a_race_without_being_asked(tmp_path, monkeypatch, on_a_gpu):
+    check_toy, run, fn, record = _shared_toy(tmp_path)
+    binary, log = fake_tool(tmp_path, {"racecheck": RACE})
+    real_start = sanitizer.start
+
+    def start(text, *args, **kwargs):
+        record["started_after"].append(record["calls"])
+        assert "def make_kernel(" in text and "make_kernel(2)" in text
+        return real_start(text, *args, binary=binary, **kwargs)
+
+    monkeypatch.setattr(sanitizer, "start", start)
+    with pytest.raises(CheckFailure) as info:
+        check_toy(run, shape=(512, 512), exercise=fn)
+    assert info.value.stage == "sanitizer" and "racecheck: Error: Race reported" in str(info.value)
+    assert "smallest case" in str(info.value)
+    assert record["drivers"] == [{"small": True, "shape": (512, 512)}], "the driver's smallest case"
+    assert record["started_after"] == [1], "started once the first run built the kernel, beside the rest"
+    with pytest.raises(CheckFailure, match="Race reported"):
+        check_toy(run, shape=(512, 512), exercise=fn)  # the same code again: the verdict stands, no second run
+    assert record["started_after"] == [1]
+
+
+def test_a_clean_shared_memory_check_says_what_ran_and_how_long(tmp_path, monkeypatch, capsys, on_a_gpu):
+    check_toy, run, fn, _ = _shared_toy(tmp_path)
+    binary, _ = fake_tool(tmp_path)
+    real_start = sanitizer.start
+    monkeypatch.setattr(sanitizer, "start", lambda text, **kw: real_start(text, binary=binary, **kw))
+    assert check_toy(run, exercise=fn).status == "passed"
+    out = capsys.readouterr().out
+    assert "✓ toy kernel: no race and no barrier error under compute-sanitizer racecheck and synccheck (" in out
+    assert "s of it after the check)" in out
+    assert check_toy(run, exercise=fn).status == "passed"
+    assert "checked before, same code" in capsys.readouterr().out
+
+
+def test_a_failing_check_stops_its_race_run(tmp_path, monkeypatch, on_a_gpu):
+    check_toy, run, fn, _ = _shared_toy(tmp_path, fails_on_call=1)
+    binary, _ = fake_tool(tmp_path, sleep=60.0)
+    started = []
+    real_start = sanitizer.start
+
+    def start(text, **kw):
+        started.append(real_start(text, binary=binary, **kw))
+        return started[-1]
+
+    monkeypatch.setattr(sanitizer, "start", start)
+    with pytest.raises(CheckFailure, match="stage 'C'"):
+        check_toy(run, exercise=fn)
+    assert len(started) == 1 and all(p.poll() is not None for _, p, _ in started[0].runs)
+
+
+def test_without_the_tool_or_when_turned_off_a_check_says_races_were_not_checked(tmp_path, monkeypatch, capsys):
+    check_toy, run, fn, _ = _shared_toy(tmp_path)
+    monkeypatch.setattr(checker, "RACE_VERDICTS", {})
+    monkeypatch.setattr(checker, "race_check_skipped", lambda environ=None, modules=None: ("", False))
+    monkeypatch.setattr(sanitizer, "find_binary", lambda search=None: None)
+    assert check_toy(run, exercise=fn).status == "passed"
+    out = capsys.readouterr().out
+    assert "… toy kernel: races not checked: compute-sanitizer not found" in out and sanitizer.WHEEL in out
+    monkeypatch.setattr(
+        checker, "race_check_skipped", lambda environ=None, modules=None: ("COURSE_RACECHECK=off", True)
+    )
+    assert check_toy(run, exercise=fn).status == "passed"
+    assert "races not checked (COURSE_RACECHECK=off)" in capsys.readouterr().out
+
+
+def test_no_race_run_without_a_gpu_without_exercise_code_or_when_asked_not_to(tmp_path, monkeypatch, capsys):
+    check_toy, run, fn, record = _shared_toy(tmp_path)
+    monkeypatch.setattr(sanitizer, "start", lambda *a, **k: pytest.fail("no race run here"))
+    assert check_toy(run, exercise=fn).status == "passed"  # this machine: the simulator or no GPU
+    monkeypatch.setattr(checker, "race_check_skipped", lambda environ=None, modules=None: ("", False))
+    assert check_toy(run).status == "passed"  # no exercise code given: the course's kernel
+    assert check_toy(run, exercise=fn, races=False).status == "passed"
+    assert record["drivers"] == [] and "race" not in capsys.readouterr().out
+
+
+def test_shared_needs_a_driver():
+    with pytest.raises(TypeError, match="needs a driver"):
+        checker.checker("no driver", shared=True)
+
+
+def _shared_checkers():
+    from utilities.conv import check as conv
+    from utilities.fusion import check as fusion
+    from utilities.multipass import check as multipass
+    from utilities.ozaki import check as ozaki
+    from utilities.ozaki2 import check as ozaki2
+    from utilities.primer import check as primer
+
+    modules = (primer, multipass, fusion, conv, ozaki, ozaki2)
+    return {
+        name: fn
+        for module in modules
+        for name, fn in vars(module).items()
+        if name.startswith("check_") and getattr(fn, "driver", None) is not None
+    }
+
+
+def test_every_check_of_a_kernel_whose_threads_share_memory_runs_races_by_default():
+    """The attendee writes (part of) a kernel body that shares memory between threads: the primer's tile GEMM, the
+    multi-pass loop, 2a's and 2b's epilogues, 2c's and 2d's, the Ozaki-I products, diagonals and fused kernels.
+    The others give a device function or a kernel without shared memory to the course's kernels."""
+    shared = {name for name, fn in _shared_checkers().items() if fn.shared}
+    assert shared == {
+        "check_tile_gemm",
+        "check_pass_gemm",
+        "check_gemm_bias_relu",
+        "check_back_to_back",
+        "check_conv",
+        "check_conv_b2b",
+        "check_ozaki_gemm",
+    }
+
+
+def test_the_smallest_cases_are_one_or_two_blocks_with_every_k_stage():
+    from utilities.conv import check as conv
+    from utilities.fusion import check as fusion
+    from utilities.multipass import check as multipass
+    from utilities.ozaki import check as ozaki
+    from utilities.primer import check as primer
+
+    def small(driver, *args, **kwargs):
+        text = driver([], *args, small=True, **kwargs)
+        compile(textwrap.dedent(text), driver.__name__, "exec")
+        return text
+
+    b2b = small(fusion._b2b_driver, shape=(256, 576, 64, 128), batched=True, batch=3)
+    assert "shape = (128, 576, 64, 128)" in b2b and "batch=None" in b2b and "(0.0, -0.5)" in b2b
+    assert "GemmBiasRelu(128, 128, 192" in small(fusion._gemm_driver, shape=(384, 256, 192))
+    text = small(conv._conv_driver, shape=conv.CONV_SHAPE, tile_n=32)
+    assert "ConvShape(batch=1, height=8, width=16, c_in=64, c_out=32)" in text and "'tile_n': 32" in text
+    block = conv.CONV_CONFIGS[0]
+    text = small(conv._conv_driver, shape=conv.CONV_SHAPE, block=block)
+    assert f"c_out={block['tile_n']})" in text and f"ConvConfig(**{block!r})" in text
+    assert f"BlockConfig(**{fusion.GEMM_CONFIGS[0]!r})" in small(fusion._gemm_driver, block=fusion.GEMM_CONFIGS[0])
+    other = fusion.B2B_CONFIGS[0]
+    text = small(fusion._b2b_driver, shape=other["shape"], block=other["block"])
+    assert "keep_d0=False" in text and f"BlockConfig(**{other['block']!r})" in text
+    assert "keep_d0=True" in small(fusion._b2b_driver, stages=lambda: {})
+    assert f"OzakiConfig(**{ozaki.OTHER_TILE!r})" in small(ozaki._gemm_driver, 7, block=ozaki.OTHER_TILE)
+    assert "TileConfig(**{'tile_m': 64" in small(primer._driver, tile=(64, 64), block=primer.CONFIGS[0])
+    assert "'fused': 8" in small(multipass._driver, "float16", tile=(64, 64))
+    assert "c_out=64)" in small(conv._conv_driver, shape=conv.CONV_SHAPE)
+    assert "B2BShape(batch=1, height=8, width=16, c_in=64, c_mid=64, c_out=128)" in small(conv._b2b_driver)
+    assert "TileGemm(128, 128" in small(primer._driver, shape=(256, 384, 64), tile=(128, 128))
+    assert "m, n, k = 128, 128, 3 * cfg.phase_k" in small(multipass._driver, "float16")
+    text = small(ozaki._gemm_driver, 12, shapes=[(300, 136, 392)])
+    assert "OzakiGemm(128, 128, 392, slices=12" in text
+
+
+def test_a_passed_check_waits_for_its_race_run_at_most_its_limit(tmp_path, monkeypatch, capsys, on_a_gpu):
+    check_toy, run, fn, _ = _shared_toy(tmp_path)
+    binary, _ = fake_tool(tmp_path, sleep=30.0)
+    real_start = sanitizer.start
+    monkeypatch.setattr(sanitizer, "start", lambda text, **kw: real_start(text, binary=binary, **kw))
+    monkeypatch.setenv("COURSE_RACECHECK_WAIT", "1")
+    assert check_toy(run, exercise=fn).status == "passed"
+    out = capsys.readouterr().out
+    assert "races not checked: racecheck: it ran past" in out and "stopped 1 s after the check" in out
+    assert checker.race_wait({"COURSE_RACECHECK_WAIT": "x"}) == sanitizer.RACE_WAIT == checker.race_wait({})
+
+
+def test_a_race_run_that_cannot_start_never_fails_the_attendees_check(tmp_path, monkeypatch, capsys, on_a_gpu):
+    check_toy, run, fn, _ = _shared_toy(tmp_path)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no session")
+
+    monkeypatch.setattr(sanitizer, "start", broken)
+    assert check_toy(run, exercise=fn).status == "passed"
+    assert "races not checked: RuntimeError: no session" in capsys.readouterr().out

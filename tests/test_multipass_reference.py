@@ -149,9 +149,9 @@ def test_untouched_skeleton_is_not_implemented(capsys, define):
 BROKEN = {
     "skips the last phase": ({"skip": 7}, "the last phase is missing"),
     "skips phase 3": ({"skip": 3}, "phase 3 of 8 is missing"),
-    "executes the prefetched buffer": ({"wrong_buffer": True}, "phase g covers K"),
+    "executes the prefetched buffer": ({"wrong_buffer": True}, "executed the buffer being prefetched"),
     "never swaps": ({"no_swap": True}, "only phase 0"),
-    "prefetch offset one pass late": ({"shift": 32}, "phase g covers K"),
+    "prefetch offset one pass late": ({"shift": 32}, "the offset of the prefetch"),
 }
 
 

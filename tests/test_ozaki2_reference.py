@@ -268,7 +268,7 @@ def _fp64_residue(x, p):
 @pytest.mark.parametrize(
     ("broken", "stage", "says"),
     [
-        (lambda x, p: np.mod(x, p), "residues", "representative"),  # not centred
+        (lambda x, p: np.mod(x, p), "residues", "the residues lie in [0, "),  # not centred
         (lambda x, p: np.fmod(x, p), "residues", "representative"),  # keeps x's sign, not centred
         (lambda x, p: ref.residue(x, p) * (p != 256), "residues", ""),  # one modulus forgotten
         (_fp64_residue, "residues", "2^53"),  # the formula of the 4a text, on the float64 array

@@ -65,7 +65,7 @@ WRONG = [
     mutants.Mistake(DEVICE_RESIDUE, "edge", "the tie of p = 256 fixed for negative w only",
                     old="if r > HI[t]:", new="if r > HI[t] and w < 0:", message="at a tie", stage="residue(w, t)"),
     mutants.Mistake(DIGIT, "convention", "a negative u made positive by its absolute value instead of adding p",
-                    old="u += p", new="u = -u", message="u + p where u < 0", stage="digits"),
+                    old="u += p", new="u = -u", message="made positive by its magnitude", stage="digits"),
 ]  # fmt: skip
 
 RIGHT = [
@@ -136,3 +136,106 @@ def test_each_wrong_reconstruction_is_rejected_on_every_seed_with_its_name(what,
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_right_reconstruction_passes_both_paths_on_every_seed(seed):
     assert check.check_reconstruction(reconstruction(), seed=seed).status == "passed"
+
+
+# --- issue 41: the edges of the contract, the precision it demands, hints that recompute their mistake ------------
+
+
+def sums_reconstruction(s3_dtype=np.float64, drop_s3: bool = False, alpha_zero: str = ""):
+    """A stand-in that sums u c1, u c2, u c3 as the kernel does, with s3 kept in ``s3_dtype`` (or left out), and an
+    alpha = 0 shortcut: ``"return"`` leaves C unwritten, ``"zero"`` writes 0, ``"quick"`` writes beta C (BLAS's
+    quick return, reading neither A nor B: right)."""
+
+    def fn(planes, mu, nu, a, b, alpha, beta, c):
+        count = planes.shape[0]
+        if alpha == 0.0 and alpha_zero:
+            out = np.full(c.shape, np.nan)
+            if alpha_zero == "zero":
+                out[...] = 0.0
+            elif alpha_zero == "quick":
+                out[...] = beta * c if beta != 0.0 else 0.0
+            return out
+        u = planes.astype(np.float64) if planes.dtype != np.int32 else ref.reduce_products(planes, count)
+        cr = ref.crt(count)
+        s1, s2, s3 = np.zeros(c.shape), np.zeros(c.shape), np.zeros(c.shape, s3_dtype)
+        for t in range(count):
+            s1, s2 = s1 + u[t] * cr.c1[t], s2 + u[t] * cr.c2[t]
+            s3 = (s3 + u[t] * cr.c3[t]).astype(s3_dtype)
+        frac = (s1 - np.floor(s1 + 0.5)) + s2 + (0.0 if drop_s3 else s3.astype(np.float64))
+        bad = (mu[:, None] == ref.NONFINITE_SHIFT) | (nu[None, :] == ref.NONFINITE_SHIFT)
+        shift = np.where(bad, 0, -(mu[:, None].astype(np.int64) + nu[None, :].astype(np.int64)))
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = alpha * np.ldexp(frac * cr.product_float, shift)
+            native = alpha * (a @ b)
+            if beta != 0.0:
+                out, native = out + beta * c, native + beta * c
+        return np.where(bad, native, out)
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    ("fn", "says"),
+    [
+        (sums_reconstruction(s3_dtype=np.float32), "the third sum is kept in float32"),
+        (sums_reconstruction(drop_s3=True), "the third sum (u_t times the low part of 1/p_t) is left out"),
+        (sums_reconstruction(alpha_zero="return"), "with alpha = 0 C was left unwritten"),
+        (sums_reconstruction(alpha_zero="zero"), "with alpha = 0 C came out 0"),
+    ],
+    ids=["s3 in FP32", "s3 left out", "alpha = 0: C unwritten", "alpha = 0: beta C dropped"],
+)
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_a_low_order_sum_in_fp32_and_an_alpha_zero_shortcut_are_rejected_and_named(fn, says, seed):
+    """Issue 41: an FP32 third sum passed, A'B' near P hiding it; lines whose A'B' cancels far below P show it."""
+    with pytest.raises(check.CheckFailure) as info:
+        check.check_reconstruction(fn, seed=seed)
+    assert mutants.stage_name(info.value.stage) == "C" and says in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_blas_quick_return_and_the_sums_as_the_kernel_adds_them_pass(seed):
+    assert check.check_reconstruction(sums_reconstruction(alpha_zero="quick"), seed=seed).status == "passed"
+    assert check.check_reconstruction(sums_reconstruction(), seed=seed).status == "passed"
+
+
+def test_quick_return_accepts_beta_c_only_where_alpha_times_ab_is_nan():
+    from utilities.checker import quick_return
+
+    want = np.array([[np.nan, 1.5], [np.nan, np.nan]])
+    c = np.array([[2.0, 2.0], [4.0, 4.0]])
+    got = np.array([[1.0, 1.5], [3.0, 7.0]])
+    assert np.array_equal(
+        quick_return(got, want, 0.0, 0.5, c), np.array([[1.0, 1.5], [np.nan, np.nan]]), equal_nan=True
+    )
+    assert quick_return(got, want, 1.0, 0.5, c) is want, "alpha != 0: DGEMM's NaN stands"
+    assert np.array_equal(quick_return(np.zeros((2, 2)), want, 0.0, 0.0, None), [[0, 1.5], [0, 0]])
+
+
+EDGES = [
+    mutants.Mistake(RESIDUE, "fast path", "x itself where every |x| is below p (issue 41: inputs never fed)",
+                    old=_BODY, new="    if np.abs(x).max() < p:\n        return x.astype(np.float64)\n" + _BODY,
+                    message="small integers only"),
+    mutants.Mistake(RESIDUE, "shape", "a loop over the first axis: a 0-d array has none",
+                    old=_BODY, new="    return np.array([((int(v) - lo) % p + lo) for v in x], np.float64)",
+                    message="0-d", stage="residues"),
+    mutants.Mistake(RESIDUE, "edge", "folded at -HI: residues in [-127, 128] (issue 41: told to subtract p past HI)",
+                    old="r = np.where(r > hi, r - p, r)",
+                    new="r = np.where(r > hi, r - p, r)\n    r = np.where(r < -hi, r + p, r)",
+                    message="the residues lie in [-127, 128]"),
+    mutants.Mistake(CRT, "precision", "s3 kept in float32", old="s3 = s3 + u * c.c3[t]",
+                    new="s3 = (s3 + u * c.c3[t]).astype(np.float32)", message="the third sum is kept in float32"),
+    mutants.Mistake(CRT, "shape", "loops over the first trailing axis: one integer (no axis) fails",
+                    old="    q = np.floor(s1 + 0.5)",
+                    new="    s1 = np.array([v for v in s1])\n    q = np.floor(s1 + 0.5)",
+                    message="0-D trailing", stage="integers"),
+    mutants.Mistake(DIGIT, "sign", "the digit of |v| (issue 41: told to add p where u < 0)",
+                    old="r = v - round_near(v * INV[t]) * p", new="r = abs(v) - round_near(abs(v) * INV[t]) * p",
+                    message="the digits of |v|"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mistake", EDGES, ids=lambda m: m.what)
+def test_each_edge_or_precision_mistake_is_rejected_on_every_seed_with_its_name(mistake, judged):
+    verdict = judged(mistake, SEEDS)
+    assert verdict.status == "rejected", verdict.line() + "\n" + verdict.message
+    assert "subtract p where it passes" not in verdict.message and "add p where u < 0" not in verdict.message

@@ -97,6 +97,42 @@ def test_trunc_code_with_a_wrong_tie_rule_is_not_told_about_floor(judged):
     assert verdict.status == "rejected" and "floor is not exact" not in verdict.message
 
 
+def test_a_digit_mistake_no_hint_recomputes_is_told_by_its_entries_alone(judged):
+    """Issue 41: a wrong digit on a row of the carry's limits was told about a carry, which no test had found; a
+    hint is only given where a recomputed mistake gives the attendee's digits."""
+    odd = mutants.Mistake(SLICE, "rounding", "the last digit one too high at 5 slices", old="digits.append(round(t))",
+                          new="digits.append(round(t) + (slices == 5))", message="")  # fmt: skip
+    verdict = judged(odd, SEEDS)
+    assert verdict.status == "rejected" and "hint:" not in verdict.message, verdict.message
+
+
+@pytest.mark.parametrize(
+    ("rule", "says"),
+    [
+        ("round(t) if t >= 0 else -math.floor(-t + 0.5)", "a negative tie of the last digit rounds away from zero"),
+        ("round(t) if t >= 0 else math.floor(t + 0.5)", "a negative tie of the last digit rounds toward zero"),
+        ("math.ceil(t - 0.5)", "half down"),
+        ("int(math.copysign(math.ceil(abs(t) - 0.5), t))", "half toward zero"),
+    ],
+)
+def test_a_tie_rounded_the_wrong_way_is_named_by_its_rule(rule, says, judged):
+    wrong = mutants.Mistake(SLICE, "rounding", rule, old="digits.append(round(t))", new=f"digits.append({rule})",
+                            message=says)  # fmt: skip
+    verdict = judged(wrong, SEEDS)
+    hint = verdict.message.split("\nhint: ")[1]
+    assert verdict.status == "rejected" and "carr" not in hint, verdict.message
+
+
+def test_a_power_of_two_past_the_doubles_is_named_only_where_the_other_rows_are_right(judged):
+    """3b's device function scaled by 2.0 ** (8 S - 1 - e): Inf for a subnormal row, whose digits alone are wrong."""
+    wrong = mutants.Mistake("3b split_digits (device function)", "edge", "2.0 ** n",
+                            old="v = math.ldexp(x, int(8 * SLICES - 1 - e))", new="v = x * 2.0 ** (8 * SLICES - 1 - e)",
+                            message="at an end of the FP64 range")  # fmt: skip
+    assert judged(wrong, SEEDS[:2]).status == "rejected"
+    assert check._range_hint([-1066], 7, True) and not check._range_hint([-1066, 3], 7, True)
+    assert not check._range_hint([-1066], 7, False), "a wrong ordinary row: not the power of two alone"
+
+
 # --- 3b's FP64 epilogue: a NumPy stand-in for the kernel, right and wrong ------------------------------------------
 
 
@@ -145,3 +181,65 @@ def test_each_wrong_epilogue_is_rejected_on_every_seed_with_its_name(what, fn, s
 @pytest.mark.parametrize("seed", SEEDS)
 def test_correct_epilogues_pass_on_every_seed(sums, seed):
     assert check.check_epilogue(epilogue(sum_dtype=sums), seed=seed).status == "passed"
+
+
+# --- issue 41: alpha = 0 in every combination with beta, sums exactly zero --------------------------------------
+
+
+def epilogue_shortcut(kind: str):
+    """The right epilogue but for one shortcut: ``"alpha 0: return"`` leaves C unwritten where alpha = 0, ``"alpha 0:
+    zero"`` writes 0 there (beta C dropped), ``"alpha 0: quick"`` writes beta C (BLAS's quick return: right),
+    ``"zero sum"`` writes 0 where the sum is 0 (beta C dropped there)."""
+    right = epilogue()
+
+    def fn(terms, offsets, e, f, alpha, beta, c):
+        if alpha == 0.0 and kind.startswith("alpha 0"):
+            out = np.full(c.shape, np.nan)
+            if kind == "alpha 0: zero":
+                out[...] = 0.0
+            elif kind == "alpha 0: quick":
+                out[...] = beta * c if beta != 0.0 else 0.0
+            return out
+        out = right(terms, offsets, e, f, alpha, beta, c)
+        if kind == "zero sum":
+            zero = (terms == 0).all(axis=0)
+            out = np.where(zero & ~np.isnan(out), 0.0, out)
+        return out
+
+    return fn
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("alpha 0: return", "with alpha = 0 C was left unwritten"),
+        ("alpha 0: zero", "with alpha = 0 C came out 0"),
+        ("zero sum", ""),
+    ],
+)
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_an_alpha_zero_or_zero_sum_shortcut_is_rejected(kind, says, seed):
+    with pytest.raises(check.CheckFailure) as info:
+        check.check_epilogue(epilogue_shortcut(kind), seed=seed)
+    assert info.value.stage == "FP64 epilogue" and says in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_blas_quick_return_passes_the_epilogue_and_the_gemm_checks(seed):
+    assert check.check_epilogue(epilogue_shortcut("alpha 0: quick"), seed=seed).status == "passed"
+
+    def gemm(a, b, c, alpha, beta):
+        if alpha == 0.0:
+            return beta * c if beta != 0.0 else np.zeros_like(c)
+        return check._reference.ozaki_gemm_ref(a, b, 7, alpha, beta, c, nonfinite="propagate")
+
+    assert check.check_ozaki_gemm(gemm, 7, shapes=[(40, 24, 56)], seed=seed).status == "passed"
+
+
+def test_every_alpha_and_beta_combination_meets_the_gemm_check():
+    combos = {(alpha == 0.0, beta == 0.0, alpha < 0) for alpha, beta in check.GEMM_SCALARS}
+    assert {(True, True, False), (True, False, False), (False, True, False), (False, False, False)} <= combos
+    assert {(False, True, True), (False, False, True)} <= combos, "a negative alpha with beta 0 and not"
+    cases = 2 + 14 + 2 + 2  # random and spread, adversarial, the ends of the range, NaN and Inf
+    nonfinite = [check.GEMM_SCALARS[i % len(check.GEMM_SCALARS)] for i in (cases - 2, cases - 1)]
+    assert all(alpha == 0.0 for alpha, _ in nonfinite), "the NaN and Inf pairs meet alpha = 0"

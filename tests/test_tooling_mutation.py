@@ -273,7 +273,7 @@ def test_the_gpu_dry_run_lists_at_least_ten_mutants_per_kernel_exercise_without_
         planned, broken = gpu.plan_mutants(name, cell, 10)
         assert len(planned) >= 10 and not broken, name
         assert f"{name} (solutions/{exercise.stem}.ipynb" in done.stdout
-    assert {"1", "2a", "2b", "2c", "2d", "3b", "3c", "3d", "4b"} == {n.split()[0] for n in gpu.GPU_EXERCISES}
+    assert {"0", "1", "2a", "2b", "2c", "2d", "3b", "3c", "3d", "4b"} == {n.split()[0] for n in gpu.GPU_EXERCISES}
 
 
 def test_the_gpu_sample_is_deterministic_and_spread():
@@ -307,3 +307,54 @@ def test_the_gpu_runner_sorts_mutants_restarts_after_a_hang_and_writes_the_repor
     assert entry["semantic"]["rejected"] == 1 and entry["semantic"]["accepted"] == 1
     gpu.write(tmp_path / "report.json", "test", "none", [entry])
     assert json.loads((tmp_path / "report.json").read_text())["exercises"][0]["exercise"] == "toy"
+
+
+def test_the_gpu_report_has_the_cpu_reports_form(tmp_path):
+    """results/mutation-gpu.json in mutation-cpu.json's form: the same top-level keys and, for each exercise, the same
+    keys of its syntactic and semantic scores (the GPU's own beside them)."""
+    gpu = _gpu_tool()
+    job = gpu.Job("toy", [gpu.Planned("syntactic", "a change", "x = 1")], [], "x = 0", "", tmp_path)
+    job.outcome = {0: ("rejected", "stage 'C'", 3.0, "C")}
+    gpu.write(tmp_path / "gpu.json", "python tools/mutation_gpu.py", "NVIDIA H200", [gpu.entry(job)])
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    cpu = json.loads((ROOT / "results" / "mutation-cpu.json").read_text())
+    assert set(cpu) <= set(report) and report["gpu"] == "NVIDIA H200"
+    theirs, ours = cpu["exercises"][0], report["exercises"][0]
+    assert set(theirs["syntactic"]) <= set(ours["syntactic"]), set(theirs["syntactic"]) - set(ours["syntactic"])
+    assert set(theirs["semantic"]) <= set(ours["semantic"])
+    assert ours["syntactic"]["rejected"] == 1 and ours["syntactic"]["score"] == 1.0
+
+
+def test_the_gpu_runs_estimate_comes_from_its_builds_and_the_last_run_through(tmp_path):
+    gpu = _gpu_tool()
+    (tmp_path / "results").mkdir()
+    rows = [{"notebook": "2a_epilogue_fusion", "wall_s": 50.0, "longest_check_after_edit_s": 14.0,
+             "longest_build_s": 16.0}]  # fmt: skip
+    (tmp_path / "results" / "x-workshop.json").write_text(
+        json.dumps({"date": "2026-11-27", "gpu": "G", "notebooks": rows})
+    )
+    name, measured = gpu.measured(tmp_path)
+    assert name == "G" and measured["2a_epilogue_fusion"]["longest_build_s"] == 16.0
+    seconds, how = gpu.estimate("2a gemm_bias_relu", 9, measured)
+    race = gpu.GUESS["race_s"]
+    assert seconds == 50.0 + 10 * (14.0 + 16.0 + race) and "2 builds a mutant" in how
+    seconds, _ = gpu.estimate("4b digit", 9, measured)  # no row: the guesses; one plain build, no race run
+    assert seconds == gpu.GUESS["setup_s"] + 10 * (gpu.GUESS["build_s"] + gpu.GUESS["check_s"])
+    assert gpu.measured(tmp_path / "nothing") == ("", {})
+
+
+def test_each_gpu_exercise_builds_its_kernel_once_per_block_of_its_contract():
+    from utilities.conv import check as conv
+    from utilities.fusion import check as fusion
+    from utilities.multipass import check as multipass
+    from utilities.primer import check as primer
+
+    gpu = _gpu_tool().GPU_EXERCISES
+    contracts = {"0 primer": primer.CONFIGS, "1 multipass": multipass.CONFIGS, "2a gemm_bias_relu": fusion.GEMM_CONFIGS,
+                 "2b b2b": fusion.B2B_CONFIGS, "2c conv epilogue": conv.CONV_CONFIGS,
+                 "2d b2b epilogues": conv.CONV_B2B_CONFIGS}  # fmt: skip
+    for name, configs in contracts.items():
+        assert gpu[name].builds == len(configs) and gpu[name].races, name
+    for name in ("3b products", "3c diagonals", "3d fused"):  # the plan's tile and OTHER_TILE
+        assert gpu[name].builds == 2 and gpu[name].races
+    assert not any(gpu[name].races for name in gpu if name.startswith("4b"))

@@ -10,6 +10,7 @@
 #   tools/gpu_session.sh start --parts prebuild,tests --jobs ...   the GPU suite (arguments of python -m utilities.gpu_suite)
 #   tools/gpu_session.sh workshop 2b 3d                             the run-through (arguments of python -m utilities.workshop)
 #   tools/gpu_session.sh ledger 2b 4b --parallel 3                  the ledger's run (arguments of ... ledger run)
+#   tools/gpu_session.sh mutation --only 2b,3b                      GPU mutants (arguments of tools/mutation_gpu.py)
 #   tools/gpu_session.sh import course.bundle                       import a carried build-cache bundle, in the foreground
 #   tools/gpu_session.sh export course.bundle [--max-part-mb 15]    export the build cache into $OUT, in the foreground
 #   tools/gpu_session.sh poll 540
@@ -64,6 +65,10 @@ ledger)
     setup
     launch "python3 -m utilities.ledger run $* --ledger $SESSION/results/notebooks.json"
     ;;
+mutation)
+    setup
+    launch "python3 tools/mutation_gpu.py $* --json $SESSION/results/mutation-gpu.json"
+    ;;
 import)
     setup
     import_bundle "$1"
@@ -85,5 +90,6 @@ poll)
     (cd "$SESSION" && tar -czf "$OUT/results.tar.gz" results $(cd "$SESSION" && ls logs/*.json logs/*.xml logs/*.done logs/*.log 2>/dev/null))
     ;;
 *)
-    echo "usage: tools/gpu_session.sh proof|start|workshop|ledger <args> | import|export FILE | poll [seconds]" >&2; exit 2 ;;
+    echo "usage: tools/gpu_session.sh proof|start|workshop|ledger|mutation <args> | import|export FILE | poll [seconds]" >&2
+    exit 2 ;;
 esac

@@ -25,7 +25,10 @@ source an exercise notebook marked with :data:`PLACEHOLDER` lines. A failure is 
 while a TODO region that the failing stage depends on still holds its placeholder: a wrong first stage is
 reported as wrong even while later regions are untouched. A GPU checker declared with a ``driver`` also takes
 ``sanitize=True``: after a pass it runs the exercise functions through the driver under compute-sanitizer
-(``utilities.sanitizer``) and fails naming the race or the bad access it reports.
+(``utilities.sanitizer``) and fails naming the race or the bad access it reports. A checker declared with
+``shared=True`` (its exercise is a kernel whose threads share memory) looks for races without being asked: its
+driver's smallest case runs under racecheck and synccheck on every check on a GPU, beside the check itself
+(:class:`RaceCheck`), and a missing or misplaced barrier fails the stage "sanitizer".
 
 A hint is a tested hypothesis: a checker names a cause only when it re-ran the reference with the suspected
 mistake and got the attendee's result, or classified the failing entry (an integer or a float overflow, a tap
@@ -36,8 +39,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
 import secrets
+import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -268,6 +274,39 @@ def c_read_when_beta_is_zero(
     )
 
 
+ALPHA_ZERO = (
+    "alpha = 0 (any beta): C = beta C (0 when beta = 0), A and B unread as reference BLAS's quick return leaves them, "
+    "or read: where a line of A or B holds a NaN or an Inf (or alpha's product overflows), C may be NaN, as alpha "
+    "(A B) makes it, or beta C; an early exit that leaves C unwritten or drops beta C is wrong"
+)
+
+
+def quick_return(got: Any, want: np.ndarray, alpha: float, beta: float, c: np.ndarray | None) -> np.ndarray:
+    """``want`` with reference BLAS's quick return accepted where alpha = 0 (:data:`ALPHA_ZERO`): an entry that alpha
+    (A B) makes NaN may hold beta C instead (0 when beta = 0), as it is where BLAS reads neither A nor B. Elsewhere,
+    and for any other alpha, ``want`` as it is."""
+    got = np.asarray(got)
+    if alpha != 0.0 or got.shape != np.shape(want) or got.dtype.kind != "f":
+        return want
+    quick = np.zeros(np.shape(want)) if beta == 0.0 or c is None else float(beta) * np.asarray(c, np.float64)
+    return np.where(np.isnan(want) & (got == quick), quick, want)
+
+
+def alpha_zero_hint(got: Any, want: np.ndarray, alpha: float, beta: float, written: float = np.nan) -> str:
+    """The hint of an alpha = 0 mistake, recomputed: C left unwritten (every entry still ``written``, the poison) or
+    beta C dropped (every entry 0 where beta C is not); "" for any other result, or alpha != 0."""
+    got = np.asarray(got, np.float64)
+    if alpha != 0.0 or got.shape != np.shape(want):
+        return ""
+    finite = np.isfinite(want)
+    unwritten = np.isnan(got) if np.isnan(written) else got == written
+    if finite.any() and unwritten[finite].all():
+        return "with alpha = 0 C was left unwritten: C = beta C then (0 when beta = 0); write it, do not return early"
+    if beta != 0.0 and finite.any() and (got[finite] == 0).all() and (want[finite] != 0).any():
+        return "with alpha = 0 C came out 0: C = beta C then; an early exit must still scale C by beta"
+    return ""
+
+
 # What in a kernel causes each CUDA error (the driver's name; the runtime's cudaErrorXxx maps to the same).
 CUDA_CAUSES = {
     "ILLEGAL_ADDRESS": "an access outside an array: an index past its end (a missing `if i < m` bound check, a row "
@@ -449,10 +488,13 @@ def _exercises(fn: Any, exercise: Any) -> list[Any]:
 
 
 def checker(
-    name: str, needs: Mapping[str, Any] | None = None, driver: Callable[..., str] | None = None
+    name: str,
+    needs: Mapping[str, Any] | None = None,
+    driver: Callable[..., str] | None = None,
+    shared: bool = False,
 ) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
     """Declare a checker: it gains an ``exercise=`` keyword (the attendee's functions, in pipeline order), and with a
-    ``driver`` a ``sanitize=`` keyword.
+    ``driver`` the keywords ``sanitize=`` and ``races=``.
 
     - A :class:`CheckFailure` of a stage whose TODO regions (``needs``, see :func:`unfinished_for`) still hold a
       placeholder is reported as "not implemented yet" instead of raised.
@@ -463,17 +505,37 @@ def checker(
     - ``sanitize=True`` (checkers with a ``driver``): after a pass, ``driver(exercise, *args, **kwargs)`` gives the
       code that builds the plan with the exercise functions and runs it once at the check's shape; it runs under
       compute-sanitizer (:func:`sanitize_exercise`), and a race or a bad access fails the stage "sanitizer".
+    - ``shared=True`` (the exercise is a kernel whose threads share memory; with a ``driver``): without being asked,
+      ``driver(exercise, *args, small=True, **kwargs)``, the check's smallest case, runs under racecheck and
+      synccheck beside the check (:class:`RaceCheck`); ``races=False`` skips it for one call.
     """
+    if shared and driver is None:
+        raise TypeError(f"{name}: shared=True needs a driver (the code that runs the exercise's kernel)")
 
     def wrap(body: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
         @functools.wraps(body)
-        def run(fn: Any, *args: Any, exercise: Any = None, sanitize: bool = False, **kwargs: Any) -> CheckResult:
+        def run(
+            fn: Any, *args: Any, exercise: Any = None, sanitize: bool = False, races: bool = True, **kwargs: Any
+        ) -> CheckResult:
             if sanitize and driver is None:
                 raise TypeError(f"{name} has no sanitizer run: it checks no kernel of yours")
-            result = _run(fn, *args, exercise=exercise, **kwargs)
-            if sanitize and result.status == "passed" and exercise is not None:
-                given = [f for f in (exercise if isinstance(exercise, list | tuple) else [exercise]) if f is not None]
+            given = [f for f in (exercise if isinstance(exercise, list | tuple) else [exercise]) if f is not None]
+            race = None
+            if shared and races and not sanitize and given:
+                race = RaceCheck(name, lambda: driver(given, *args, small=True, **kwargs), given)
+            try:
+                result = _run(race.after_first_call(fn) if race else fn, *args, exercise=exercise, **kwargs)
+            except BaseException:
+                if race:
+                    race.cancel()
+                raise
+            if result.status != "passed":
+                if race:
+                    race.cancel()
+            elif sanitize and given:
                 sanitize_exercise(name, given, driver(given, *args, **kwargs))
+            elif race:
+                race.finish()
             return result
 
         def _run(fn: Any, *args: Any, exercise: Any = None, **kwargs: Any) -> CheckResult:
@@ -501,9 +563,147 @@ def checker(
                 )
             return result
 
+        run.driver, run.shared = driver, shared  # type: ignore[attr-defined]  # what the checker runs races on
         return run
 
     return wrap
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Races by default
+# ------------------------------------------------------------------------------------------------------------
+
+# The verdict of every race run of this process, by its script (the attendee's sources and the smallest case): a
+# check called again on the same code (3b's three plans, say) is not run again.
+RACE_VERDICTS: dict[str, tuple[str, str]] = {}
+
+
+def race_check_skipped(
+    environ: Mapping[str, str] | None = None, modules: Mapping[str, Any] | None = None
+) -> tuple[str, bool]:
+    """Why the default race run does not run here, and whether to say so; ("", False) when it runs.
+
+    It runs where the check's kernels ran on a GPU: numba-cuda is imported, not in its simulator (which runs the
+    kernels on the CPU: compute-sanitizer watches a GPU), and a GPU is there. ``COURSE_RACECHECK=off`` turns it off,
+    and the check says so."""
+    from .sanitizer import RACE_ENV
+
+    environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    if environ.get(RACE_ENV, "").strip().lower() in ("0", "off", "no", "false"):
+        return f"{RACE_ENV}={environ[RACE_ENV]}", True
+    if environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        return "numba's CUDA simulator ran the kernels, on the CPU", False
+    cuda = modules.get("numba.cuda")
+    if cuda is None:
+        return "no kernel ran on a GPU (numba.cuda was never imported)", False
+    try:
+        available = bool(cuda.is_available())
+    except Exception:  # a driver that cannot start
+        available = False
+    return ("", False) if available else ("no GPU", False)
+
+
+def race_wait(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds a passed check waits at most for its race run (``COURSE_RACECHECK_WAIT``, else
+    ``utilities.sanitizer.RACE_WAIT``); past them the run is stopped and the check says races were not checked."""
+    from .sanitizer import RACE_WAIT
+
+    environ = os.environ if environ is None else environ
+    try:
+        return max(0.0, float(environ.get("COURSE_RACECHECK_WAIT", RACE_WAIT)))
+    except ValueError:
+        return RACE_WAIT
+
+
+class RaceCheck:
+    """The default race run of one check (:func:`checker` with ``shared=True``): racecheck and synccheck on the
+    check's smallest case, started in the background once the check's first run has built the kernel (the
+    sanitized script then loads it from the build cache), and read when the check has passed.
+
+    ``script()`` gives the driver's code; ``functions`` are the attendee's (their sources go into the script)."""
+
+    def __init__(self, name: str, script: Callable[[], str], functions: Sequence[Any]) -> None:
+        self.name, self.script, self.functions = name, script, list(functions)
+        self.pending: Any = None
+        self.text = ""
+        self.note = ""  # why nothing runs, when the check should say so
+        self.started = False
+
+    def after_first_call(self, fn: Any) -> Any:
+        """``fn`` (the check's run), which starts the race run once its first call has returned."""
+
+        @functools.wraps(fn)
+        def first(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            if not self.started:
+                self.started = True
+                try:
+                    self.start()
+                except Exception as error:  # never the attendee's failure: the check goes on without it
+                    self.note = f"races not checked: {type(error).__name__}: {error}"
+            return out
+
+        return first
+
+    def start(self) -> None:
+        from . import sanitizer
+
+        why, say = race_check_skipped()
+        if why:
+            self.note = f"races not checked ({why})" if say else ""
+            return
+        try:
+            self.text = sanitizer.script(self.functions, self.script(), sanitizer.PREAMBLE)
+        except (sanitizer.NotRebuilt, OSError, TypeError) as error:
+            self.note = f"races not checked: {error}"
+            return
+        if self.text in RACE_VERDICTS:
+            return
+        self.pending = sanitizer.start(self.text)
+        if self.pending is None:
+            self.note = f"races not checked: {sanitizer.MISSING.split('; the sanitizer run')[0]}"
+
+    def cancel(self) -> None:
+        if self.pending is not None:
+            self.pending.cancel()
+            self.pending = None
+
+    def finish(self) -> None:
+        """After a pass: wait for the tools, fail the stage "sanitizer" on a race or a barrier error, else print one
+        line (the seconds the run took, and those the check waited for it)."""
+        from . import sanitizer
+
+        if self.note:
+            print(f"… {self.name}: {self.note}")
+            return
+        if not self.text:
+            return
+        before = RACE_VERDICTS.get(self.text)
+        if before is None and self.pending is None:
+            return
+        if before is None:
+            waited = time.monotonic()
+            reports = self.pending.reports(wait=race_wait())
+            waited = time.monotonic() - waited
+            verdict, message = sanitizer.race_outcome(reports)
+            if verdict != "not checked":  # a time-out or a failed script may pass another time
+                RACE_VERDICTS[self.text] = (verdict, message)
+            seconds = f"{self.pending.seconds:.0f} s, {waited:.0f} s of it after the check"
+            self.pending = None
+        else:
+            (verdict, message), seconds = before, "checked before, same code"
+        tools = " and ".join(sanitizer.RACE_TOOLS)
+        if verdict == "found":
+            raise CheckFailure(
+                "sanitizer",
+                f"stage 'sanitizer' of {self.name}: compute-sanitizer ({tools}, on the check's smallest case) "
+                f"reported\n{message}",
+            )
+        if verdict == "not checked":
+            print(f"… {self.name}: races not checked: {message}")
+            return
+        print(f"✓ {self.name}: no race and no barrier error under compute-sanitizer {tools} ({seconds})")
 
 
 def sanitize_exercise(name: str, functions: Sequence[Any], driver: str, **options: Any) -> None:

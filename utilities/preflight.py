@@ -109,18 +109,46 @@ def cuda_version(code: int | None) -> str:
 
 
 def version_problems(versions: dict[str, str | None], require_gpu: bool) -> list[str]:
-    """Errors about package versions: numpy too new, numba-cuda missing."""
+    """Errors about the packages: numpy missing or too new, and (with ``require_gpu``) every GPU package the
+    table shows missing (numba, numba-cuda, CuPy, nvmath-python), each with the pin to install."""
     problems = []
     numpy = versions.get("numpy")
-    if numpy and _release(numpy)[:2] >= NUMPY_LIMIT:
+    if not numpy:
+        problems.append(f'numpy is not installed. Fix: pip install "numpy=={PINS["numpy"]}" (or ./course test).')
+    elif _release(numpy)[:2] >= NUMPY_LIMIT:
         problems.append(
             f"numpy {numpy} is installed, but numba-cuda {PINS['numba-cuda']} cannot be imported with numpy >= 2.5. "
             f'Fix: pip install "numpy<2.5" ({PINS["numpy"]} verified).'
         )
-    if require_gpu and not versions.get("numba-cuda"):
-        fix = f'pip install "numba-cuda=={PINS["numba-cuda"]}" (or ./course lab)'
-        problems.append(f"numba-cuda is not installed. Fix: {fix}.")
+    if not require_gpu:
+        return problems
+    for names, what, pin, needed in GPU_PACKAGES:
+        if not any(versions.get(name) for name in names):
+            problems.append(
+                f'{what} is not installed ({needed}). Fix: pip install "{pin}=={PINS[pin]}" (or ./course lab).'
+            )
     return problems
+
+
+# The GPU packages the table shows: the distributions that provide each, its name, the pin to install, what needs it.
+GPU_PACKAGES = (
+    (("numba",), "numba", "numba", "numba-cuda compiles the kernels with it"),
+    (("numba-cuda",), "numba-cuda", "numba-cuda", "every kernel of the course is a numba-cuda kernel"),
+    (CUPY_DISTS, "CuPy", "cupy-cuda13x", "the notebooks hold their arrays on the GPU with it"),
+    (("nvmath-python",), "nvmath-python", "nvmath-python", "its device APIs build the cuBLASDx tiles"),
+)
+DRIVER_CUDA = 13000  # the CUDA the pinned wheels are built for: a driver of version 580 or newer
+
+
+def driver_problems(facts: Facts) -> list[str]:
+    """Errors about the driver: one whose CUDA is older than the pinned wheels' (13), where a GPU was found."""
+    if not facts.gpus or facts.cuda_driver is None or facts.cuda_driver >= DRIVER_CUDA:
+        return []
+    release = f" {facts.driver_release}" if facts.driver_release else ""
+    return [
+        f"the NVIDIA driver{release} supports CUDA {cuda_version(facts.cuda_driver)}; the course's packages are built "
+        f"for CUDA {cuda_version(DRIVER_CUDA)}. Fix: install a driver for CUDA 13 (version 580 or newer)."
+    ]
 
 
 def gpu_problems(facts: Facts) -> list[str]:
@@ -190,8 +218,10 @@ def track_status(facts: Facts) -> dict[str, str]:
     else:
         gpu = facts.gpus[0]
         missing = [f"compute capability {gpu.cc[0]}.{gpu.cc[1]}"] if gpu_problems(facts) else []
+        missing += [f"driver for CUDA {cuda_version(facts.cuda_driver)}"] if driver_problems(facts) else []
     checks = [
         (_release(versions.get("numpy"))[:2] >= NUMPY_LIMIT, "numpy >= 2.5"),
+        (not versions.get("numba"), "numba missing"),
         (not versions.get("numba-cuda"), "numba-cuda missing"),
         (not any(versions.get(name) for name in CUPY_DISTS), "cupy missing"),
         (not versions.get("nvmath-python"), "nvmath-python missing"),
@@ -208,6 +238,7 @@ def problems_for(facts: Facts, require_gpu: bool = True, require_mathdx: bool = 
     problems = version_problems(facts.versions, require_gpu)
     if require_gpu:
         problems += gpu_problems(facts)
+        problems += driver_problems(facts)
         if require_mathdx:
             problems += mathdx_problems(facts)
     return problems

@@ -18,6 +18,15 @@ compute-sanitizer`` in site-packages, :func:`find_binary`); ``COMPUTE_SANITIZER`
 the check says so in one line and passes on. A sanitized run takes a minute or more (the kernel is built again in
 the subprocess, unless the build cache has it, and runs many times slower under the tool): it is an option, apart
 from the check's own time.
+
+Races by default: a checker whose exercise is a kernel that shares memory between threads (``utilities.checker.
+checker(..., shared=True)``) runs racecheck and synccheck on every check without being asked, on the check's
+smallest case (one or two blocks, every K stage): :func:`start` launches both tools at once, in the background,
+as soon as the check's first run has built the kernel (the subprocess then loads it from the build cache), so that
+they run beside the rest of the check; :meth:`Pending.reports` waits for them when the check has passed, at most
+:data:`RACE_WAIT` seconds. A run that does not finish by then (or within :data:`RACE_TIMEOUT` seconds of its start),
+or a script that fails under the tool, is said in one line and the check passes; a race or a barrier error fails
+the stage "sanitizer". ``COURSE_RACECHECK=off`` turns the default run off (``races=False`` for one call).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import inspect
 import os
 import re
 import shutil
+import signal
 import subprocess
 import symtable
 import sys
@@ -400,7 +410,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="sanitize-") as folder:
         path = Path(folder) / "sanitized_kernel.py"
         path.write_text(text)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+        env = script_environment()
         for tool in tools:
             try:
                 done = runner(command(binary, tool, path), capture_output=True, text=True, timeout=timeout, env=env)
@@ -417,6 +427,159 @@ def run(
                 report.failed = "\n".join(tail) or f"exit status {done.returncode}"
             reports.append(report)
     return reports
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Races by default: racecheck and synccheck at once, in the background, beside the rest of the check
+# ------------------------------------------------------------------------------------------------------------
+
+RACE_TOOLS = ("racecheck", "synccheck")  # a missing barrier (a race), a misplaced one (a barrier some threads skip)
+RACE_TIMEOUT = 180.0  # seconds from the start: past them the run is given up, and the check passes saying so
+RACE_WAIT = 60.0  # seconds a passed check waits for it at most (COURSE_RACECHECK_WAIT); issue 41 sets what it may add
+RACE_ENV = "COURSE_RACECHECK"  # "off" turns the default race run off
+
+
+def package_root() -> str:
+    """The folder that holds the ``utilities`` package (a script run elsewhere imports the course from it)."""
+    return str(Path(__file__).resolve().parents[1])
+
+
+def script_environment() -> dict[str, str]:
+    """The environment of a sanitized script: this one, with the course and the working directory importable."""
+    paths = [package_root(), os.getcwd(), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(p for p in paths if p))}
+
+
+class Pending:
+    """Sanitizer runs under way in the background, one process per tool (:func:`start`)."""
+
+    def __init__(
+        self,
+        runs: list[tuple[str, Any, Path]],
+        folder: tempfile.TemporaryDirectory,
+        timeout: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.runs, self.folder, self.timeout, self.clock = runs, folder, timeout, clock
+        self.started = clock()
+        self.seconds = 0.0  # from the start to the last process's end (or the time-out)
+
+    def finished(self) -> bool:
+        return all(process.poll() is not None for _, process, _ in self.runs)
+
+    def reports(self, wait: float | None = None) -> list[Report]:
+        """Wait for every tool (up to :attr:`timeout` seconds from the start, and at most ``wait`` seconds from now),
+        stop those past it, and read what each said. A tool stopped so, or whose script failed, gives a report whose
+        ``failed`` says so."""
+        out = []
+        end = self.started + self.timeout
+        if wait is not None:
+            end = min(end, self.clock() + wait)
+        for tool, process, path in self.runs:
+            try:
+                code = process.wait(timeout=max(0.0, end - self.clock()))
+            except subprocess.TimeoutExpired:
+                _stop(process)
+                took = self.clock() - self.started
+                out.append(Report(tool, failed=f"it ran past {took:.0f} s (stopped {wait or 0:.0f} s after the check)"
+                                  if wait is not None and end < self.started + self.timeout
+                                  else f"it ran past {self.timeout:.0f} s"))  # fmt: skip
+                continue
+            output = path.read_text(errors="replace") if path.exists() else ""
+            report = parse(tool, output)
+            if code not in (0, ERROR_EXIT) or ("Traceback" in output and not report.findings):
+                tail = [line for line in output.splitlines() if not line.startswith("=========")][-15:]
+                report.failed = "\n".join(tail) or f"exit status {code}"
+            out.append(report)
+        self.seconds = self.clock() - self.started
+        self.folder.cleanup()
+        return out
+
+    def cancel(self) -> None:
+        """Stop every process (the check failed, or was not finished: there is nothing to sanitize)."""
+        for _, process, _ in self.runs:
+            _stop(process)
+        self.folder.cleanup()
+
+
+def _stop(process: Any) -> None:
+    """Kill ``process`` and what it started (compute-sanitizer starts the Python that runs the kernel)."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (OSError, TypeError, AttributeError):  # not a process group of its own (a stand-in in a test)
+        process.kill()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def start(
+    text: str,
+    tools: Sequence[str] = RACE_TOOLS,
+    *,
+    binary: Path | None = None,
+    timeout: float = RACE_TIMEOUT,
+    popen: Callable[..., Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Pending | None:
+    """Start the script ``text`` under every tool of ``tools`` at once, each in a process of its own (``popen``:
+    ``subprocess.Popen``'s form) that writes its output to a file; None when there is no compute-sanitizer."""
+    binary = binary or find_binary()
+    if binary is None:
+        return None
+    popen = popen or subprocess.Popen
+    folder = tempfile.TemporaryDirectory(prefix="races-")
+    path = Path(folder.name) / "sanitized_kernel.py"
+    path.write_text(text)
+    runs = []
+    env = script_environment()
+    for tool in tools:
+        log = Path(folder.name) / f"{tool}.txt"
+        with log.open("w") as handle:
+            try:
+                process = popen(
+                    command(binary, tool, path), stdout=handle, stderr=subprocess.STDOUT, env=env,
+                    start_new_session=True,
+                )  # fmt: skip
+            except OSError as error:
+                handle.write(f"{binary} could not start: {error} (chmod +x it?)\n")
+                process = _Failed()
+        runs.append((tool, process, log))
+    return Pending(runs, folder, timeout, clock)
+
+
+class _Failed:
+    """A process that could not start: finished, with a failing status."""
+
+    returncode = 127
+    pid = None
+
+    def poll(self) -> int:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.returncode
+
+    def kill(self) -> None:
+        pass
+
+
+def race_outcome(reports: Sequence[Report]) -> tuple[str, str]:
+    """``("found", message)`` when a tool reported a race or a barrier error, ``("not checked", why)`` when a run
+    gave no verdict (a time-out, a script that failed under the tool), else ``("clean", "")``."""
+    found = [r for r in reports if r.findings or (r.summary and not r.failed)]
+    if found:
+        return "found", describe(found)
+    failed = [r for r in reports if r.failed]
+    if failed:
+        why = "; ".join(
+            f"{r.tool}: {r.failed.strip().splitlines()[-1] if r.failed.strip() else 'failed'}" for r in failed
+        )
+        return "not checked", why
+    return "clean", ""
 
 
 def sanitize(

@@ -10,6 +10,9 @@ MISTAKES = [
             new="k1 = g * TK", message="offset of the prefetch"),
     Mistake("1 multipass", "offset", "prefetches one pass too far", old="k1 = (g + 1) * TK",
             new="k1 = (g + 1) * TK + TK // 2", message="offset of the prefetch"),
+    Mistake("1 multipass", "hard-coded size", "a phase 64 deep hard-coded in the prefetch's offset (int8's F PK; the "
+            "contract's FP16 block has 128)", old="k1 = (g + 1) * TK", new="k1 = (g + 1) * 64",
+            message="offset of the prefetch"),
     Mistake("1 multipass", "hard-coded count", "stops prefetching after 16 phases whatever K holds",
             old="if g + 1 < phases:", new="if g + 1 < 16:"),
     Mistake("1 multipass", "edge", "never prefetches the last phase", old="if g + 1 < phases:",

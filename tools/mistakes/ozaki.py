@@ -24,6 +24,11 @@ MISTAKES = [
             message="no shortcut"),
     Mistake("3a slice_number", "rounding", "rounds the last digit half up", old="digits.append(round(t))",
             new="digits.append(math.floor(t + 0.5))", message="half to even"),
+    Mistake("3a slice_number", "rounding", "rounds a negative last digit's tie away from zero, a positive one to even "
+            "(issue 41: it was told about a carry)", old="digits.append(round(t))",
+            new="digits.append(round(t) if t >= 0 else -math.floor(-t + 0.5))", message="a negative tie"),
+    Mistake("3a slice_number", "rounding", "rounds the last digit half down", old="digits.append(round(t))",
+            new="digits.append(math.ceil(t - 0.5))", message="half down"),
     Mistake("3a slice_number", "rounding", "truncates the last digit", old="digits.append(round(t))",
             new="digits.append(math.trunc(t))", message="not truncated"),
     Mistake("3a slice_number", "edge", "peels digits off with floor (not exact for negative x)",
@@ -31,7 +36,7 @@ MISTAKES = [
     Mistake("3a slice_number", "carry", "carries from the top digit down: a carry into a digit of 127 does not "
             "cascade", old=_CARRY, new="    for s in range(1, slices):", message="cascade"),
     Mistake("3a slice_number", "carry", "drops the carry of a digit above 127 (keeps the digit wrapped)",
-            old="digits[s - 1] += 1", new="digits[s - 1] += 0", message="gives 1 to the next"),
+            old="digits[s - 1] += 1", new="digits[s - 1] += 0", message="without giving 1 to the next"),
     Mistake("3a slice_number", "hard-coded count", "peels off 6 digits whatever the count (7 slices)",
             old="for _ in range(slices - 1):", new="for _ in range(6):", message="not a fixed count"),
     # 3a: the terms of a diagonal

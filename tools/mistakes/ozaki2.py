@@ -38,6 +38,7 @@ MISTAKES = [
         "(x - lo) % p + lo on the float64 array: x - lo rounds once |x| passes 2^53",
         old=_RESIDUE_4A_BODY,
         new="    return (x - lo) % p + lo",
+        message="an FP64 operation on x",
     ),
     Mistake(
         RESIDUE_4A,
@@ -45,6 +46,7 @@ MISTAKES = [
         "the top of the range moved down: r >= hi sends hi to hi - p",
         old="np.where(r > hi, r - p, r)",
         new="np.where(r >= hi, r - p, r)",
+        message="the top of the range moved down",
     ),
     Mistake(
         RESIDUE_4A,
@@ -52,6 +54,7 @@ MISTAKES = [
         "np.fmod keeps x's sign: negative residues below lo are never shifted up",
         old="np.mod(x.astype(np.int64), p)",
         new="np.fmod(x.astype(np.int64), p)",
+        message="np.fmod keeps the sign",
     ),
     Mistake(
         RESIDUE_4A,
@@ -59,6 +62,7 @@ MISTAKES = [
         "int32 instead of int64: integers past 2^31 wrap before the remainder",
         old="x.astype(np.int64)",
         new="x.astype(np.int32)",
+        message="int32 array",
     ),
     Mistake(
         RESIDUE_4A,
@@ -66,6 +70,23 @@ MISTAKES = [
         "the half range rounded up for p = 256: 128 stays, one past the top",
         old="np.where(r > hi, r - p, r)",
         new="np.where(r > p // 2, r - p, r)",
+        message="the residues lie in [-127, 128]",
+    ),
+    Mistake(
+        RESIDUE_4A,
+        "edge",
+        "folded at -HI (issue 41: it was told to subtract p where it passes HI)",
+        old="np.where(r > hi, r - p, r)",
+        new="np.where(r > hi, r - p, r)\n    r = np.where(r < -hi, r + p, r)",
+        message="the residues lie in [-127, 128]",
+    ),
+    Mistake(
+        RESIDUE_4A,
+        "fast path",
+        "returns x itself when every |x| is below p",
+        old=_RESIDUE_4A_BODY,
+        new="    if np.abs(x).max() < p:\n        return x.astype(np.float64)\n" + _RESIDUE_4A_BODY,
+        message="small integers only",
     ),
     Mistake(
         CRT_4A,
@@ -73,6 +94,7 @@ MISTAKES = [
         "q dropped after multiplying by P: s P - q P cancels",
         old="return ((s1 - q) + s2 + s3) * c.product_float",
         new="return (s1 + s2 + s3) * c.product_float - q * c.product_float",
+        message="q is subtracted after multiplying by P",
     ),
     Mistake(
         CRT_4A,
@@ -80,6 +102,7 @@ MISTAKES = [
         "the fraction taken in [0, 1): a negative integer comes back as X + P",
         old="q = np.floor(s1 + 0.5)",
         new="q = np.floor(s1)",
+        message="the fraction is taken in [0, 1)",
     ),
     Mistake(
         CRT_4A,
@@ -96,6 +119,23 @@ MISTAKES = [
         "the third part of 1/p left out: off by P 2^-70 sum u",
         old="((s1 - q) + s2 + s3)",
         new="((s1 - q) + s2)",
+        message="the third sum",
+    ),
+    Mistake(
+        CRT_4A,
+        "precision",
+        "the third sum kept in float32, a low-order sum 'too small to matter' (issue 41: accepted)",
+        old="s3 = s3 + u * c.c3[t]",
+        new="s3 = (s3 + u * c.c3[t]).astype(np.float32)",
+        message="kept in float32",
+    ),
+    Mistake(
+        CRT_4A,
+        "precision",
+        "the second sum kept in float32",
+        old="s2 = s2 + u * c.c2[t]",
+        new="s2 = (s2 + u * c.c2[t]).astype(np.float32)",
+        message="kept in float32",
     ),
     Mistake(
         CRT_4A,
@@ -103,6 +143,7 @@ MISTAKES = [
         "the digits in float32: the products u c1 round",
         old="u = digits[t].astype(np.float64)",
         new="u = digits[t].astype(np.float32)",
+        message="taken as float32",
     ),
     Mistake(
         RESIDUE_4B,
@@ -133,6 +174,7 @@ MISTAKES = [
         "the residue instead of the digit: y_t forgotten",
         old="u = r * Y[t]  # below 2^15 in magnitude",
         new="u = r",
+        message="residues of the products",
     ),
     Mistake(
         DIGIT_4B,
@@ -142,15 +184,49 @@ MISTAKES = [
             u += p
 """,
         new="",
+        message="a negative u reached the byte",
     ),
-    Mistake(DIGIT_4B, "edge", "u = 0 moved to p: one past the digit range", old="if u < 0:", new="if u <= 0:"),
+    Mistake(
+        DIGIT_4B,
+        "edge",
+        "u = 0 moved to p: one past the digit range",
+        old="if u < 0:",
+        new="if u <= 0:",
+        message="a digit of p where it is 0",
+    ),
     Mistake(DIGIT_4B, "hard-coded table", "the first modulus for every product", old="p = P[t]", new="p = P[0]"),
+    Mistake(
+        DIGIT_4B,
+        "sign",
+        "the digit of |v| (issue 41: it was told to add p where u < 0)",
+        old="r = v - round_near(v * INV[t]) * p",
+        new="r = abs(v) - round_near(abs(v) * INV[t]) * p",
+        message="the digits of |v|",
+    ),
+    Mistake(
+        DIGIT_4B,
+        "convention",
+        "y applied twice",
+        old="u = r * Y[t]  # below 2^15 in magnitude",
+        new="u = r * Y[t]  # below 2^15 in magnitude\n        u -= round_near(u * INV[t]) * p\n        u = u * Y[t]",
+        message="applied twice",
+    ),
     Mistake(
         RECONSTRUCT_4B,
         "precision",
         "the third part of 1/p left out",
         old="            s3 += u * C3[t]",
         new="            s3 += 0.0",
+        message="the third sum",
+    ),
+    Mistake(
+        RECONSTRUCT_4B,
+        "precision",
+        "the third sum kept in FP32, a low-order sum 'too small to matter' (issue 41: accepted)",
+        old="            s3 += u * C3[t]",
+        new="            s3 = np.float32(s3 + u * C3[t])",
+        message="kept in float32",
+        stage="C",
     ),
     Mistake(
         RECONSTRUCT_4B,
@@ -158,6 +234,7 @@ MISTAKES = [
         "1/p in one double: the sum of u / p rounds, and P magnifies it",
         old=_RECONSTRUCT_SUMS,
         new="            s1 += u * (C1[t] + C2[t] + C3[t])",
+        message="in one double",
     ),
     Mistake(
         RECONSTRUCT_4B,

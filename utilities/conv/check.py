@@ -42,6 +42,16 @@ CONTRACT_CONV = (
 # (batch, height, width): odd sizes, a single row and a single column, and images smaller than a row tile
 NEIGHBOR_GEOMETRIES = ((2, 5, 7), (1, 1, 1), (3, 4, 1), (2, 1, 6), (1, 3, 3))
 CONV_SHAPE = ref.ConvShape(2, 24, 24, 64, 128)  # 9 row tiles of 128 pixels, starting mid-row; 2 column tiles of 64
+# The contract's parameters: the blocks (ConvConfig's fields) 2c's kernel is checked at, two values of every field its
+# factory's Matmul takes: the plan's choice for CONV_SHAPE (ConvConfig.for_shape), and one whose every size differs
+# (18 row tiles of 64 pixels, 4 column tiles of 32, K stages of 32 channels, 64 threads). No index may hold one.
+CONV_CONFIGS = (
+    {"tile_m": 64, "tile_n": 32, "tile_k": 32, "threads": 64},
+    {"tile_m": 128, "tile_n": 64, "tile_k": 64, "threads": 128},
+)
+# 2d's: the plan's default pipeline block (PipeConfig(tile_n=C_mid)) and one whose tile, K stage, threads and depth
+# differ (the stages a phase and the filters' residence are the course's pipeline, which the attendee does not write)
+CONV_B2B_CONFIGS = ({"tile_m": 64, "tile_k": 32, "threads": 256, "depth": 2}, {})
 NAMES = ("b", "h", "w", "c")
 
 
@@ -50,49 +60,114 @@ def _python(fn: Any) -> Callable[..., int]:
     return getattr(fn, "py_func", fn)
 
 
-def _neighbor_hint(got: int, want: int, m: int, r: int, s: int, height: int, width: int) -> str:
-    if want == -1:
-        return (
-            "this tap falls outside the image: it must read the zero padding, -1 (check both the row, h + r - 1, "
-            "and the column, w + s - 1, against the image)"
-        )
-    if got == -1:
-        return "this tap lies inside the image: only taps with h + r - 1 or w + s - 1 outside it read the padding"
-    if got == ref.neighbor(m, s, r, height, width):
-        return "r and s are swapped: r moves along the height (a whole image row, width pixels), s along the width"
-    if got == m - (r - 1) * width - (s - 1):
-        return "the wrong direction: tap (r, s) reads pixel (h + r - 1, w + s - 1), so tap (0, 0) is above and left"
-    return "tap (r, s) of pixel (b, h, w) reads (b, h + r - 1, w + s - 1), whose flat index is m + (r - 1) W + (s - 1)"
+def _map(
+    shape: ref.ConvShape,
+    row: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    col: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    inside: Callable[..., np.ndarray] | None = None,
+    flat: Callable[..., np.ndarray] | None = None,
+    outside: int = -1,
+    h_of: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> np.ndarray:
+    """An index map (every pixel, every tap) built the way a mistake builds it: pixel m's row is ``h_of(m)`` (default
+    (m // W) % H); tap (r, s) reads row ``row(h, r)`` and column ``col(w, s)``, is inside where ``inside(hh, ww, h,
+    w, r, s)`` says (default: within the image), and reads the flat pixel ``flat(m, hh, ww, r, s)`` (default: m moved
+    by the offsets), else ``outside``."""
+    m = np.arange(shape.m, dtype=np.int64)[:, None]
+    h = (m // shape.width) % shape.height if h_of is None else h_of(m)
+    w = m % shape.width
+    r, s = np.divmod(np.arange(ref.TAPS, dtype=np.int64)[None, :], 3)
+    hh, ww = row(h, r), col(w, s)
+    if inside is None:
+        ok = (hh >= 0) & (hh < shape.height) & (ww >= 0) & (ww < shape.width)
+    else:
+        ok = inside(hh, ww, h, w, r, s)
+    target = m + (hh - h) * shape.width + (ww - w) if flat is None else flat(m, hh, ww, r, s)
+    return np.where(ok, target, outside)
 
 
-def _flipped(shape: ref.ConvShape, padding_as_is: bool) -> np.ndarray:
-    """The index map of a filter applied in the wrong direction: tap (r, s) reads (h - r + 1, w - s + 1), with its
-    own padding (``padding_as_is=False``: the whole map mirrored) or with the right one (the bounds checked as
-    for (h + r - 1, w + s - 1), only the offset mirrored)."""
-    want = ref.neighbor_table(shape)
-    m = np.arange(shape.m)[:, None]
-    r, s = np.divmod(np.arange(ref.TAPS), 3)
-    if padding_as_is:
-        return np.where(want == -1, -1, m - (r[None, :] - 1) * shape.width - (s[None, :] - 1))
-    return ref.neighbor_table(shape)[:, (2 - r) * 3 + (2 - s)]
+def _neighbor_mistakes(shape: ref.ConvShape) -> dict[str, list[np.ndarray]]:
+    """The index maps of each usual mistake on ``shape`` (a mistake may be written two ways), by the hint that names
+    it; each is tested against the attendee's whole map on every geometry (:func:`_table_hint`)."""
+    H, W = shape.height, shape.width
+
+    def down(h: np.ndarray, r: np.ndarray) -> np.ndarray:
+        return h + r - 1
+
+    def up(h: np.ndarray, r: np.ndarray) -> np.ndarray:
+        return h - r + 1
+
+    def right(w: np.ndarray, s: np.ndarray) -> np.ndarray:
+        return w + s - 1
+
+    def left(w: np.ndarray, s: np.ndarray) -> np.ndarray:
+        return w - s + 1
+
+    def within(rows: bool = True, cols: bool = True, last_row: int = H - 1, last_col: int = W - 1) -> Callable:
+        def test(hh, ww, h, w, r, s):  # the bounds of the right taps (h + r - 1, w + s - 1)
+            ok = np.ones(np.broadcast(h, r).shape, bool)
+            if rows:
+                ok &= (down(h, r) >= 0) & (down(h, r) <= last_row)
+            if cols:
+                ok &= (right(w, s) >= 0) & (right(w, s) <= last_col)
+            return ok
+
+        return test
+
+    direction = (
+        "the wrong direction{axis}: tap (r, s) must read pixel (h + r - 1, w + s - 1), so tap (0, 0) is above and to "
+        "the left; your map reads {read}, the filter flipped{how} (a correlation turned into a convolution)"
+    )
+    out = {}
+    for axis, read, how, row, col in (
+        ("", "(h - r + 1, w - s + 1)", "", up, left),
+        (" along the rows", "(h - r + 1, w + s - 1)", " along r only", up, right),
+        (" along the columns", "(h + r - 1, w - s + 1)", " along s only", down, left),
+    ):  # mirrored with its own padding, or only the offset mirrored (the bounds of the right taps)
+        out[direction.format(axis=axis, read=read, how=how)] = [
+            _map(shape, row, col),
+            _map(shape, row, col, inside=within()),
+        ]
+    swapped = [3 * (t % 3) + t // 3 for t in range(ref.TAPS)]
+    out["r and s are swapped: r moves along the height (a whole image row, width pixels), s along the width"] = [
+        ref.neighbor_table(shape)[:, swapped],
+        _map(shape, down, right, inside=within(), flat=lambda m, hh, ww, r, s: m + (s - 1) * W + (r - 1)),
+    ]
+    out[
+        "only the row is checked against the image: a tap left or right of it reads the neighbouring image row (or "
+        "image); check w + s - 1 too"
+    ] = [_map(shape, down, right, inside=within(cols=False))]
+    out[
+        "only the column is checked against the image: a tap above or below it reads the neighbouring image (or past "
+        "the input); check h + r - 1 too"
+    ] = [_map(shape, down, right, inside=within(rows=False))]
+    out["the last row is taken for inside the image: the test must be h + r - 1 >= height (rows 0 .. height - 1)"] = [
+        _map(shape, down, right, inside=within(last_row=H))
+    ]
+    out[
+        "the last column is taken for inside the image: the test must be w + s - 1 >= width (columns 0 .. width - 1)"
+    ] = [_map(shape, down, right, inside=within(last_col=W))]
+    out[
+        "the batch is missing from the flat index: every image reads the first one; move m itself by "
+        "(r - 1) * width + (s - 1), which keeps b"
+    ] = [_map(shape, down, right, flat=lambda m, hh, ww, r, s: hh * W + ww)]
+    out[
+        "the row is taken over the whole batch (h = m // width, without % height): every image after the first "
+        "reads padding; h = (m // width) % height"
+    ] = [_map(shape, down, right, h_of=lambda m: m // W)]
+    out["the padding reads pixel 0: a tap outside the image must return -1 (nothing to read)"] = [
+        _map(shape, down, right, outside=0)
+    ]
+    return out
 
 
 def _table_hint(results: Sequence[tuple[ref.ConvShape, np.ndarray, np.ndarray]]) -> str:
-    """A hint for a map that is wrong as a whole, tested on every geometry: the filter applied in the wrong direction
-    (mirrored with its padding, or only its offset), r and s swapped. "" when none reproduces every entry."""
-    tests = {
-        "the wrong direction: tap (r, s) must read pixel (h + r - 1, w + s - 1), so tap (0, 0) is above and to the "
-        "left; your map reads (h - r + 1, w - s + 1), the filter flipped (a correlation turned into a convolution)": (
-            lambda shape: _flipped(shape, False),
-            lambda shape: _flipped(shape, True),
-        ),
-        "r and s are swapped: r moves along the height (a whole image row, width pixels), s along the width": (
-            lambda shape: ref.neighbor_table(shape)[:, [3 * (t % 3) + t // 3 for t in range(ref.TAPS)]],
-        ),
-    }
-    for hint, tables in tests.items():
-        for table in tables:
-            if all(np.array_equal(got, table(shape)) for shape, got, _ in results):
+    """The hint of the usual mistake whose whole index map equals the attendee's on every geometry
+    (:func:`_neighbor_mistakes`); "" when none does."""
+    tables = [_neighbor_mistakes(shape) for shape, _, _ in results]
+    for hint in tables[0]:
+        for variant in range(len(tables[0][hint])):
+            if all(np.array_equal(got, t[hint][variant]) for (_, got, _), t in zip(results, tables, strict=True)):
                 return hint
     return ""
 
@@ -122,12 +197,12 @@ def check_neighbor(fn: Callable[..., int], *, seed: int | None = None) -> CheckR
             m, t = (int(v) for v in bad[0])
             r, s = divmod(t, 3)
             b, h, w = shape.pixel(m)
-            hint = whole or _neighbor_hint(int(got[m, t]), int(want[m, t]), m, r, s, shape.height, shape.width)
+            where = "in the padding" if want[m, t] == -1 else f"pixel (b {b}, h {h + r - 1}, w {w + s - 1})"
             raise CheckFailure(
                 "index map",
                 f"stage 'index map' on {shape.batch} images of {shape.height} x {shape.width}: pixel m = {m} "
-                f"(b {b}, h {h}, w {w}), tap (r {r}, s {s}): got {got[m, t]}, expected {want[m, t]} "
-                f"({len(bad)} of {got.size} entries wrong)\nhint: {hint}",
+                f"(b {b}, h {h}, w {w}), tap (r {r}, s {s}): got {got[m, t]}, expected {want[m, t]} ({where}; "
+                f"{len(bad)} of {got.size} entries wrong)" + (f"\nhint: {whole}" if whole else ""),
             )
     return passed(name, len(results), seed)
 
@@ -167,15 +242,13 @@ def _candidates(x: ref.ConvInputs, r: ref.ConvReference, tile_n: int | None = No
 
 
 def _border_hint(bad: np.ndarray) -> str:
-    """A hint when the wrong outputs lie on the images' borders only."""
+    """Where the wrong outputs lie, when that is the images' borders alone (the pixels whose taps reach the
+    padding): a fact of the entries, no guess at a cause."""
     border = np.zeros(bad.shape[:3], bool)
     border[:, [0, -1], :] = border[:, :, [0, -1]] = True
     wrong = bad.any(axis=3)
     if wrong.any() and not (wrong & ~border).any():
-        return (
-            "only pixels on an image's border are wrong: the taps that fall outside the image must read zeros "
-            "(padding 1), not a neighbouring row or image"
-        )
+        return "only pixels on an image's border are wrong (those whose taps reach the padding), the others right"
     return ""
 
 
@@ -205,9 +278,24 @@ def _shape_text(shape: Any) -> str:
     return f"ref.{type(shape).__name__}({fields})"
 
 
-def _conv_driver(functions: Sequence[Any], *args: Any, shape: ref.ConvShape = CONV_SHAPE, **kwargs: Any) -> str:
-    tile_n = kwargs.get("tile_n")
-    cfg = f"ConvConfig(tile_n={tile_n}, tile_k=64)" if tile_n else "None"
+def small_conv_shape(shape: Any, c_out: int) -> Any:
+    """A check's smallest case: one image of 8 x 16 pixels (one row tile of 128, its border in the padding), the
+    check's input channels (every K stage), ``c_out`` output channels."""
+    fields = {**vars(shape), "batch": 1, "height": 8, "width": 16}
+    fields["c_out"] = c_out
+    return type(shape)(**fields)
+
+
+def _conv_driver(
+    functions: Sequence[Any], *args: Any, shape: ref.ConvShape = CONV_SHAPE, small: bool = False, **kwargs: Any
+) -> str:
+    block = dict(kwargs.get("block") or {})
+    tile_n = block.get("tile_n") or kwargs.get("tile_n")
+    if small:  # one block: one row tile of pixels, one block width of output channels
+        shape = small_conv_shape(shape, tile_n or (64 if shape.c_out % 64 == 0 else 32))
+    if tile_n and not block:
+        block = {"tile_n": tile_n, "tile_k": 64}
+    cfg = f"ConvConfig(**{block!r})" if block else "None"
     return f"""
         import cupy as cp
         from utilities.conv import reference as ref
@@ -219,24 +307,28 @@ def _conv_driver(functions: Sequence[Any], *args: Any, shape: ref.ConvShape = CO
         """
 
 
-@checker("3x3 convolution + bias + ReLU", driver=_conv_driver)
+@checker("3x3 convolution + bias + ReLU", driver=_conv_driver, shared=True)
 def check_conv(
     run: Callable[..., Any],
     *,
     shape: ref.ConvShape = CONV_SHAPE,
     fused: bool = True,
     tile_n: int | None = None,
+    block: dict[str, int] | None = None,
     seed: int | None = None,
     cases: Sequence[str] = ref.CONV_CASES,
 ) -> CheckResult:
     """``run(x, w, bias)`` returns ``relu(conv3x3(x, w) + bias)`` (NHWC, FP16, as NumPy); ``fused=False`` allows the
-    unfused path's one rounding more. Contract: :data:`CONTRACT_CONV`; ``tile_n``, the width of the plan's block,
-    labels the messages (a notebook checks a plan of each width, so that no index depends on one)."""
+    unfused path's one rounding more. Contract: :data:`CONTRACT_CONV`; ``block`` the plan's ConvConfig fields (or
+    ``tile_n`` alone, its width) labels the messages and names a width held in an index (a notebook checks the two
+    blocks of :data:`CONV_CONFIGS`, so that no index depends on one)."""
     name, seed = "3x3 convolution + bias + ReLU", fresh_seed(seed)
+    tile_n = (block or {}).get("tile_n", tile_n)
     count = 0
     dims = (shape.batch, shape.height, shape.width, shape.c_out)
     for x in ref.conv_cases(shape, seed, tuple(cases)):
         label = f"{x.name}, {shape.label}" + (f", blocks {tile_n} channels wide" if tile_n else "")
+        label += "".join(f", {key} {value}" for key, value in (block or {}).items() if key != "tile_n")
         got = output(run(*(v.copy() for v in x.args())), "out", label)
         r = ref.conv_ref(*x.args())
         if count == 0 and (untouched(got) or untouched(got, float("nan"))):
@@ -293,25 +385,37 @@ def _b2b_hint(got: np.ndarray, want: np.ndarray, bound: np.ndarray, candidates: 
 B2B_NEEDS = {"d0": 1}  # D0 is written by the first TODO region; D1 needs them all
 
 
-def _b2b_driver(functions: Sequence[Any], *args: Any, shape: ref.B2BShape = B2B_SHAPE, **kwargs: Any) -> str:
+def _b2b_driver(
+    functions: Sequence[Any],
+    *args: Any,
+    shape: ref.B2BShape = B2B_SHAPE,
+    small: bool = False,
+    block: dict[str, int] | None = None,
+    **kwargs: Any,
+) -> str:
+    if small:  # one row tile of 128 pixels, every channel (the fused kernel holds them all in one block)
+        shape = small_conv_shape(shape, shape.c_out)
+    cfg = f"PipeConfig(tile_n={shape.c_mid}, **{dict(block)!r})" if block else "None"
     return f"""
         import cupy as cp
         from utilities.conv import reference as ref
+        from utilities.conv.layout import PipeConfig
         from utilities.conv.tensorcore import Kernels
         from utilities.conv.tensorcore_persistent import ConvB2B
         shape = {_shape_text(shape)}
-        plan = ConvB2B(shape, keep_d0=True, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
+        plan = ConvB2B(shape, cfg={cfg}, keep_d0=True, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
         plan(*(cp.asarray(v) for v in ref.b2b_inputs(shape, "random", 0).args()))
         cp.cuda.runtime.deviceSynchronize()
         """
 
 
-@checker("back-to-back convolutions", needs=B2B_NEEDS, driver=_b2b_driver)
+@checker("back-to-back convolutions", needs=B2B_NEEDS, driver=_b2b_driver, shared=True)
 def check_conv_b2b(
     run: Callable[..., Any],
     *,
     stages: Callable[[], dict[str, Any]] | None = None,
     shape: ref.B2BShape = B2B_SHAPE,
+    block: dict[str, int] | None = None,
     seed: int | None = None,
     cases: Sequence[str] = ref.B2B_CASES,
 ) -> CheckResult:
@@ -320,9 +424,12 @@ def check_conv_b2b(
 
     D0 first, against the FP64 reference. Then D1: with D0 kept, against the 1x1 convolution of the kernel's own
     D0 (``utilities.rounding.gemm_bias_relu_ref``: the second stage's rounding alone); without it, against the
-    FP64 chain (whose bound carries D0's rounding too).
+    FP64 chain (whose bound carries D0's rounding too). ``block``: the plan's PipeConfig fields beside tile_n (None:
+    its default; the contract's two are :data:`CONV_B2B_CONFIGS`), for the messages.
     """
     name, seed = "back-to-back convolutions", fresh_seed(seed)
+    if block:
+        name += " (" + ", ".join(f"{key} {value}" for key, value in block.items()) + ")"
     count = 0
     dims = (shape.batch, shape.height, shape.width)
     for x in ref.b2b_cases(shape, seed, tuple(cases)):

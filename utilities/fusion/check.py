@@ -15,7 +15,9 @@ Domain, fed on every run beside the random inputs:
 - back-to-back GEMM: the plan's shape, batched or not, the cases of ``reference.B2B_CASES`` with a C1 full of NaN
   when beta1 = 0 (it must not be read: the failure then says "C1 was read although beta1 = 0"), a negative alpha0
   (ReLU before alpha0 shows), a C1 that cancels alpha1 D0 B1 to 2^-11 of it (a rounding to FP16 before beta1 C1 is
-  added shows), and an Inf and a -Inf in C1 with beta1 != 0. With D0 kept, D1 is held to the 1x1 GEMM of the
+  added shows), an Inf and a -Inf in C1 with beta1 != 0, and alpha0, alpha1 and beta1 each 0 and not in every
+  combination (alpha0 = 0: D0 = 0; alpha1 = 0: D1 = relu(beta1 C1); an early exit must still write
+  them). With D0 kept, D1 is held to the 1x1 GEMM of the
   GPU's own D0 within the second stage's rounding alone (``reference.d1_from_d0``), not D0's error besides.
 
 Outputs handed back from a guard band (``utilities.guard``) fail the stage when the kernel wrote outside them. A
@@ -49,6 +51,20 @@ B2B_SHAPE = (256, 576, 64, 128)  # m, k0, n0, n1: example 13's K0, N0, N1 on a f
 GEMM_SHAPE = (256, 256, 256)  # m, n, k: two block columns of a 128-wide tile
 BATCH = 3
 
+# The contract's parameters: the blocks (BlockConfig's fields) each kernel exercise is checked at, two values of every
+# field its factory's Matmul takes (tile sizes, threads), so that no size held in an index passes. 2a: the course's
+# block (EPILOGUE_BLOCK) and a smaller one, at 2a's 384 x 256 x 192 (3 x 2 and 6 x 4 block tiles, 3 and 6 K stages).
+GEMM_CONFIGS = (
+    {"tile_m": 64, "tile_n": 64, "tile_k": 32, "threads": 64},
+    {"tile_m": 128, "tile_n": 128, "tile_k": 64, "threads": 128},
+)
+# 2b: the notebook's plan (the default block for its shape: 128 rows, K tile 64, 128 threads; N0 64, N1 128; D0 kept)
+# and a second one whose every size differs: rows 64, K tile 32, 256 threads, N0 128, N1 64, D0 not kept.
+B2B_CONFIGS = (
+    {"shape": (256, 288, 128, 64), "block": {"tile_m": 64, "tile_k": 32, "threads": 256}, "keep_d0": False},
+    {"shape": B2B_SHAPE, "block": {"tile_m": 128, "tile_k": 64, "threads": 128}, "keep_d0": True},
+)
+
 
 def _within(got: np.ndarray, want: np.ndarray, bound: np.ndarray, share: float = 0.99) -> bool:
     """True when at least ``share`` of the entries of ``got`` lie within ``bound`` of ``want``."""
@@ -58,28 +74,22 @@ def _within(got: np.ndarray, want: np.ndarray, bound: np.ndarray, share: float =
 
 
 def _structure_hint(got: np.ndarray, want: np.ndarray, bound: np.ndarray, what: str) -> str:
-    """A hint from where the wrong entries lie: NaNs, negative values, whole rows, whole columns."""
+    """What the wrong entries are, where it is a fact: NaN (the poison) where the result is finite, negative values
+    (no ReLU gives one), whole rows or whole columns wrong and the others right; no guess at a cause."""
     g = got.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         bad = ~(np.abs(g - want) <= bound)
     if (np.isnan(g) & ~np.isnan(want)).any():
-        return f"{what} holds NaN: some entries were never written (the poison value shows through)"
+        return f"{what} holds NaN where the result is finite: the poison it was handed in, never overwritten there"
     if (g < 0).any():
-        return f"ReLU missing: {what} has negative values"
+        return f"ReLU missing: {what} has negative values, which no ReLU gives"
     flat = bad.reshape(-1, bad.shape[-2], bad.shape[-1])
-    for axis, what_lines, fix in (
-        (2, "rows", "a block must compute D1 from the D0 rows it computed itself, and write the rows of its own tile"),
-        (1, "columns", "check the column offsets of the B tiles and of the output"),
-    ):
+    for axis, what_lines in ((2, "rows"), (1, "columns")):
         hit = flat.any(axis=(0, axis))  # lines (rows or columns) with a wrong entry
         share = flat.mean(axis=(0, axis))
         if 0 < hit.sum() < hit.size and share[hit].mean() > 0.25:
             lines = np.flatnonzero(hit)
-            label = "wrong row tile: " if what_lines == "rows" else ""
-            return (
-                f"{label}{what_lines} {lines[0]}..{lines[-1]} ({len(lines)} of {hit.size}) are wrong, the others "
-                f"right: {fix}"
-            )
+            return f"{what_lines} {lines[0]}..{lines[-1]} ({len(lines)} of {hit.size}) are wrong, the others right"
     return ""
 
 
@@ -91,6 +101,7 @@ def _diagnose(
     with np.errstate(invalid="ignore", over="ignore"):
         wrong = ~((np.abs(got.astype(np.float64) - want) <= bound) | (got == want))
     for hint, value in candidates.items():
+        value = np.where(np.isnan(value) & ~np.isnan(want), got.astype(np.float64), value)  # NaN: unknown there
         slack = bound + 4 * ref.U16 * np.abs(value)  # the bound was derived for ``want``, not for ``value``
         if not _within(got, value, slack) or not wrong.any():
             continue
@@ -206,23 +217,40 @@ def _only(bound: np.ndarray, b: int) -> np.ndarray:
 B2B_NEEDS = {"d0": 1}
 
 
-def _b2b_driver(functions: Sequence[Any], *args: Any, shape: Sequence[int] = B2B_SHAPE, **kwargs: Any) -> str:
+def small_rows(m: int) -> int:
+    """The rows of a check's smallest case: one or two row tiles (128 rows: a multiple of every row tile the plans
+    choose), or ``m`` itself where it is no multiple of 128."""
+    return 128 if m % 128 == 0 else m
+
+
+def _b2b_driver(
+    functions: Sequence[Any],
+    *args: Any,
+    shape: Sequence[int] = B2B_SHAPE,
+    small: bool = False,
+    block: dict[str, int] | None = None,
+    **kwargs: Any,
+) -> str:
     batch = kwargs.get("batch", BATCH) if kwargs.get("batched") else None
+    if small:  # 128 rows, every K stage of GEMM 0; no batch (the batched plan runs the same kernel)
+        shape, batch = (small_rows(int(shape[0])), *shape[1:]), None
+    keep = kwargs.get("stages") is not None
     return f"""
         import cupy as cp
         from utilities.fusion import reference as ref
-        from utilities.fusion.tensorcore import BackToBack, Kernels
+        from utilities.fusion.tensorcore import BackToBack, BlockConfig, Kernels
         shape = {tuple(int(v) for v in shape)}
         x = ref.b2b_inputs(*shape, "random", 0, {batch})
         kernels = Kernels({sanitizer.kernels_arguments(functions)})
-        plan = BackToBack(*shape, batch={batch}, keep_d0=True, kernels=kernels)
+        cfg = {f"BlockConfig(**{dict(block)!r})" if block else None}
+        plan = BackToBack(*shape, batch={batch}, keep_d0={keep}, cfg=cfg, kernels=kernels)
         for beta1 in (0.0, -0.5):  # both epilogues: C1 read and not
             plan(*(cp.asarray(v) for v in x.args()[:4]), -0.75, 1.25, beta1)
         cp.cuda.runtime.deviceSynchronize()
         """
 
 
-@checker("back-to-back GEMM", needs=B2B_NEEDS, driver=_b2b_driver)
+@checker("back-to-back GEMM", needs=B2B_NEEDS, driver=_b2b_driver, shared=True)
 def check_back_to_back(
     run: Callable[..., Any],
     *,
@@ -230,16 +258,20 @@ def check_back_to_back(
     batched: bool = False,
     shape: Sequence[int] = B2B_SHAPE,
     batch: int = BATCH,
+    block: dict[str, int] | None = None,
     seed: int | None = None,
     cases: Sequence[str] = ref.B2B_CASES,
 ) -> CheckResult:
     """``run(a0, b0, b1, c1, alpha0, alpha1, beta1)`` returns D1 (NumPy FP16); ``stages()`` returns ``{"d0": D0}``.
 
-    ``shape`` is ``(m, k0, n0, n1)`` of the plan that ``run`` calls; ``batched=True`` gives every operand a
-    leading axis of ``batch``. D0 is compared first when ``stages`` is given, so that a wrong first epilogue is
-    reported as a wrong D0 rather than as a wrong D1.
+    ``shape`` is ``(m, k0, n0, n1)`` of the plan that ``run`` calls, ``block`` its BlockConfig's fields (None: the
+    plan's default; the contract's two are :data:`B2B_CONFIGS`); ``batched=True`` gives every operand a leading axis
+    of ``batch``. D0 is compared first when ``stages`` is given, so that a wrong first epilogue is reported as a wrong
+    D0 rather than as a wrong D1.
     """
     name, seed = "back-to-back GEMM" + (f" (batched x{batch})" if batched else ""), fresh_seed(seed)
+    if block:
+        name += " (" + ", ".join(f"{key} {value}" for key, value in block.items()) + ")"
     m, k0, n0, n1 = (int(s) for s in shape)
     count = 0
     inputs = list(ref.b2b_cases(m, k0, n0, n1, seed, batch if batched else None, tuple(cases)))
@@ -276,17 +308,22 @@ def b2b_corners(x: ref.B2BInputs, seed: int) -> list[ref.B2BInputs]:
 
     - a negative alpha0: D0 = relu(alpha0 acc0) is nonzero where acc0 < 0, so ReLU before alpha0 shows;
     - a C1 that cancels alpha1 D0 B1 (C1 = -(alpha1 / beta1) D0 B1 from D0 as the GPU rounds it, itself rounded
-      to FP16): D1 is about 2^-11 of its terms, so rounding alpha1 acc1 to FP16 before adding beta1 C1 shows.
+      to FP16): D1 is about 2^-11 of its terms, so rounding alpha1 acc1 to FP16 before adding beta1 C1 shows;
+    - alpha0, alpha1 and beta1 zero: with the cases above every combination of the three, zero or not, is met.
     """
     rng = np.random.default_rng(seed)
     negative = dataclasses.replace(x, name="a negative alpha0", alpha0=-0.75, alpha1=1.25, beta1=-0.5)
+    zeros = [  # alpha0, alpha1 and beta1 zero and not, in every combination the other cases do not meet
+        dataclasses.replace(x, name=f"alpha0 = {a0}, alpha1 = {a1}, beta1 = {b1}", alpha0=a0, alpha1=a1, beta1=b1)
+        for a0, a1, b1 in ((0.0, 1.25, -0.5), (0.75, 0.0, 1.0), (0.0, 0.0, 0.0), (0.75, 0.0, 0.0), (0.0, 1.25, 0.0))
+    ]
     alpha1, beta1 = 1.5, -0.75
     d0, _ = ref.b2b_fp16(x.a0, x.b0, x.b1, x.c1, 0.75, alpha1, beta1)
     target = alpha1 * (d0.astype(np.float64) @ x.b1.astype(np.float64))
     c1 = (target / -beta1 * (1.0 + np.ldexp(rng.uniform(-1.0, 1.0, target.shape), -12))).astype(np.float16)
     cancelling = dataclasses.replace(x, name="beta1 C1 cancels alpha1 D0 B1", c1=c1, alpha0=0.75, alpha1=alpha1,
                                      beta1=beta1)  # fmt: skip
-    return [negative, cancelling]
+    return [negative, cancelling, *zeros]
 
 
 def _infinite_c1(x: ref.B2BInputs) -> ref.B2BInputs:
@@ -302,7 +339,7 @@ def _infinite_c1(x: ref.B2BInputs) -> ref.B2BInputs:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _gemm_candidates(x: ref.GemmInputs) -> dict[str, np.ndarray]:
+def _gemm_candidates(x: ref.GemmInputs, tile_n: int | None = None) -> dict[str, np.ndarray]:
     p = x.a.astype(np.float64) @ x.b.astype(np.float64)
     bias = x.bias.astype(np.float64)
     out = {
@@ -318,6 +355,15 @@ def _gemm_candidates(x: ref.GemmInputs) -> dict[str, np.ndarray]:
             out[f"bias indexed by the column within a {tile}-wide block tile: add the block's column offset"] = (
                 ref.relu(p + local)
             )
+    for width in (64, 128):  # a block width hard-coded in the column offset, where this plan's blocks are tile_n wide
+        if tile_n and width != tile_n:
+            cols = np.arange(n)
+            at = width * (cols // tile_n) + cols % tile_n  # past the bias: whatever lies there, unknown (NaN)
+            read = np.where(at < n, bias[np.minimum(at, n - 1)], np.nan)
+            out[
+                f"a block width of {width} hard-coded in the bias's column offset: this plan's blocks are {tile_n} "
+                "wide; the offset is cuda.blockIdx.y * TN, TN from the Matmul (MM.size)"
+            ] = ref.relu(p + read)
     if p.shape[0] == p.shape[1]:
         out["bias indexed by row instead of by column"] = ref.relu(p + bias[:, None])
     with np.errstate(over="ignore", invalid="ignore"):
@@ -356,29 +402,43 @@ def gemm_corners(m: int, n: int, k: int, seed: int) -> list[ref.GemmInputs]:
     return [cancelling, ref.GemmInputs(NONFINITE, a, b, bias)]
 
 
-def _gemm_driver(functions: Sequence[Any], *args: Any, shape: Sequence[int] = GEMM_SHAPE, **kwargs: Any) -> str:
+def _gemm_driver(
+    functions: Sequence[Any],
+    *args: Any,
+    shape: Sequence[int] = GEMM_SHAPE,
+    small: bool = False,
+    block: dict[str, int] | None = None,
+    **kwargs: Any,
+) -> str:
     m, n, k = (int(v) for v in shape)
+    if small:  # one block tile (or a few) of 128 x 128, every K stage
+        m, n = small_rows(m), small_rows(n)
+    cfg = f"BlockConfig(**{dict(block)!r})" if block else None
     return f"""
         import cupy as cp
         from utilities.fusion import reference as ref
-        from utilities.fusion.tensorcore import GemmBiasRelu, Kernels
+        from utilities.fusion.tensorcore import BlockConfig, GemmBiasRelu, Kernels
         x = ref.gemm_inputs({m}, {n}, {k}, "random", 0)
-        plan = GemmBiasRelu({m}, {n}, {k}, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
+        plan = GemmBiasRelu({m}, {n}, {k}, cfg={cfg}, kernels=Kernels({sanitizer.kernels_arguments(functions)}))
         plan(*(cp.asarray(v) for v in x.args()))
         cp.cuda.runtime.deviceSynchronize()
         """
 
 
-@checker("GEMM + bias + ReLU", driver=_gemm_driver)
+@checker("GEMM + bias + ReLU", driver=_gemm_driver, shared=True)
 def check_gemm_bias_relu(
     run: Callable[..., Any],
     *,
     shape: Sequence[int] = GEMM_SHAPE,
+    block: dict[str, int] | None = None,
     seed: int | None = None,
     cases: Sequence[str] = ref.GEMM_CASES,
 ) -> CheckResult:
-    """``run(a, b, bias)`` returns ``relu(a @ b + bias)`` as NumPy FP16; ``shape`` is ``(m, n, k)`` of its plan."""
+    """``run(a, b, bias)`` returns ``relu(a @ b + bias)`` as NumPy FP16; ``shape`` is ``(m, n, k)`` of its plan,
+    ``block`` its BlockConfig's fields (None: the course's; the contract's two are :data:`GEMM_CONFIGS`)."""
     name, seed = "GEMM + bias + ReLU", fresh_seed(seed)
+    if block:
+        name += " (" + ", ".join(f"{key} {value}" for key, value in block.items()) + ")"
     m, n, k = (int(s) for s in shape)
     count = 0
     inputs = [*ref.gemm_cases(m, n, k, seed, tuple(cases)), *gemm_corners(m, n, k, seed)]
@@ -393,7 +453,8 @@ def check_gemm_bias_relu(
             raise CheckFailure("out", f"stage 'out' on input '{label}': dtype {got.dtype}, expected float16")
         if got.shape == want.shape:
             want = np.where(np.isnan(want) & (got == 0), 0.0, want)  # ReLU of NaN: NaN or 0 (x if x > 0 else 0)
-        hint = "" if got.shape != want.shape else _diagnose(got, bound, _gemm_candidates(x), want, "the output")
+        candidates = _gemm_candidates(x, (block or {}).get("tile_n"))
+        hint = "" if got.shape != want.shape else _diagnose(got, bound, candidates, want, "the output")
         compare("out", got, want, bound=bound, names=("row", "col"), hint=hint, case=label)
         count += 1
     return passed(name, count, seed, f"shape (m, n, k) = {(m, n, k)}; cases {', '.join(x.name for x in inputs)}")

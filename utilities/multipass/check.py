@@ -1,7 +1,7 @@
 """The checker of the multi-pass exercise: exact int32 for int8, FP32 within its bound for FP16.
 
-A wrong phase loop is reported with the phase it got wrong when the result matches a known mistake (a phase
-skipped, repeated, or never prefetched).
+A wrong phase loop is reported with the phase it got wrong when the result, recomputed with a known mistake (a phase
+skipped, repeated, or never prefetched), matches; otherwise with its first wrong entries alone.
 
 Domain (fed on every run, beside random operands): outputs of 3 x 2 and 2 x 3 block tiles (a grid with its axes
 swapped fails), the fewest phases the double buffer allows (2), an odd count (3) and many (16); the int8 extremes
@@ -18,10 +18,18 @@ import numpy as np
 
 from .. import sanitizer
 from ..checker import CheckResult, checker, compare, fresh_seed, not_yet, output, passed, plain, untouched
+from .config import PASS_K
 from .reference import CASES, fp32_bound, operands, phase_products, reference
 
 NONFINITE = "a NaN in A's last phase, an Inf in B's first"
 TILE = (128, 128)  # the block tile of the course's configurations (PassConfig)
+# The contract's parameters: the PassConfig the notebook checks each dtype at (its fields beside the dtype). Across
+# the two, every size the kernel's Matmul takes has two values: the block tile (128 and 64), the threads (256 and
+# 128) and the phase depth F * PK (64 and 128 K), so that no index may hold one of them.
+CONFIGS = {
+    "int8": {"passes": 8, "fused": 2},
+    "float16": {"passes": 16, "fused": 8, "tile_m": 64, "tile_n": 64, "threads": 128},
+}
 
 
 def pass_gemm_shapes(phase_k: int, tile: tuple[int, int] = TILE) -> list[tuple[int, int, int]]:
@@ -41,11 +49,30 @@ def gemm_operands(case: str, m: int, n: int, k: int, dtype: str, seed: int) -> t
     return a, bt
 
 
-def _diagnose(got: np.ndarray, parts: np.ndarray, bound: np.ndarray | None = None) -> str:
-    """A hint naming the phase error that explains ``got``: a phase skipped, repeated, or shifted, else generic.
+def _shifted_prefetch(a: np.ndarray, bt: np.ndarray, phase_k: int, shift: int) -> np.ndarray:
+    """C of a loop whose prefetch of phase g + 1 starts ``shift`` past (g + 1) phase_k (K beyond the operands reads
+    zeros, as the kernel's guard does), phase 0 loaded right: exact sums (int64, or float64 for FP16)."""
+    k = a.shape[1]
+    wide = np.int64 if a.dtype == np.int8 else np.float64
+    total = np.zeros((a.shape[0], bt.shape[0]), wide)
+    for g in range(k // phase_k):
+        k0 = g * phase_k + (shift if g else 0)
+        lo, hi = max(0, k0), max(0, min(k, k0 + phase_k))
+        if hi > lo:
+            total += a[:, lo:hi].astype(wide) @ bt[:, lo:hi].astype(wide).T
+    return total
 
-    ``bound`` (FP16 track): a candidate explains ``got`` when it lies within the bound of it.
-    """
+
+def _diagnose(
+    got: np.ndarray,
+    parts: np.ndarray,
+    bound: np.ndarray | None = None,
+    operands: tuple[np.ndarray, np.ndarray, int, int] | None = None,
+) -> str:
+    """The hint of the phase mistake whose C, recomputed, explains ``got``: a phase skipped or repeated, the prefetched
+    buffer executed, the prefetch's offset shifted (``operands``: A, B^T, phase_k and the pass depth); "" else.
+
+    ``bound`` (FP16 track): a candidate explains ``got`` when it lies within the bound of it."""
     total = parts.sum(axis=0)
 
     def close(x: np.ndarray) -> bool:
@@ -64,45 +91,61 @@ def _diagnose(got: np.ndarray, parts: np.ndarray, bound: np.ndarray | None = Non
             )
     if close(parts[0]) or close(parts[0] * phases):
         return "only phase 0 reached the accumulator: prefetch phase g + 1 into the other buffer every iteration"
-    return (
-        "phase g covers K from g * F * PK to (g + 1) * F * PK: check the offset of the prefetch (phase g + 1), "
-        "the copy_wait before execute, and the buffer swap"
-    )
+    if phases > 2 and close(total - parts[0] + parts[phases - 2]):
+        return (
+            "phase 0 never reached the accumulator and phase P - 2 twice: each iteration executed the buffer being "
+            "prefetched (phase g + 1), not the one just waited for (phase g)"
+        )
+    if operands is not None:
+        a, bt, phase_k, pass_k = operands
+        for shift in sorted({-phase_k, -phase_k // 2, phase_k // 2, pass_k, -pass_k}):
+            if shift and close(_shifted_prefetch(a, bt, phase_k, shift)):
+                return (
+                    f"the prefetch of phase g + 1 loads K from (g + 1) F PK {'+' if shift > 0 else '-'} {abs(shift)}: "
+                    "the offset of the prefetch is (g + 1) * F * PK, where phase g + 1 starts"
+                )
+    return ""
 
 
-def _driver(functions: Sequence[Any], dtype: str = "int8", *args: Any, **kwargs: Any) -> str:
+def _driver(functions: Sequence[Any], dtype: str = "int8", *args: Any, small: bool = False, **kwargs: Any) -> str:
+    tile = kwargs.get("tile") or TILE
+    rows = tile[0] if small else 2 * tile[0]  # the smallest case: one block tile, three phases
+    fields = dict(kwargs.get("config") or CONFIGS.get(dtype, {"fused": 2}))
     return f"""
         import cupy as cp
         from utilities import multipass as mp
         from utilities.multipass.reference import operands
         from utilities.multipass.tensorcore import Kernels, PassGemm
-        cfg = mp.PassConfig("{dtype}", fused=2)
-        m, n, k = 256, 256, 3 * cfg.phase_k  # two block rows and columns, three phases
+        cfg = mp.PassConfig("{dtype}", **{fields!r})
+        m, n, k = {rows}, {rows}, 3 * cfg.phase_k  # block rows and columns, three phases
         a, bt = operands("random", m, n, k, "{dtype}", 0)
         PassGemm(m, n, k, cfg, kernels=Kernels({sanitizer.kernels_arguments(functions)}))(cp.asarray(a), cp.asarray(bt))
         cp.cuda.runtime.deviceSynchronize()
         """
 
 
-@checker("multi-pass tile GEMM", driver=_driver)
+@checker("multi-pass tile GEMM", driver=_driver, shared=True)
 def check_pass_gemm(
     run: Callable[[np.ndarray, np.ndarray], Any],
     dtype: str = "int8",
     *,
     phase_k: int | None = None,
+    tile: tuple[int, int] = TILE,
+    config: dict[str, int] | None = None,
     shapes: Sequence[tuple[int, int, int]] | None = None,
     cases: Iterable[str] | None = None,
     seed: int | None = None,
 ) -> CheckResult:
     """``run(a, bt)`` returns C = A @ B (B^T given as ``bt``, (n, k)): int32 exact for int8, FP32 within a bound.
 
-    ``run`` takes every shape of ``shapes`` (default: :func:`pass_gemm_shapes` of ``phase_k``, else one 256 x 256 x
-    1024 product); ``phase_k`` (F * PK), when given, lets a failure name the phase that went wrong. ``cases``
-    default: ``reference.CASES``, and :data:`NONFINITE` for FP16.
+    ``run`` takes every shape of ``shapes`` (default: :func:`pass_gemm_shapes` of ``phase_k`` and the plan's block
+    ``tile``, else one 256 x 256 x 1024 product); ``phase_k`` (F * PK), when given, lets a failure name the phase
+    that went wrong; ``config``: the plan's PassConfig fields (default: :data:`CONFIGS`), which the race run builds.
+    ``cases`` default: ``reference.CASES``, and :data:`NONFINITE` for FP16.
     """
     name, seed = f"multi-pass tile GEMM ({dtype})", fresh_seed(seed)
     if shapes is None:
-        shapes = pass_gemm_shapes(phase_k) if phase_k else [(256, 256, 1024)]
+        shapes = pass_gemm_shapes(phase_k, tile) if phase_k else [(256, 256, 1024)]
     if cases is None:
         cases = (*CASES, NONFINITE) if dtype == "float16" else CASES
     count = 0
@@ -116,25 +159,17 @@ def check_pass_gemm(
             exact = dtype == "int8"
             parts = phase_products(a, bt, phase_k) if phase_k and got.shape == want.shape else None
             label = f"{case} {m}x{n}x{k}" + (f", {k // phase_k} phases" if phase_k else "")
+            operands = (a, bt, phase_k, PASS_K[dtype]) if phase_k else None
             if exact:
-                hint = _diagnose(got, parts) if parts is not None and not np.array_equal(got, want) else ""
-                compare("C", got, want, names=("row", "col"), case=label, hint=hint or _HINT)
+                wrong = parts is not None and got.shape == want.shape and not np.array_equal(got, want)
+                hint = _diagnose(got, parts, None, operands) if wrong else ""
+                compare("C", got, want, names=("row", "col"), case=label, hint=hint)
             else:
                 bound = fp32_bound(a, bt)
                 with np.errstate(invalid="ignore"):
                     bad = not ((np.abs(got.astype(np.float64) - want) <= bound) | (got == want)).all()
-                hint = _diagnose(got.astype(np.float64), parts, bound) if parts is not None and bad else ""
-                if bad and not hint and case == NONFINITE:
-                    hint = (
-                        "a NaN or an Inf of one phase is missing from C, or shows where it should not: every "
-                        "phase must reach the accumulator exactly once"
-                    )
-                compare(
-                    "C", got, want.astype(np.float32), bound=bound, names=("row", "col"), case=label, hint=hint or _HINT
-                )
+                hint = _diagnose(got.astype(np.float64), parts, bound, operands) if parts is not None and bad else ""
+                compare("C", got, want.astype(np.float32), bound=bound, names=("row", "col"), case=label, hint=hint)
             count += 1
     domain = f"shapes {plain(list(shapes))}; cases {', '.join(cases)}"
     return passed(name, count, seed, domain)
-
-
-_HINT = "check which K range each phase loads, and that every phase is executed once from the buffer it was loaded into"

@@ -30,8 +30,10 @@ import numpy as np
 
 from .. import inputs, sanitizer
 from ..checker import (
+    ALPHA_ZERO,
     CheckFailure,
     CheckResult,
+    alpha_zero_hint,
     c_read_when_beta_is_zero,
     checker,
     compare,
@@ -40,6 +42,7 @@ from ..checker import (
     output,
     passed,
     plain,
+    quick_return,
     untouched,
 )
 from ..operands import NONFINITE_SHIFT
@@ -57,10 +60,15 @@ SUBNORMAL = 2.0**-1074
 SLICE_NAMES = ("slice", "row", "col")
 EPILOGUE_SHAPE = (41, 70)  # wider than the epilogue's 32 x 8 launch block along each axis, a multiple of neither
 GEMM_SHAPES = ((256, 384, 384), (300, 136, 392))  # 2 x 3 and 3 x 2 tiles of 128 x 128, the second padded
+# The contract's parameters: beside the plan's tile for this GPU (tensorcore.tile_config: 128 x 128, K stages of 128
+# on sm_80 and sm_90, 256 threads, 3 stages in flight), the notebooks check one plan at a block whose every size
+# differs (OzakiConfig's fields), at GEMM_SHAPES[1]: 5 x 3 tiles of 64, 7 K stages of 64 (of 392, padded)
+OTHER_TILE = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "threads": 128, "depth": 2}
 # The exercise functions each stage depends on (``utilities.checker.unfinished_for``): the shifts are the
 # course's code; the digits come from split_digits; products and diagonals from the products kernels.
-# alpha of either sign, beta 0 (C handed in all NaN: it must not be read) and not: the order of each step shows
-GEMM_SCALARS = ((1.0, 0.0), (0.5, -2.0), (-1.5, 0.0), (-0.75, 1.25))
+# alpha of either sign and 0, beta 0 (C handed in all NaN: it must not be read) and not, in every combination: the
+# order of each step shows. A shape's 20 cases meet each; its NaN and Inf pairs, the last two, meet alpha = 0.
+GEMM_SCALARS = ((1.0, 0.0), (0.5, -2.0), (-1.5, 0.0), (-0.75, 1.25), (0.0, 1.25), (0.0, 0.0), (2.0, 0.5))
 GEMM_NEEDS = {
     "exponent shifts of A": (),
     "exponent shifts of B": (),
@@ -78,12 +86,14 @@ DOMAIN_SLICING = DOMAIN_DIGITS + "; zero rows, signed zeros, NaN and Inf rows (t
 DOMAIN_EPILOGUE = (
     "1 to 12 slices in both layouts (S(S+1)/2 products, S diagonals); a 41 x 70 output (wider than a 32 x 8 block "
     "along each axis); shifts at both ends of the FP64 range; NaN sentinels in e and f; diagonal sums near 2^30; "
-    "unfused terms of K = 131071 (2^31 - 2^14), whose diagonal sums pass 2^31; alpha negative and not, |alpha| "
-    "above 1 and below, a C full of NaN when beta = 0, a C that cancels alpha times the sum"
+    "unfused terms of K = 131071 (2^31 - 2^14), whose diagonal sums pass 2^31; entries whose terms are all zero and "
+    "entries whose last diagonal is zero; alpha negative, positive and 0, |alpha| above 1 and below, beta 0 and not "
+    "in every combination, a C full of NaN when beta = 0, a C that cancels alpha times the sum; " + ALPHA_ZERO
 )
 DOMAIN_GEMM = (
     "shapes of 2 x 3 and 3 x 2 tiles, one padded; random, spread and adversarial operands; rows near DBL_MAX and "
-    "subnormal rows; a NaN and an Inf in each operand; alpha of either sign, a C full of NaN when beta = 0"
+    "subnormal rows; a NaN and an Inf in each operand; zero rows and columns; alpha of either sign and 0, beta 0 and "
+    "not in every combination, a C full of NaN when beta = 0; " + ALPHA_ZERO
 )
 
 
@@ -116,17 +126,21 @@ def _epilogue_driver(functions: Sequence[Any], *args: Any, **kwargs: Any) -> str
         """
 
 
-def _gemm_driver(functions: Sequence[Any], *args: Any, **kwargs: Any) -> str:
+def _gemm_driver(functions: Sequence[Any], *args: Any, small: bool = False, **kwargs: Any) -> str:
     names = [sanitizer.def_name(fn) for fn in functions]
     variant = "fused" if "make_fused_kernel" in names else "partial" if "make_diagonals_kernel" in names else "unfused"
     slices = int(args[0]) if args else int(kwargs.get("slices", 7))
     m, n, k = (kwargs.get("shapes") or GEMM_SHAPES)[-1]
+    if small:  # one output tile of 128 x 128, every K stage and every slice
+        m, n = 128, 128
+    block = kwargs.get("block")
+    cfg = f"OzakiConfig(**{dict(block)!r})" if block else "None"
     return f"""
         import cupy as cp
         from utilities import inputs
-        from utilities.ozaki.tensorcore import Kernels, OzakiGemm
+        from utilities.ozaki.tensorcore import Kernels, OzakiConfig, OzakiGemm
         a, b = cp.asarray(inputs.normal({m}, {k}, 1)), cp.asarray(inputs.normal({k}, {n}, 2))
-        plan = OzakiGemm({m}, {n}, {k}, slices={slices}, variant="{variant}",
+        plan = OzakiGemm({m}, {n}, {k}, slices={slices}, variant="{variant}", cfg={cfg},
                          kernels=Kernels({sanitizer.kernels_arguments(functions)}))
         plan(a, b, cp.ones(({m}, {n})), -1.5, 0.75)
         cp.cuda.runtime.deviceSynchronize()
@@ -235,8 +249,9 @@ def _fp_digits(
     carry: str = "cascade",
 ) -> list[int]:
     """3a's digits, digit by digit in FP64, with one step swappable for a usual mistake (for a hint that names it):
-    ``carry`` is "cascade" (the lowest digit first), "upward" (the top first: a carry does not cascade), "wrap", or
-    "positive only" (digits below -128 kept)."""
+    ``carry`` is "cascade" (the lowest digit first), "upward" (the top first: a carry does not cascade), "wrap",
+    "positive only" (digits below -128 kept), "no carry up" or "no carry down" (the digit wrapped, the digit above it
+    not changed)."""
     t = math.ldexp(x, 7 - e)
     digits = []
     for _ in range(slices - 1):
@@ -249,9 +264,9 @@ def _fp_digits(
     order = range(1, slices) if carry == "upward" else range(slices - 1, 0, -1)
     for s in order:
         if digits[s] > 127:
-            digits[s], digits[s - 1] = digits[s] - 256, digits[s - 1] + 1
+            digits[s], digits[s - 1] = digits[s] - 256, digits[s - 1] + (carry != "no carry up")
         elif digits[s] < -128 and carry != "positive only":
-            digits[s], digits[s - 1] = digits[s] + 256, digits[s - 1] - 1
+            digits[s], digits[s - 1] = digits[s] + 256, digits[s - 1] - (carry != "no carry down")
     return digits
 
 
@@ -265,6 +280,20 @@ DIGIT_MISTAKES: dict[str, dict[str, Any]] = {
     "the last digit is rounded (to nearest, half to even), not truncated": {"last": math.trunc},
     "int(t + 0.5) rounds toward zero after the shift, so a negative last digit comes out one too high: round(t) "
     "rounds to nearest for either sign": {"last": lambda t: int(t + 0.5)},
+    "the last digit rounds half down (ceil(t - 1/2)): a tie must round to even (Python's round)": {
+        "last": lambda t: math.ceil(t - 0.5)
+    },
+    "the last digit rounds half toward zero: a tie must round to even (Python's round), for either sign": {
+        "last": lambda t: int(math.copysign(math.ceil(abs(t) - 0.5), t))
+    },
+    "a negative tie of the last digit rounds away from zero, a positive one to even: a tie rounds to even for either "
+    "sign (round(t) as it is, not round(-t) or a floor on the negative side)": {
+        "last": lambda t: round(t) if t >= 0 else math.ceil(t - 0.5)
+    },
+    "a negative tie of the last digit rounds toward zero, a positive one to even: a tie rounds to even for either "
+    "sign (round(t) as it is, not round(-t) or a floor on the negative side)": {
+        "last": lambda t: round(t) if t >= 0 else math.floor(t + 0.5)
+    },
     "peel the digits off toward zero (math.trunc): floor is not exact for negative x": {"extract": math.floor},
     "carries must cascade: go from the last digit to the first, so that a digit pushed to 128 or -129 by the carry "
     "from below carries on": {"carry": "upward"},
@@ -272,6 +301,10 @@ DIGIT_MISTAKES: dict[str, dict[str, Any]] = {
     "below -128 takes 1": {"carry": "wrap"},
     "carry both ways: a digit below -128 (a negative x's truncated digits reach -255) adds 256 to itself and takes "
     "1 from the next more significant digit": {"carry": "positive only"},
+    "a digit above 127 lost 256 without giving 1 to the next more significant digit: the carry moves the 256 one "
+    "digit up, it does not drop it": {"carry": "no carry up"},
+    "a digit below -128 gained 256 without taking 1 from the next more significant digit: the carry moves the 256 one "
+    "digit up, it does not make it": {"carry": "no carry down"},
 }
 
 
@@ -321,30 +354,22 @@ def _digits_diagnosis(
     return "; or: ".join(hint for hint, _ in found)  # one entry may fit two mistakes: name both
 
 
-def _digits_hint(row: str, slices: int) -> str:
-    """What goes wrong at the corner a wrong digit sits on."""
-    if "2^1024" in row or "DBL_MAX" in row or "subnormal" in row or "smallest normal" in row:
-        return (
-            "this row sits at an end of the FP64 range: a power of two such as 2.0 ** (7 - e), 2.0 ** e or "
-            "2 ** (8 * S) overflows or underflows there; math.ldexp(x, 7 - e) scales in one exact step"
-        )
-    if "ties" in row:
-        return "the last digit rounds half to even (Python's round, np.rint), not half up or toward zero"
-    if "far below" in row:
-        return (
-            "an x far below its row maximum has zero digits, but its last digit may still round to +-1 (from "
-            "half a unit up): no shortcut that returns zeros for small |x|"
-        )
-    if "cascade" in row or "limits" in row or "255" in row:
-        return (
-            "carry from the last digit to the first: a digit above 127 gives 1 to the next more significant "
-            "digit, one below -128 takes 1, and a digit pushed to 128 or -129 by that carry carries on"
-        )
-    if slices > 8:
-        return "beyond 8 slices N does not fit an int64: the given code splits it; use its high part"
+def range_end_shift(e: int, slices: int) -> bool:
+    """Whether a power of two that scales a row of shift ``e`` into its digits leaves the doubles: 2^(7 - e) (3a),
+    2^(8S - 1 - e) (3b), their inverses, or 2^e itself, with an exponent above 1023 (Inf) or below -1074 (0)."""
+    return any(n > 1023 or n < -1074 for n in (7 - e, e - 7, e, -e, 8 * slices - 1 - e, e - 8 * slices + 1))
+
+
+def _range_hint(shifts: Sequence[int], slices: int, passed_elsewhere: bool) -> str:
+    """The hint of a power of two that overflows or underflows, tested: every wrong digit lies in a row whose
+    scaling needs such a power (:func:`range_end_shift`), and the rows that need none came out right."""
+    if not shifts or not passed_elsewhere or not all(range_end_shift(int(e), slices) for e in shifts):
+        return ""
+    ends = plain(sorted({int(e) for e in shifts}))
     return (
-        "t = ldexp(x, 7 - e); peel off integer parts toward zero, scale the rest by 256; round the last; then "
-        "carry from the last digit to the first so that every digit lies in [-128, 127]"
+        f"every wrong digit lies in a row at an end of the FP64 range (shift {ends}), "
+        "where a power of two such as 2.0 ** (7 - e), 2.0 ** e or 2.0 ** (8 S - 1 - e) overflows to Inf or "
+        "underflows to 0, and the other rows are right: math.ldexp(x, n) scales in one exact step"
     )
 
 
@@ -451,7 +476,7 @@ def check_slice_number(fn: Callable[[float, int, int], Sequence[int]], *, seed: 
                 "count",
             )
         if not np.array_equal(got, want):
-            hint = _digits_diagnosis([(got, x, e)], slices, probe=fn) or _digits_hint(row, slices)
+            hint = _digits_diagnosis([(got, x, e)], slices, probe=fn) or _range_hint([e], slices, True)
             compare("digits of one number", got, want, names=("digit",), case=label, hint=hint)
     return passed(name, len(cases), seed, DOMAIN_DIGITS)
 
@@ -542,16 +567,19 @@ def check_slicing(
                 i, j = (int(v) for v in wrong[0])
                 row_name = labels[i] if labels is not None else ""
                 hint = _digits_diagnosis([(got_slices[:, r, c], a[r, c], want_e[r]) for r, c in wrong], s)
-                if not hint and s > 8 and s != counts[0]:
+                if not hint and s > 8 and s != counts[0] and all(c <= 8 for c in counts[: counts.index(s)]):
                     hint = (
-                        f"every count below {s} passed: beyond 8 slices N does not fit an int64; the given "
-                        "high_part writes the 4 lowest digits and returns the part above them, whose HIGH digits "
-                        "remain"
+                        f"every count up to 8 passed and {s} fails: beyond 8 slices N does not fit an int64; the "
+                        "given high_part writes the 4 lowest digits and returns the part above them, whose HIGH "
+                        "digits remain"
                     )
-                hint = hint or _digits_hint(row_name, s)
+                wrong_rows = (got_slices != want_slices).any(axis=(0, 2))
+                ends = np.array([range_end_shift(int(e), s) for e in want_e])
+                shifts = [int(e) for e in want_e[wrong_rows]]
+                hint = hint or _range_hint(shifts, s, not wrong_rows[~ends].any())
                 label += f" (x = {float(a[i, j])!r} at row {i}" + (f": {row_name})" if row_name else ")")
                 compare("slices", got_slices, want_slices, names=SLICE_NAMES, case=label, hint=hint)
-            compare("slices", got_slices, want_slices, names=SLICE_NAMES, case=label, hint=_digits_hint("", s))
+            compare("slices", got_slices, want_slices, names=SLICE_NAMES, case=label)
             count += 1
     return passed(name, count, seed, DOMAIN_SLICING + f"; slice counts {plain(counts)}")
 
@@ -619,7 +647,15 @@ def _epilogue_variant(
     """The epilogue with one of the usual mistakes (for a hint that names it)."""
     S = len(offsets) - 1
     order = range(S) if mistake == "largest weight first" else range(S - 1, -1, -1)
+    if mistake == "last diagonal dropped":
+        order = range(S - 2, -1, -1)
+    weight = 8 if mistake == "weights 2^(8d)" else -8
     acc = np.zeros(terms.shape[1:])
+    if mistake == "each term at its weight":  # one FP64 rounding per term, not per diagonal
+        for d in order:
+            for t in range(offsets[d], offsets[d + 1]):
+                acc = acc + terms[t].astype(np.float64) * 2.0 ** (-8 * d)
+        order = range(0)
     for d in order:
         if mistake == "accumulated in float32":
             diagonal = terms[offsets[d] : offsets[d + 1]].sum(axis=0, dtype=np.int64).astype(np.float64)
@@ -638,9 +674,14 @@ def _epilogue_variant(
                 diagonal = ((exact + 2**31) % 2**32 - 2**31).astype(np.float64)  # what an int32 accumulator keeps
             else:
                 diagonal = chosen.sum(axis=0, dtype=np.int64).astype(np.float64)
-        acc = acc + diagonal * 2.0 ** (-8 * d)
+        acc = acc + diagonal * 2.0 ** (weight * d)
     with np.errstate(over="ignore", invalid="ignore"):
-        shift = e.astype(np.int64)[:, None] + f.astype(np.int64)[None, :] - 14
+        shift = (
+            e.astype(np.int64)[:, None]
+            + f.astype(np.int64)[None, :]
+            - 14
+            + {"shift 13": 1, "shift 15": -1}.get(mistake, 0)
+        )
         out = alpha * np.ldexp(acc, shift)
         if beta != 0:
             out = out + beta * c
@@ -661,6 +702,14 @@ EPILOGUE_MISTAKES = {
     "one term per diagonal": "terms[d] was taken as diagonal d: in the unfused layout diagonal d has d + 1 terms, "
     "terms offsets[d] .. offsets[d + 1] - 1; add them all",
     "first term only": "only the first term of each diagonal was added: loop t from offsets[d] to offsets[d + 1] - 1",
+    "each term at its weight": "each term was added into acc at its weight, one FP64 rounding a term: add each "
+    "diagonal's terms first, the exact sum of its terms, then the diagonal at its weight",
+    "last diagonal dropped": "diagonal S - 1 (the smallest weight) was left out: add all S = len(offsets) - 1 "
+    "diagonals, not a fixed count",
+    "weights 2^(8d)": "diagonal d was weighted by 2^(8d): its weight is 2^(-8d) (the digits of A and B each weigh "
+    "2^(-8s) and 2^(-8t))",
+    "shift 13": "C is twice the right one: the scale is 2^(e_i + f_j - 14), not 2^(e_i + f_j - 13)",
+    "shift 15": "C is half the right one: the scale is 2^(e_i + f_j - 14), not 2^(e_i + f_j - 15)",
 }
 
 
@@ -681,11 +730,7 @@ def _epilogue_hint(
             same = (np.abs(got - candidate) <= bound) | (np.isnan(got) & np.isnan(candidate)) | (got == candidate)
         if same.all():
             return hint
-    return (
-        f"add the {len(offsets) - 1} diagonals from d = S-1 down to 0 (S = len(offsets) - 1, not a fixed "
-        "count), each the exact sum of its terms converted to FP64, times 2^(-8d); then alpha * ldexp(acc, "
-        "e_i + f_j - 14) and beta * C only when beta != 0; NaN where a shift is the non-finite sentinel"
-    )
+    return ""
 
 
 def _epilogue_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
@@ -699,7 +744,9 @@ def _epilogue_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray, np.nda
         terms = rng.integers(-(2**24), 2**24, (int(offsets[-1]), m, n)).astype(np.int32)
         e, f = rng.integers(-40, 41, m).astype(np.int32), rng.integers(-40, 41, n).astype(np.int32)
         e[int(rng.integers(m))], f[int(rng.integers(n))] = NONFINITE_SHIFT, NONFINITE_SHIFT
-        cases.append((f"random terms, {s} slices, {layout} layout", terms, offsets, e, f))
+        terms[:, 1, :] = 0  # row 1: every sum exactly zero (C = beta C there)
+        terms[offsets[s - 1] :, 2, :] = 0  # row 2: the last diagonal zero, the others not
+        cases.append((f"random terms (sums exactly zero in row 1), {s} slices, {layout} layout", terms, offsets, e, f))
     k, s = 48, 7
     for case, a, b in (
         *_range_pairs(m, k, n, seed),
@@ -754,7 +801,8 @@ def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckR
     """
     name, seed = "FP64 epilogue", fresh_seed(seed)
     rng = np.random.default_rng(seed)
-    scalars = [(1.0, 0.0), (-1.5, 0.75), (0.5, 0.0), (3.0, -1.0), (-0.75, 1.25)]  # |alpha| above 1 and below
+    # |alpha| above 1 and below, and 0; beta 0 and not in every combination (the NaN and Inf pairs meet alpha = 0)
+    scalars = [(1.0, 0.0), (-1.5, 0.75), (0.5, 0.0), (3.0, -1.0), (-0.75, 1.25), (0.0, 1.25), (0.0, 0.0)]
     count = 0
     cases = _epilogue_cases(seed)
     cases.append(("C cancels alpha times the sum to 2^-30 of it, " + cases[6][0], *cases[6][1:]))
@@ -777,12 +825,15 @@ def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckR
             c_read_when_beta_is_zero(name, got, want, rerun, names=("row", "col"), case=label)
         with np.errstate(invalid="ignore", over="ignore"):
             x = epilogue_reference(terms, offsets, e, f, 1.0, 0.0, c)  # what alpha multiplies
+        want = quick_return(got, want, alpha, beta, c)
         bound = epilogue_bound(x, c, alpha, beta, want)
         hint = ""
         if got.shape == want.shape and got.dtype == want.dtype:
-            ok = np.abs(got - want) <= bound
+            with np.errstate(invalid="ignore"):
+                ok = np.abs(got - want) <= bound
             if not (ok | (got == want) | (np.isnan(got) & np.isnan(want))).all():
-                hint = _epilogue_hint(got, terms, offsets, e, f, alpha, beta, c, bound)
+                hint = alpha_zero_hint(got, want, alpha, beta)
+                hint = hint or _epilogue_hint(got, terms, offsets, e, f, alpha, beta, c, bound)
         compare(name, got, want, bound=bound, names=("row", "col"), case=label, hint=hint)
         count += 1
     return passed(name, count, seed, DOMAIN_EPILOGUE)
@@ -796,13 +847,14 @@ def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckR
 _STAGE_ORDER = ["a_slices", "b_slices", "products", "diagonals"]
 
 
-@checker("Ozaki-I GEMM", needs=GEMM_NEEDS, driver=_gemm_driver)
+@checker("Ozaki-I GEMM", needs=GEMM_NEEDS, driver=_gemm_driver, shared=True)
 def check_ozaki_gemm(
     run: Callable[..., Any],
     slices: int = 7,
     *,
     shapes: Sequence[tuple[int, int, int]] = GEMM_SHAPES,
     stages: Callable[[], dict[str, Any]] | None = None,
+    block: dict[str, int] | None = None,
     seed: int | None = None,
     adversarial: bool = True,
 ) -> CheckResult:
@@ -811,7 +863,8 @@ def check_ozaki_gemm(
     Stage names understood: ``e``, ``f``, ``a_slices``, ``b_slices``, ``diagonals`` or ``products``. They are
     compared first, so that a wrong slice is reported as a wrong slice rather than as a wrong C. With beta = 0
     the C handed to ``run`` is all NaN: it must not be read. Domain: :data:`DOMAIN_GEMM` (the count is the plan's:
-    a notebook checks several plans).
+    a notebook checks several plans). ``block``: the plan's OzakiConfig fields when not its default (the contract's
+    other: :data:`OTHER_TILE`), for the messages and the race run.
     """
     name, seed = "Ozaki-I GEMM", fresh_seed(seed)
     rng = np.random.default_rng(seed)
@@ -841,35 +894,73 @@ def check_ozaki_gemm(
                     return not_yet(name, "C is all zero or was not written")
             if kept:
                 _compare_stages(kept, ref, label)
-            compare(
-                "C",
-                got,
-                want,
-                bound=epilogue_bound(x, c, alpha, beta, want),
-                names=("row", "col"),
-                case=label,
-                hint=_gemm_hint(got, want),
-            )
+            want = quick_return(got, want, alpha, beta, c)
+            bound = epilogue_bound(x, c, alpha, beta, want)
+
+            def recount(other: int, a=a, b=b, c=c, alpha=alpha, beta=beta) -> np.ndarray:
+                st = _reference.ozaki_stages(a, b, other)
+                return reconstruct(st.diagonals, st.e, st.f, alpha, beta, c)
+
+            hint = _gemm_hint(got, want, bound, alpha, beta, kept, recount, slices)
+            compare("C", got, want, bound=bound, names=("row", "col"), case=label, hint=hint)
             count += 1
-    return passed(name, count, seed, DOMAIN_GEMM + f"; {slices} slices; shapes {plain(list(shapes))}")
+    tile = "" if not block else "; block " + ", ".join(f"{key} {value}" for key, value in block.items())
+    return passed(name, count, seed, DOMAIN_GEMM + f"; {slices} slices; shapes {plain(list(shapes))}{tile}")
 
 
-def _gemm_hint(got: np.ndarray, want: np.ndarray) -> str:
-    """The epilogue's hint, and where the wrong entries lie when they fill whole tiles (a wrong tile index)."""
-    hint = (
-        "the stages before C agree with the reference: look at the epilogue (weights, shifts, alpha/beta; C "
-        "unread when beta = 0; NaN where a shift is the non-finite sentinel)"
-    )
-    if got.shape != want.shape or got.shape[0] <= 128 or got.shape[1] <= 128:
-        return hint
-    nan = np.isnan(got) & ~np.isnan(want)
-    if nan.any() and not nan.all():
-        rows, cols = np.flatnonzero(nan.any(axis=1)), np.flatnonzero(nan.any(axis=0))
-        hint += (
-            f"; entries of rows {rows[0]}..{rows[-1]} and columns {cols[0]}..{cols[-1]} were never written: "
-            "does each block write the tile (bx, by) it computed, with bx along the rows?"
-        )
-    return hint
+def _gemm_hint(
+    got: np.ndarray,
+    want: np.ndarray,
+    bound: np.ndarray,
+    alpha: float,
+    beta: float,
+    kept: dict[str, Any],
+    recount: Callable[[int], np.ndarray] | None = None,
+    slices: int = 0,
+) -> str:
+    """What a wrong C is, where the checker tested it: an alpha = 0 shortcut, or C of one slice more or fewer
+    (``recount(s)``), recomputed; the stages before C, when the plan kept them, compared right (so C's own step is
+    wrong); whole tiles still holding the poison. "" else."""
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        return ""
+    with np.errstate(invalid="ignore"):
+        wrong = ~((np.abs(got - want) <= bound) | (got == want) | (np.isnan(got) & np.isnan(want)))
+    if not wrong.any():
+        return ""
+    hints = [alpha_zero_hint(got, want, alpha, beta)]
+    for other in (slices - 1, slices + 1) if recount is not None and not hints[0] else ():
+        if _slicing.MIN_SLICES <= other <= _slicing.MAX_SLICES:
+            value = recount(other)
+            with np.errstate(invalid="ignore"):
+                same = (np.abs(got - value) <= bound) | (got == value) | (np.isnan(got) & np.isnan(value))
+            if same.all():
+                hints.append(f"C is what {other} slices give: this plan's count is {slices}; take it from the plan")
+                break
+    if not any(hints) and any(stage in kept for stage in ("products", "diagonals")):
+        hints.append("every stage the plan kept came out right (compared before C): the step from them to C is wrong")
+    poison = np.isnan(got) & ~np.isnan(want)
+    tiles = [t for t in _tiles_where(poison, 128) if poison[t[0] : t[0] + 128, t[1] : t[1] + 128].all()]
+    if tiles and (poison == _tile_mask(poison.shape, tiles, 128)).all():
+        hints.append(f"the tiles of C at rows and columns {plain(tiles[:6])} still hold the poison: never written")
+    return "; ".join(h for h in hints if h)
+
+
+def _tiles_where(mask: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """The (first row, first column) of every size x size tile of ``mask`` that holds a True."""
+    return [
+        (i, j)
+        for i in range(0, mask.shape[0], size)
+        for j in range(0, mask.shape[1], size)
+        if mask[i : i + size, j : j + size].any()
+    ]
+
+
+def _tile_mask(shape: tuple[int, ...], tiles: list[tuple[int, int]], size: int) -> np.ndarray:
+    out = np.zeros(shape, bool)
+    for i, j in tiles:
+        out[i : i + size, j : j + size] = True
+    return out
 
 
 def _compare_stages(kept: dict[str, Any], ref: _reference.OzakiStages, case: str) -> None:

@@ -33,13 +33,27 @@ raw products weighted instead of their digits by a second run).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import inputs, sanitizer
-from ..checker import CheckFailure, CheckResult, checker, compare, fresh_seed, not_yet, output, passed, untouched
+from ..checker import (
+    ALPHA_ZERO,
+    CheckFailure,
+    CheckResult,
+    alpha_zero_hint,
+    checker,
+    compare,
+    fresh_seed,
+    not_yet,
+    output,
+    passed,
+    quick_return,
+    untouched,
+)
 from ..rounding import epilogue_bound
 from . import reference as ref
 
@@ -61,15 +75,60 @@ def _integers(rng: np.random.Generator, p: int, size: int = 4000, bits: int = 62
     return np.concatenate([x, multiples, multiples + 1, multiples - 1, multiples + hi, multiples + lo, specials])
 
 
-def _rounded_by_fp64(x: np.ndarray, got: np.ndarray, want: np.ndarray) -> bool:
-    """Whether the wrong residues are those of an FP64 computation that rounds ``x - c`` once |x| passes 2^53."""
+def residue_mistakes(x: np.ndarray, p: int) -> dict[str, np.ndarray]:
+    """The residues of x modulo p as each usual mistake computes them, by the hint that names it (each tested
+    against the attendee's residues, :func:`_residue_hint`). Computed with Python ints where a mistake is exact, and
+    in FP64 where its mistake is FP64's rounding."""
+    lo, hi = ref.residue_range(p)
+    x = np.asarray(x, np.float64)
+    ints = np.array([int(v) for v in x.ravel()], object).reshape(x.shape)
+    exact = np.vectorize(lambda v, top: float((int(v) - (top - p + 1)) % p + (top - p + 1)), otypes=[np.float64])
+    with np.errstate(invalid="ignore", over="ignore"):
+        fp64 = (x - lo) % p + lo
+        by_division = x - p * np.round(x / p)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        narrow = x.astype(np.int32).astype(np.int64)  # as NumPy casts what int32 cannot hold
+    fmod = np.fmod(x.astype(np.int64), p)
+    return {
+        f"every wrong residue is the one an FP64 operation on x gives: (x - {lo}) % p or x % p on the float array "
+        f"rounds x - {lo} once |x| passes 2^53, where a double holds only every other integer; take the remainder "
+        "of x.astype(np.int64), which is exact": fp64,
+        "every wrong residue is x - p round(x / p) in FP64: x / p rounds once |x| passes 2^53; take the remainder "
+        "of x.astype(np.int64), which is exact": np.where(by_division > hi, by_division - p, by_division),
+        f"the residues lie in [0, {p - 1}]: the remainder as np.mod gives it; subtract p where it passes {hi}": (
+            np.array(np.vectorize(lambda v: float(int(v) % p), otypes=[np.float64])(ints)).reshape(x.shape)
+        ),
+        f"the residues lie in [{lo - 1}, {hi - 1}]: the top of the range moved down (r >= {hi} sends {hi} to "
+        f"{hi - p}); subtract p only where r passes {hi}": exact(x, hi - 1),
+        f"the residues lie in [{lo + 1}, {hi + 1}]: the range is [{lo}, {hi}] (reference.residue_range(p)), so for "
+        f"p = 256 the residue 128 is -128; subtract p where r passes {hi}": exact(x, hi + 1),
+        "np.fmod keeps the sign of x: a negative x's residue lies in (-p, 0], and the shift into the range misses "
+        "those below lo; np.mod gives a residue in [0, p) for either sign": np.where(fmod > hi, fmod - p, fmod),
+        "x went through an int32 array, which cannot hold integers past 2^31 (NumPy's cast gives -2^31 for them); "
+        "use int64 (exact below 2^63)": np.where(np.mod(narrow, p) > hi, np.mod(narrow, p) - p, np.mod(narrow, p)),
+    }
+
+
+def _residue_hint(x: np.ndarray, got: np.ndarray, want: np.ndarray, p: int) -> str:
+    """The hint of the usual mistake whose residues equal the attendee's on every entry of ``x``; else, tested on
+    the wrong entries, the right class modulo p outside the range; else ""."""
+    for hint, value in residue_mistakes(x, p).items():
+        if value.shape == got.shape and np.array_equal(value, got) and not np.array_equal(value, want):
+            return hint
     wrong = got != want
-    return bool(wrong.any()) and bool((np.abs(x[wrong]) > 2.0**53 - 512).all())
+    lo, hi = ref.residue_range(p)
+    if np.all(np.mod(got[wrong] - want[wrong], p) == 0):
+        return (
+            f"every wrong residue is in the right class modulo {p}, the wrong representative: bring each into "
+            f"[{lo}, {hi}]"
+        )
+    return ""
 
 
 CONTRACT_RESIDUE = (
-    "x: a float64 array of any shape holding integers, |x| < 2^62; p: one of reference.MODULI; returns x's shape, "
-    "each residue in reference.residue_range(p) (float64, or an integer dtype)"
+    "x: a float64 array of any shape (0-d too) holding integers, |x| < 2^62; p: one of reference.MODULI; returns "
+    "x's shape, each residue in reference.residue_range(p) (float64, or an integer dtype)"
 )
 
 
@@ -79,7 +138,7 @@ def _on_shape(fn: Callable[..., Any], layout: str, stage: str, contract: str, *a
     try:
         return fn(*args)
     except Exception as error:
-        if layout in ("1-D", "2-D trailing", ""):
+        if layout in ("1-D", "2-D trailing", "") or not layout[0].isdigit():  # the first shape, or not a shape
             raise
         raise CheckFailure(
             stage,
@@ -89,9 +148,20 @@ def _on_shape(fn: Callable[..., Any], layout: str, stage: str, contract: str, *a
         ) from error
 
 
-def _shapes(x: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """``x`` as the contract allows it: 1-D, and its first entries as 2-D and 3-D arrays."""
-    return [("1-D", x), ("2-D", x[:4000].reshape(40, 100)), ("3-D", x[-24:].reshape(2, 3, 4))]
+def _shapes(x: np.ndarray, p: int) -> list[tuple[str, np.ndarray]]:
+    """``x`` as the contract allows it: 1-D, its first entries as 2-D and 3-D arrays, one entry as a 0-d array, and
+    arrays of small integers only, where a fast path for small values would run: |x| < p (every one, both signs),
+    and |x| < 2^31 (what an int32 holds)."""
+    below_p = np.arange(-(p - 1), p, dtype=np.float64)
+    below_2_31 = np.concatenate([x[np.abs(x) < 2.0**31], [2.0**31 - 1, -(2.0**31), float(p), -float(p)]])
+    return [
+        ("1-D", x),
+        ("2-D", x[:4000].reshape(40, 100)),
+        ("3-D", x[-24:].reshape(2, 3, 4)),
+        ("0-d", np.array(x[-3])),
+        ("small integers only, |x| < p", below_p[::-1]),
+        ("integers below 2^31 only", below_2_31),
+    ]
 
 
 @checker("symmetric residue")
@@ -103,28 +173,16 @@ def check_residue(fn: Callable[[np.ndarray, int], Any], *, seed: int | None = No
     runs = []
     for p in ref.MODULI:
         whole = _integers(rng, p)
-        for layout, x in _shapes(whole):
+        for layout, x in _shapes(whole, p):
             got = output(_on_shape(fn, layout, "residues", CONTRACT_RESIDUE, x.copy(), p), "residues", f"p = {p}")
             runs.append((p, x, got, ref.residue(x, p), layout))
     if all(untouched(got) for _, _, got, _, _ in runs):
         return not_yet(name, "every residue is zero")
     for p, x, got, want, layout in runs:
-        lo, hi = ref.residue_range(p)
         if got.shape != want.shape:
             compare("residues", got, want, case=f"p = {p}, {layout} x", hint=f"the contract: {CONTRACT_RESIDUE}")
         got = got.astype(np.float64) if got.dtype.kind in "iu" else got
-        hint = (
-            f"x mod p, then into [{lo}, {hi}]: np.mod of an int64 array (x.astype(np.int64): exact below 2^63) "
-            f"is in [0, {p - 1}]; subtract p where it passes {hi}"
-        )
-        if got.shape == want.shape and _rounded_by_fp64(x, got, want):
-            hint = (
-                f"every wrong residue is of an x beyond 2^53, where a double holds only every other integer: an "
-                f"FP64 operation on x (x - {lo}, x % p on the float array) rounds before the remainder is taken. "
-                f"Convert to int64 first, x.astype(np.int64), and take the remainder there"
-            )
-        elif got.shape == want.shape and np.all(np.mod(got - want, p) == 0):
-            hint = f"the right class modulo {p}, the wrong representative: bring each residue into [{lo}, {hi}]"
+        hint = _residue_hint(x, got, want, p) if got.shape == want.shape and not np.array_equal(got, want) else ""
         names = ("entry",) if got.ndim == 1 else None
         compare("residues", got, want, names=names, case=f"p = {p}, {layout} x", hint=hint)
     return passed(name, len(runs), seed, CONTRACT_RESIDUE)
@@ -188,9 +246,72 @@ def c_bound(st: ref.Ozaki2Stages, alpha: float, beta: float, c: np.ndarray | Non
         return epilogue_bound(x, c, alpha, beta, want, spread)
 
 
+def _within(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> bool:
+    with np.errstate(invalid="ignore"):
+        return bool(np.all((np.abs(np.asarray(got, np.float64) - want) <= bound) | (got == want)))
+
+
+def crt_mistakes(digits: np.ndarray, count: int) -> dict[str, np.ndarray]:
+    """The integers each usual mistake of the CRT reconstruction gives from ``digits``, by the hint that names it
+    (each tested against the attendee's integers, :func:`_crt_hint`)."""
+    c = ref.crt(count)
+    u = digits.astype(np.float64)
+    shape = digits.shape[1:]
+
+    def sums(s2_dtype: type = np.float64, s3_dtype: type = np.float64, u32: bool = False) -> tuple[np.ndarray, ...]:
+        s1, s2, s3 = np.zeros(shape), np.zeros(shape, s2_dtype), np.zeros(shape, s3_dtype)
+        for t in range(count):
+            if u32:  # float32 digits: each product rounds to float32
+                ut = digits[t].astype(np.float32)
+                terms = [(ut * np.float32(w[t])).astype(np.float64) for w in (c.c1, c.c2, c.c3)]
+            else:
+                terms = [u[t] * w[t] for w in (c.c1, c.c2, c.c3)]
+            s1 = s1 + terms[0]
+            s2 = (s2 + terms[1]).astype(s2_dtype)
+            s3 = (s3 + terms[2]).astype(s3_dtype)
+        return s1, s2.astype(np.float64), s3.astype(np.float64)
+
+    P = c.product_float
+    s1, s2, s3 = sums()
+    q = np.floor(s1 + 0.5)
+    out = {
+        "the third sum (u_t times the low part of 1/p_t) is left out: where X is far below P it is all that keeps "
+        "the low-order bits; X = ((s1 - q) + s2 + s3) P": ((s1 - q) + s2) * P,
+        "the third sum is kept in float32, which holds 24 bits: P magnifies what it loses; keep s1, s2 and s3 in "
+        "float64": ((s1 - q) + s2 + sums(s3_dtype=np.float32)[2]) * P,
+        "the second sum is kept in float32, which holds 24 bits: keep s1, s2 and s3 in float64": (
+            (s1 - q) + sums(s2_dtype=np.float32)[1] + s3
+        )
+        * P,
+        "the digits were taken as float32: each product u c1, u c2, u c3 rounds to 24 bits; take them as float64": (
+            lambda a, b, d: ((a - np.floor(a + 0.5)) + b + d) * P
+        )(*sums(u32=True)),
+        "the fraction is taken in [0, 1) (q = floor(s1)): a negative integer comes back as X + P; q = floor(s1 + 1/2) "
+        "takes it in [-1/2, 1/2)": ((s1 - np.floor(s1)) + s2 + s3) * P,
+        "q is subtracted after multiplying by P: (s1 + s2 + s3) P - q P cancels the integer part in FP64, losing X; "
+        "subtract q from s1 first (exact)": (s1 + s2 + s3) * P - q * P,
+        "1/p_t was taken in one double (C1 + C2 + C3): u / p_t rounds there, and P magnifies it; keep the three "
+        "sums apart": (lambda one: (one - np.floor(one + 0.5)) * P)(
+            sum(u[t] * (c.c1[t] + c.c2[t] + c.c3[t]) for t in range(count))
+        ),
+    }
+    return out
+
+
+def _crt_hint(got: np.ndarray, digits: np.ndarray, count: int, want: np.ndarray, bound: np.ndarray) -> str:
+    """The hint of the usual mistake whose integers lie within the bound of the attendee's everywhere (and not of
+    the right ones), else ""."""
+    for hint, value in crt_mistakes(digits, count).items():
+        slack = bound + 4 * U * np.abs(value)  # the bound is the right integers'; an order of the sums may differ
+        if _within(got, value, slack) and not _within(value, want, bound):
+            return hint
+    return ""
+
+
 CONTRACT_CRT = (
-    "digits: uint8 (count, ...), any trailing shape, digit t in [0, p_t); count: 2..20; returns float64 of "
-    "digits.shape[1:], the integers X with |X| <= 2^t (reference.crt(count).t)"
+    "digits: uint8 (count, ...), any trailing shape (none too: one integer), digit t in [0, p_t); count: 2..20; "
+    "returns float64 of digits.shape[1:], the integers X with |X| <= 2^t (reference.crt(count).t), each within "
+    "4u |X| + P 2^-100 (so that |X| far below P keeps its low-order sums: an FP32 accumulator fails)"
 )
 
 
@@ -209,24 +330,23 @@ def check_crt(
     for count in counts:
         bounded = list(_bounded_products(count, rng))
         near = bounded[-1][1]
-        bounded += [("near the limit, 1-D", near.reshape(-1)), ("near the limit, 3-D", near.reshape(2, 3, 9))]
+        bounded += [
+            ("near the limit, 1-D", near.reshape(-1)),
+            ("near the limit, 3-D", near.reshape(2, 3, 9)),
+            ("near the limit, 0-d", np.array(near.reshape(-1)[0], object)),
+        ]
         for case, x in bounded:
             want = np.array([float(v) for v in x.ravel()]).reshape(x.shape)
             layout = f"{x.ndim}-D trailing"
             got = output(_on_shape(fn, layout, "integers", CONTRACT_CRT, digits_of(x, count), count), "integers", case)
             if cases == 0 and untouched(got):
                 return not_yet(name, "every integer is zero")
-            compare(
-                "integers",
-                got,
-                want,
-                bound=reconstruction_bound(want, count),
-                names=("row", "col") if want.ndim == 2 else None,
-                case=f"{case}, {count} moduli",
-                hint="three sums of u_t c1_t, u_t c2_t, u_t c3_t, t = 0, 1, ...; q = floor(s1 + 1/2); "
-                "X = ((s1 - q) + s2 + s3) P: the fractional part of sum u_t / p_t, times P"
-                + ("" if got.shape == want.shape else f"; the contract: {CONTRACT_CRT}"),
-            )
+            bound = reconstruction_bound(want, count)
+            hint = "" if got.shape == want.shape else f"the contract: {CONTRACT_CRT}"
+            if got.shape == want.shape and not _within(got, want, bound):
+                hint = _crt_hint(got, digits_of(x, count), count, want, bound)
+            names = ("row", "col") if want.ndim == 2 else None
+            compare("integers", got, want, bound=bound, names=names, case=f"{case}, {count} moduli", hint=hint)
             cases += 1
     return passed(name, cases, seed, CONTRACT_CRT)
 
@@ -463,27 +583,54 @@ def _products(count: int, rng: np.random.Generator, shape: tuple[int, int] = (5,
     return x.astype(np.int32)
 
 
+def digit_mistakes(products: np.ndarray, count: int) -> dict[str, np.ndarray]:
+    """The digits (as the bytes a kernel stores) each usual mistake gives for the int32 ``products``, by the hint
+    that names it (each tested against the attendee's digits, :func:`_digits_hint`)."""
+    c = ref.crt(count)
+    v = products.astype(np.int64)
+    moduli = np.array(c.moduli, np.int64).reshape(-1, *([1] * (v.ndim - 1)))
+    inverses = np.array(c.inverses, np.int64).reshape(moduli.shape)
+    want = ref.reduce_products(products, count).astype(np.int64)
+    centered = np.where(want > moduli // 2, want - moduli, want)  # u before "+ p where u < 0", rounded to nearest
+    centered_up = np.where(want >= (moduli + 1) // 2, want - moduli, want)  # the tie of p = 256 the other way
+    return {
+        "these are the residues of the products: the digit also multiplies by Y[t] (mod p)": np.mod(v, moduli),
+        "each wrong digit is 256 + u for a negative u: a negative u reached the byte, where it wrapped around; "
+        "digits lie in [0, p): add P[t] where u < 0": np.mod(centered, 256),
+        "each wrong digit is 256 + u for a negative u (u = -p/2 too): a negative u reached the byte; add P[t] where "
+        "u < 0": np.mod(centered_up, 256),
+        "a negative u was made positive by its magnitude (-u): that is another class modulo p; add P[t] where u < 0 "
+        "(u + p is in the same class)": np.abs(centered),
+        "a negative u (u = -p/2 too) was made positive by its magnitude (-u): add P[t] where u < 0": np.abs(
+            centered_up
+        ),
+        "a digit of p where it is 0: add P[t] only where u < 0 (u = 0 stays 0), so that digits lie in [0, p)": (
+            np.mod(np.where(want == 0, moduli, want), 256)
+        ),
+        "these are the digits of |v|: the residue of a negative product is not the residue of its magnitude; reduce "
+        "v itself (round_near(v * INV[t]) keeps its sign)": np.mod(np.mod(np.abs(v), moduli) * inverses, moduli),
+        "Y[t] was applied twice (the digit reduced once more as if it were a product): u = (v mod p) Y[t] mod p, "
+        "once": np.mod(want * inverses, moduli),
+    }
+
+
 def _digits_hint(products: np.ndarray, got: np.ndarray, want: np.ndarray, count: int) -> str:
-    """The mistake that explains every wrong digit, each tested on the wrong entries themselves: the product's
-    residue without Y[t]; a negative u kept (it wraps in the byte to 256 + u, where u = digit - p); u = 0 moved to
-    p; another representative of the right class. "" when none explains them all."""
+    """The hint of the usual mistake whose digits equal the attendee's on every entry; else, tested on the wrong
+    entries, the right class modulo p outside [0, p); else ""."""
     wrong = got != want
     if not wrong.any():
         return ""
+    for hint, value in digit_mistakes(products, count).items():
+        if np.array_equal(value, got) and not np.array_equal(value, want):
+            return hint
     moduli = np.broadcast_to(np.array(ref.crt(count).moduli, np.int64)[:, None, None], got.shape)
-    residues = np.mod(products.astype(np.int64), moduli)
-    if np.all(got[wrong] == residues[wrong]):
-        return "these are the residues of the products: the digit also multiplies by Y[t] (mod p)"
-    kept_negative = np.mod(want - moduli, 256)  # the byte of u = digit - p, a negative u not brought up
-    if np.all((want[wrong] > 0) & (got[wrong] == kept_negative[wrong])):
+    if np.all(got[wrong] == np.mod(want[wrong] - moduli[wrong], 256)):
         return (
-            "each wrong digit is 256 + u for the negative u = digit - p: a negative u reached the byte, where it "
-            "wrapped around; digits must lie in [0, p): add P[t] where u < 0"
+            "each wrong digit is the byte of digit - p, a negative u that reached the byte and wrapped around: digits "
+            "lie in [0, p); add P[t] where u < 0, and only there"
         )
-    if np.all((want[wrong] == 0) & (got[wrong] == moduli[wrong])):
-        return "a digit of p where it is 0: add P[t] only where u < 0 (u = 0 stays 0), so that digits lie in [0, p)"
     if np.all(np.mod(got[wrong] - want[wrong], moduli[wrong]) == 0):
-        return "the right class modulo p, outside [0, p): bring each digit into [0, P[t])"
+        return "every wrong digit is in the right class modulo p, outside [0, p): bring each digit into [0, P[t])"
     return ""
 
 
@@ -504,9 +651,9 @@ def check_digits(
         want = ref.reduce_products(products, count)
         if cases == 0 and untouched(got):
             return not_yet(name, "every digit is zero")
-        hint = "r = v mod p (the nearest multiple subtracted), u = r y_t mod p, then u + p where u < 0: u in [0, p)"
+        hint = ""
         if got.shape == want.shape:
-            hint = _digits_hint(products, got.astype(np.int64), want.astype(np.int64), count) or hint
+            hint = _digits_hint(products, got.astype(np.int64), want.astype(np.int64), count)
         compare("digits", got, want, names=("modulus", "row", "col"), case=f"{case}, {count} moduli", hint=hint)
         cases += 1
     return passed(name, cases, seed)
@@ -526,24 +673,68 @@ def _c_matches(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> bool:
         return same_special and bool(np.all(np.abs(got[finite] - want[finite]) <= bound[finite]))
 
 
+def sentinel_lines(st: ref.Ozaki2Stages) -> np.ndarray:
+    """Where a row of A or a column of B holds a NaN or an Inf (its exponent is the sentinel), as an (m, n) mask."""
+    mu, nu = np.asarray(st.mu), np.asarray(st.nu)
+    return (mu[:, None] == ref.NONFINITE_SHIFT) | (nu[None, :] == ref.NONFINITE_SHIFT)
+
+
 def _compare_c(
-    got: np.ndarray, want: np.ndarray, bound: np.ndarray, case: str, hint: str, nonfinite_hint: str = NONFINITE_HINT
+    got: np.ndarray,
+    want: np.ndarray,
+    bound: np.ndarray,
+    case: str,
+    hint: str,
+    nonfinite_hint: str = NONFINITE_HINT,
+    lines: np.ndarray | None = None,
 ) -> None:
-    """C within its bound where the result is finite, and exactly DGEMM's NaN and +-Inf where it is not."""
+    """C within its bound where the result is finite, and exactly DGEMM's NaN and +-Inf where it is not. The hint of
+    the non-finite entries is given only where every wrong one lies on a line that holds a NaN or an Inf
+    (``lines``): an entry that overflows on a finite line is another matter."""
     finite = np.isfinite(want)
     got = np.asarray(got)
     if got.shape == want.shape:
         with np.errstate(invalid="ignore"):
+            special_got, special_want = np.where(finite, 0.0, got), np.where(finite, 0.0, want)
+            wrong = (special_got != special_want) & ~(np.isnan(special_got) & np.isnan(special_want))
+            on_lines = lines is not None and bool(wrong.any()) and bool(lines[wrong].all())
             compare(
                 "C (NaN and Inf, as DGEMM's)",
-                np.where(finite, 0.0, got),
-                np.where(finite, 0.0, want),
+                special_got,
+                special_want,
                 names=("row", "col"),
                 case=case,
-                hint=nonfinite_hint,
+                hint=nonfinite_hint if on_lines else hint,  # C's own hint is tested on all of C, or is ""
             )
         got, want = np.where(finite, got, 0.0), np.where(finite, want, 0.0)
     compare("C", got, want, bound=np.where(finite, bound, 0.0), names=("row", "col"), case=case, hint=hint)
+
+
+def _reconstruction_hint(
+    got: np.ndarray,
+    st: ref.Ozaki2Stages,
+    alpha: float,
+    beta: float,
+    c: np.ndarray,
+    want: np.ndarray,
+    bound: np.ndarray,
+) -> str:
+    """The hint of the usual reconstruction mistake (:func:`crt_mistakes`, on the digits) whose C lies within the
+    bound of the attendee's at every finite entry (and whose C is wrong): each recomputed; else ""."""
+    lines = sentinel_lines(st)
+    shift = np.where(lines, 0, -(np.asarray(st.mu, np.int64)[:, None] + np.asarray(st.nu, np.int64)[None, :]))
+    finite = np.isfinite(want) & ~lines
+    if got.shape != want.shape or not finite.any():
+        return ""
+    for hint, x in crt_mistakes(st.digits, st.count).items():
+        with np.errstate(invalid="ignore", over="ignore"):
+            value = alpha * np.ldexp(x, shift) + (beta * c if beta != 0.0 else 0.0)
+            slack = bound + 4 * U * np.abs(value)
+            near = np.abs(got[finite] - value[finite]) <= slack[finite]
+            off = ~(np.abs(value[finite] - want[finite]) <= bound[finite])
+        if near.all() and off.any():
+            return hint
+    return ""
 
 
 def _c_read_although_beta_zero(got: np.ndarray, want: np.ndarray, beta: float) -> bool:
@@ -554,10 +745,25 @@ def _c_read_although_beta_zero(got: np.ndarray, want: np.ndarray, beta: float) -
 CONTRACT_RECONSTRUCTION = (
     "planes: (count, m, n), uint8 CRT digits (digits read early) or the int32 products themselves (digits read late, "
     "reduced in the kernel); mu (m,), nu (n,) int32 (NONFINITE_SHIFT for a line holding a NaN or an Inf); A (m, k), "
-    "B (k, n), C (m, n) float64; alpha any, beta 0 (C not read) or not; returns C (m, n) float64"
+    "B (k, n), C (m, n) float64; alpha any, beta 0 (C not read) or not; returns C (m, n) float64, each entry within "
+    "its roundings (c_bound) also where A'B' is far below P (lines that cancel: an FP32 or a missing low-order sum "
+    "fails); " + ALPHA_ZERO
 )
 PATHS = (("digits read early", np.uint8), ("digits read late, from the int32 products", np.int32))
 LATE_COUNTS = (2, 20)  # the paths differ only in where u comes from: the fewest and the most moduli show it
+
+
+def _cancelling_lines(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> None:
+    """Rows 5 and 6 of A made of pairs v, -v (the last pair off by 2^-30), columns 11 and 12 of B constant: their
+    entries of A'B' cancel to a small fraction of P, where only the reconstruction's low-order sums carry the
+    result (an FP32 or a missing third sum fails there; elsewhere |A'B'| near P hides it)."""
+    k = a.shape[1] // 2 * 2
+    for i in (5, 6):
+        v = rng.standard_normal(k // 2)
+        a[i, :] = 0.0
+        a[i, 0:k:2], a[i, 1:k:2] = v, -v
+        a[i, k - 1] += 2.0**-30 * (1 + i)
+    b[:, 11], b[:, 12] = 0.7, -1.3
 
 
 def _cancelling_c(want_ab: np.ndarray, beta: float, rng: np.random.Generator) -> np.ndarray:
@@ -584,6 +790,7 @@ def check_reconstruction(
         b = inputs.exponent_spread(90, 21, 1.0, int(rng.integers(2**31)))
         b[:, 5] = 0.0  # a zero column
         b[3, 9] = np.nan  # a NaN in B: its column of C is NaN, as DGEMM's
+        _cancelling_lines(a, b, rng)
         st = ref.ozaki2_stages(a, b, count)
         c = rng.standard_normal((19, 21))
         with np.errstate(invalid="ignore", over="ignore"):
@@ -591,6 +798,7 @@ def check_reconstruction(
         scalars = [(1.0, 0.0, c, ""), (-1.5, 0.75, c, "")]
         if count in (2, 15):
             scalars.append((-1.5, 0.75, cancel, ", beta C cancels alpha A'B' to 2^-30"))
+            scalars += [(0.0, 0.75, c, ", alpha = 0"), (0.0, 0.0, c, ", alpha = 0")]
         for path, dtype in PATHS if count in LATE_COUNTS else PATHS[:1]:
             planes = (st.digits if dtype == np.uint8 else st.products).astype(dtype)
             for alpha, beta, c_case, what in scalars if dtype == np.uint8 else scalars[1:2]:
@@ -607,16 +815,16 @@ def check_reconstruction(
                     )
                 if cases == 0 and np.nan_to_num(want).any() and (untouched(got) or untouched(got, float("nan"))):
                     return not_yet(name, "C is all zero or was not written")
+                want = quick_return(got, want, alpha, beta, c_case)
                 bound = c_bound(st, alpha, beta, c_case, want)
-                hint = (
-                    "for each modulus the digit u (a byte) times C1[t], C2[t], C3[t] into s1, s2, s3; then C = alpha "
-                    "2^(-mu - nu) P frac(s1 + s2 + s3) (+ beta C only when beta != 0)"
-                )
-                special = NONFINITE_HINT
-                if dtype == np.int32 and got.shape == want.shape and not _c_matches(got, want, bound):
-                    late = _late_hint(fn, st, a, b, count, want, bound, (alpha, beta, c_arg))
-                    hint, special = (late, late) if late else (hint, special)
-                _compare_c(got, want, bound, label, hint, special)
+                hint, special = "", NONFINITE_HINT
+                if got.shape == want.shape and not _c_matches(got, want, bound):
+                    hint = alpha_zero_hint(got, want, alpha, beta)
+                    if dtype == np.int32 and not hint:
+                        late = _late_hint(fn, st, a, b, count, want, bound, (alpha, beta, c_arg))
+                        hint, special = (late, late) if late else (hint, special)
+                    hint = hint or _reconstruction_hint(got, st, alpha, beta, c_case, want, bound)
+                _compare_c(got, want, bound, label, hint, special, sentinel_lines(st))
                 cases += 1
     return passed(name, cases, seed, CONTRACT_RECONSTRUCTION)
 
@@ -648,8 +856,9 @@ def _late_hint(
     return ""
 
 
-# alpha of either sign, beta 0 (C handed in all NaN: it must not be read) and not: the order of each step shows
-GEMM_SCALARS = ((1.0, 0.0), (0.5, -2.0), (-1.5, 0.0), (-0.75, 1.25))
+# alpha of either sign and 0, beta 0 (C handed in all NaN: it must not be read) and not, in every combination; the
+# order of each step shows. Each shape's cases (random, 14 adversarial, a NaN and an Inf) meet all six.
+GEMM_SCALARS = ((1.0, 0.0), (0.5, -2.0), (-1.5, 0.0), (-0.75, 1.25), (0.0, 1.25), (0.0, 0.0))
 GEMM_NEEDS = {
     "exponents of A": (),
     "exponents of B": (),
@@ -679,10 +888,15 @@ def check_ozaki2_gemm(
     for m, n, k in shapes:
         pairs = [("random normal", inputs.normal(m, k, seed), inputs.normal(k, n, seed + 1))]
         pairs += inputs.adversarial_pairs(m, k, n, seed + cases)
-        pairs.append(("an Inf in a row of A, a NaN in a column of B", *inputs.nonfinite_lines(m, k, n, seed)))
-        for case, a, b in pairs:
+        nonfinite = ("an Inf in a row of A, a NaN in a column of B", *inputs.nonfinite_lines(m, k, n, seed))
+        zero = next((i for i, (alpha, beta) in enumerate(GEMM_SCALARS) if alpha == 0.0 and beta != 0.0), None)
+        if zero is not None:  # NaN and Inf lines with alpha = 0 (the quick return), and below with alpha != 0
+            pairs.insert(zero, nonfinite)
+        scalars = [GEMM_SCALARS[i % len(GEMM_SCALARS)] for i in range(len(pairs))]
+        pairs.append(nonfinite)
+        scalars.append((-0.75, 1.25))  # and with alpha != 0: DGEMM's NaN and Inf
+        for (case, a, b), (alpha, beta) in zip(pairs, scalars, strict=True):
             c = rng.standard_normal((m, n))
-            alpha, beta = GEMM_SCALARS[cases % len(GEMM_SCALARS)]
             label = f"{case} {m}x{n}x{k}"
             got = output(
                 _call(run, a, b, np.full_like(c, np.nan) if beta == 0.0 else c.copy(), alpha, beta), "C", label
@@ -713,14 +927,16 @@ def check_ozaki2_gemm(
                     f"stage 'C' on input '{label}': every entry is NaN, and C held NaN: C was "
                     "read although beta = 0\nhint: add beta C only when beta != 0",
                 )
+            want = quick_return(got, want, alpha, beta, c)
             bound = c_bound(st, alpha, beta, c, want)
-            _compare_c(
-                got,
-                want,
-                bound,
-                f"{label}, alpha={alpha}, beta={beta}",
-                "the stages before C agree with the reference: look at the reconstruction",
-            )
+            hint = ""
+            if got.shape == want.shape and not _c_matches(got, want, bound):
+                hint = alpha_zero_hint(got, want, alpha, beta) or _reconstruction_hint(
+                    got, st, alpha, beta, c, want, bound
+                )
+                if not hint and ("digits" in kept or "products" in kept):  # compared above: they passed
+                    hint = "every stage before C came out right (the plan's own are compared first): C is wrong"
+            _compare_c(got, want, bound, f"{label}, alpha={alpha}, beta={beta}", hint, lines=sentinel_lines(st))
             cases += 1
     if cases == 0:
         raise CheckFailure(name, "no case ran")
