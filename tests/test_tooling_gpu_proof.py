@@ -62,6 +62,12 @@ def test_runs_made_side_by_side_add_up() -> None:
     assert gpu_proof.merge_counts([a, b]) == gpu_proof.TestCounts(12, 1, 1, 2, 500.0, ["t::a", "t::b (error)"])
 
 
+def test_processes_run_at_once_share_the_cores() -> None:
+    assert gpu_proof.threads_each(6, cores=16) == 2
+    assert gpu_proof.threads_each(20, cores=16) == 1
+    assert gpu_proof.threads_each(0, cores=16) == 16
+
+
 def test_test_runs_are_kept(tmp_path: Path) -> None:
     path = tmp_path / "gpu-tests.json"
     path.write_text(json.dumps({"gpu": "X", "passed": 3}))  # an older file that held one run

@@ -10,7 +10,7 @@ Steps, on a GPU machine:
    course; after an import that served every kernel, it only loads them: its time says whether the bundle did);
 2. at once: the GPU tests (``pytest -m 'gpu or device' tests``) beside the run-through of every GPU notebook
    (``utilities.workshop``, its filled exercise in a fresh kernel, then each exercise edited and checked again), the
-   notebooks spread over ``--parallel`` processes;
+   notebooks spread over ``--parallel`` processes (each process's BLAS threads its share of the cores);
 3. at once: the solutions in fresh kernels (``utilities.ledger run --variants solution``) beside the run-through of
    the core path (``--core``: its notebooks with their stretch sections skipped).
 
@@ -120,6 +120,15 @@ def split_evenly(stems: list[str], weights: dict[str, float], parts: int) -> lis
     return [sorted(group, key=stems.index) for group in groups if group]
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def threads_each(processes: int, cores: int | None = None) -> int:
+    """The cores' fair share of each of ``processes`` run at once, for their BLAS threads: a NumPy reference in a check
+    otherwise starts one thread per core in every notebook, and six notebooks on 16 cores wait on each other's."""
+    return max(1, (cores or os.cpu_count() or 1) // max(1, processes))
+
+
 def verdicts(
     tests: TestCounts | None, whole: list[dict], core: list[dict], ledger_rows: list[dict], stems: list[str]
 ) -> list[tuple[str, bool, str]]:
@@ -210,10 +219,14 @@ class Runner:
             return True
         return False
 
+    threads: int | None = None  # BLAS and OpenMP threads each process may use (None: as the environment says)
+
     def start(self, step: str, cmd: list[str]) -> tuple[str, subprocess.Popen, float]:
         log = self.logs / f"{step}.log"
         print(f"gpu-proof: {step}: $ {' '.join(cmd)}  (log {log})", flush=True)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        if self.threads is not None:
+            env |= {name: str(self.threads) for name in THREAD_VARIABLES}
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
         return step, proc, time.perf_counter()
 
@@ -276,13 +289,14 @@ def main(argv: list[str] | None = None) -> int:
     if previous.exists():
         entries = json.loads(previous.read_text()).get("notebooks", [])
         weights = {e["notebook"]: e["wall_s"] for e in entries if not e.get("core")}
+    groups = split_evenly(stems, weights, args.parallel)
+    runner.threads = threads_each(len(TEST_PARTS) + len(groups))
     started = []
     for part, marks in TEST_PARTS.items():  # the slow tests (sanitizer runs) in a process beside the others
         if not runner.done(part):
             junit = logs / f"{part}.xml"
             cmd = [py, "-m", "pytest", "-m", marks, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "tests"]
             started.append(runner.start(part, cmd))
-    groups = split_evenly(stems, weights, args.parallel)
     for i, group in enumerate(groups):
         if not runner.done(f"workshop-{i}"):
             started.append(
@@ -305,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     runner.wait(*started)
 
     # 3. the solutions beside the core path
+    core_stems = [s for s in DAY if s in stems]
+    core_groups = split_evenly(core_stems, weights, 2)
+    runner.threads = threads_each(args.parallel + len(core_groups))
     started = []
     if not runner.done("solutions"):
         started.append(
@@ -324,8 +341,6 @@ def main(argv: list[str] | None = None) -> int:
                 ],
             )
         )
-    core_stems = [s for s in DAY if s in stems]
-    core_groups = split_evenly(core_stems, weights, 2)
     for i, group in enumerate(core_groups):
         if not runner.done(f"core-{i}"):
             started.append(
