@@ -54,6 +54,16 @@ def test_junit_counts_reads_a_real_pytest_run(tmp_path: Path) -> None:
         "tests/test_sample.py::test_setup_fails (error)",
         "tests/test_sample.py::test_wrong",
     ]
+    assert list(counts.file_seconds) == ["tests/test_sample.py"]  # what spreads the next run's files
+
+
+def test_the_last_runs_seconds_per_file_spread_the_next_runs_files(tmp_path: Path) -> None:
+    path = tmp_path / "gpu-tests.json"
+    assert gpu_proof.file_seconds(path) == {}
+    path.write_text(json.dumps({"runs": [{"file_seconds": {"a": 1.0}}, {"file_seconds": {"b": 2.0}}]}))
+    assert gpu_proof.file_seconds(path) == {"b": 2.0}
+    path.write_text(json.dumps({"gpu": "X"}))  # a run from before the seconds were kept
+    assert gpu_proof.file_seconds(path) == {}
 
 
 def test_runs_made_side_by_side_add_up() -> None:

@@ -8,7 +8,8 @@ Steps, on a GPU machine:
 
 1. the build cache: ``--import`` of a bundle when given, then ``python -m utilities.prebuild`` (every kernel of the
    course; after an import that served every kernel, it only loads them: its time says whether the bundle did);
-2. at once: the GPU tests (``pytest -m 'gpu or device' tests``) beside the run-through of every GPU notebook
+2. at once: the GPU tests (``pytest -m 'gpu or device'``, their files spread over :data:`TEST_PROCESSES` processes
+   by the seconds each took in the last run) beside the run-through of every GPU notebook
    (``utilities.workshop``, its filled exercise in a fresh kernel, then each exercise edited and checked again), the
    notebooks spread over ``--parallel`` processes (each process's BLAS threads its share of the cores);
 3. at once: the solutions in fresh kernels (``utilities.ledger run --variants solution``) beside the run-through of
@@ -34,15 +35,16 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .ledger import VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The GPU tests in two processes at once: the slow ones (whole plans under compute-sanitizer) beside the rest.
-TEST_PARTS = {"tests": "(gpu or device) and not slow", "tests-slow": "(gpu or device) and slow"}
+# The GPU tests: their files spread over this many pytest processes, by the seconds each file took in the last run
+TEST_PROCESSES = 3
+TEST_MARKS = "gpu or device"
 # What "the course passes on this GPU" means (issue "GPU green"): limits of the run-through after a prebuild or import.
 TARGETS = {
     "build_wait_s": 180.0,  # every notebook's build waits, summed over the whole run-through
@@ -61,6 +63,7 @@ class TestCounts:
     skipped: int
     seconds: float
     failures: list[str]
+    file_seconds: dict[str, float] = field(default_factory=dict)  # tests/<file>.py -> its tests' seconds
 
 
 def junit_counts(path: Path) -> TestCounts:
@@ -69,6 +72,7 @@ def junit_counts(path: Path) -> TestCounts:
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     counts = {"failed": 0, "errors": 0, "skipped": 0, "passed": 0}
     failures: list[str] = []
+    per_file: dict[str, float] = {}
     seconds = 0.0
     for suite in suites:
         seconds += float(suite.get("time", 0.0))
@@ -76,15 +80,26 @@ def junit_counts(path: Path) -> TestCounts:
             outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
             key = {"failure": "failed", "error": "errors", "skipped": "skipped"}.get(outcome, "passed")
             counts[key] += 1
+            module = case.get("classname", "").split(".")
+            # classname is "tests.test_x" or "tests.test_x.TestClass": the file is the part that starts with test_
+            cut = next((i for i, part in enumerate(module) if part.startswith("test_")), len(module) - 1)
+            file = "/".join(module[: cut + 1]) + ".py"
+            per_file[file] = round(per_file.get(file, 0.0) + float(case.get("time", 0.0)), 1)
             if key in ("failed", "errors"):
-                module = case.get("classname", "").split(".")
-                # classname is "tests.test_x" or "tests.test_x.TestClass": the file is the part that starts with test_
-                cut = next((i for i, part in enumerate(module) if part.startswith("test_")), len(module) - 1)
-                test_id = "/".join(module[: cut + 1]) + ".py::" + "::".join([*module[cut + 1 :], case.get("name", "")])
+                test_id = file + "::" + "::".join([*module[cut + 1 :], case.get("name", "")])
                 failures.append(test_id + (" (error)" if key == "errors" else ""))
     return TestCounts(
-        counts["passed"], counts["failed"], counts["errors"], counts["skipped"], round(seconds, 1), failures
+        counts["passed"], counts["failed"], counts["errors"], counts["skipped"], round(seconds, 1), failures, per_file
     )
+
+
+def file_seconds(path: Path) -> dict[str, float]:
+    """Seconds per test file in the last run kept in ``path`` (a ``<gpu>-gpu-tests.json``); empty if none."""
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    runs = data["runs"] if "runs" in data else [data]
+    return dict(runs[-1].get("file_seconds", {})) if runs else {}
 
 
 def merge_counts(parts: list[TestCounts]) -> TestCounts:
@@ -96,6 +111,7 @@ def merge_counts(parts: list[TestCounts]) -> TestCounts:
         sum(p.skipped for p in parts),
         max((p.seconds for p in parts), default=0.0),
         [f for p in parts for f in p.failures],
+        {file: seconds for p in parts for file, seconds in p.file_seconds.items()},
     )
 
 
@@ -231,16 +247,25 @@ class Runner:
         return step, proc, time.perf_counter()
 
     def wait(self, *started: tuple[str, subprocess.Popen, float]) -> list[int]:
-        codes = []
-        for step, proc, began in started:
-            code = proc.wait()
-            seconds = round(time.perf_counter() - began, 1)
-            self.steps.append((step, seconds, code))
-            (self.logs / f"{step}.done").write_text(json.dumps([step, seconds, code]))
-            tail = (self.logs / f"{step}.log").read_text(errors="replace").splitlines()[-3:]
-            print(f"gpu-proof: {step}: exit {code} after {seconds:.0f} s | " + " | ".join(tail), flush=True)
-            codes.append(code)
-        return codes
+        """Wait for every started step; each is recorded (its seconds, its exit status) as soon as it ends."""
+        codes: dict[str, int] = {}
+        running = list(started)
+        while running:
+            for item in list(running):
+                step, proc, began = item
+                code = proc.poll()
+                if code is None:
+                    continue
+                running.remove(item)
+                seconds = round(time.perf_counter() - began, 1)
+                self.steps.append((step, seconds, code))
+                (self.logs / f"{step}.done").write_text(json.dumps([step, seconds, code]))
+                tail = (self.logs / f"{step}.log").read_text(errors="replace").splitlines()[-3:]
+                print(f"gpu-proof: {step}: exit {code} after {seconds:.0f} s | " + " | ".join(tail), flush=True)
+                codes[step] = code
+            if running:
+                time.sleep(1.0)
+        return [codes[step] for step, _, _ in started]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,13 +315,15 @@ def main(argv: list[str] | None = None) -> int:
         entries = json.loads(previous.read_text()).get("notebooks", [])
         weights = {e["notebook"]: e["wall_s"] for e in entries if not e.get("core")}
     groups = split_evenly(stems, weights, args.parallel)
-    runner.threads = threads_each(len(TEST_PARTS) + len(groups))
+    test_files = sorted(f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py"))
+    test_groups = split_evenly(test_files, file_seconds(out / f"{slug}-gpu-tests.json"), TEST_PROCESSES)
+    runner.threads = threads_each(len(test_groups) + len(groups))
     started = []
-    for part, marks in TEST_PARTS.items():  # the slow tests (sanitizer runs) in a process beside the others
-        if not runner.done(part):
-            junit = logs / f"{part}.xml"
-            cmd = [py, "-m", "pytest", "-m", marks, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "tests"]
-            started.append(runner.start(part, cmd))
+    for i, files in enumerate(test_groups):
+        if not runner.done(f"tests-{i}"):
+            junit = logs / f"tests-{i}.xml"
+            cmd = [py, "-m", "pytest", "-m", TEST_MARKS, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *files]
+            started.append(runner.start(f"tests-{i}", cmd))
     for i, group in enumerate(groups):
         if not runner.done(f"workshop-{i}"):
             started.append(
@@ -353,8 +380,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # the results
     date = time.strftime("%Y-%m-%d")
-    parts = [junit_counts(logs / f"{part}.xml") for part in TEST_PARTS if (logs / f"{part}.xml").exists()]
-    tests = merge_counts(parts) if len(parts) == len(TEST_PARTS) else None
+    parts = [
+        junit_counts(logs / f"tests-{i}.xml") for i in range(len(test_groups)) if (logs / f"tests-{i}.xml").exists()
+    ]
+    tests = merge_counts(parts) if parts and len(parts) == len(test_groups) else None
     if tests is not None:
         run = {
             "gpu": gpu,
@@ -367,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             "skipped": tests.skipped,
             "seconds": tests.seconds,
             "failures": tests.failures,
+            "file_seconds": tests.file_seconds,  # how the next run spreads the files over its processes
         }
         path = out / f"{slug}-gpu-tests.json"
         runs = add_test_run(path, run)
