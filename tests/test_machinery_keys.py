@@ -1,8 +1,9 @@
 """A linked kernel's key does not depend on what its process compiled before (``buildcache.canonical``).
 
 Synthetic IR in numba's and llvmlite's formats, one test for each thing that follows the process's history: the
-order of modules that tie once numba's numbers are removed, the struct types llvmlite declares in every module, and
-libmathdx's tensor UIDs (renumbered in the key, and made from the recipe by the interposer).
+order of modules that tie once numba's numbers are removed, the struct types llvmlite declares in every module,
+libmathdx's tensor UIDs (renumbered in the key, and made from the recipe by the interposer), and the labels of the
+blocks numba inlines.
 """
 
 from __future__ import annotations
@@ -83,6 +84,25 @@ def test_locals_inlined_from_an_overload_are_renumbered():
     want = canonical.canonical_ir([kern(3, 142)])
     assert canonical.canonical_ir([kern(3, 291)]) == want  # inlined after 149 more compilations
     assert canonical.canonical_ir([kern(3, 142, offset=38)]) != want  # another temporary: other code
+
+
+def test_block_labels_are_renumbered_and_still_tell_the_blocks_apart():
+    """numba labels the blocks it inlines from one counter per process: notebook 1's pipelined GEMM had B713 built
+    alone and B1251 after the multi-pass kernels (numba-cuda 0.30.4 on a CPU), and was linked again on the GPU."""
+
+    def kern(first: int, second: int, target: int | None = None) -> str:  # two blocks, a branch and a phi
+        target = first if target is None else target
+        return (
+            f'; ModuleID = "kern$3"\ndefine i32 @"_ZN6cudapy8__main__4kern{tag(3)}E"(i1 %c) {{\nentry:\n'
+            f'  br i1 %c, label %"B{first}", label %"B{second}.endif"\nB{first}:\n  br label %"B{second}.endif"\n'
+            f'B{second}.endif:\n  %r = phi i32 [ 1, %entry ], [ 2, %"B{target}" ]\n  ret i32 %r\n}}'
+        )
+
+    want = canonical.canonical_ir([kern(713, 744)])
+    assert canonical.canonical_ir([kern(1251, 1282)]) == want  # the same blocks, labelled later in the process
+    assert "B713" not in want[0] and '%"B0"' in want[0] and "B1.endif:" in want[0]
+    assert canonical.canonical_ir([kern(713, 744, target=744)]) != want  # the phi names the other block: other code
+    assert canonical.canonical_ir(['@"x" = global [3 x i8] c"B12"']) == ('@"x" = global [3 x i8] c"B12"', None)
 
 
 def layout(uid: int, kind: str) -> types.Type:

@@ -1,6 +1,6 @@
 """A kernel's LLVM IR as a text that does not depend on what its process compiled before: the build cache's key.
 
-numba-cuda prints a kernel as a list of modules, and four things in them follow the process's history, not the code:
+numba-cuda prints a kernel as a list of modules, and five things in them follow the process's history, not the code:
 
 - compilation numbers: numba numbers every function it compiles (the ABI tag ``v<n>`` of a mangled name, the
   ``$<n>`` of a module's name, the ``_v<n>_`` in the names of the locals it inlined from an overload), and every
@@ -14,13 +14,17 @@ numba-cuda prints a kernel as a list of modules, and four things in them follow 
 - libmathdx tensor UIDs (``BlasLayout(uid=<n>, ...)`` in mangled names), a per-process counter. (The build cache
   serves each recorded tensor a UID made from its recipe, ``interposer``, so that they no longer vary; the key
   renumbers them anyway.)
+- basic-block labels: numba names a block ``B<label>``, and the blocks it inlines from an overload get labels from
+  one counter per process (``B713`` in a kernel built alone was ``B1251`` after another kernel: the pipelined GEMM
+  of notebook 1 after its multi-pass kernels, found on a CPU, 2026-11-28; its cubin was linked again in every
+  notebook run on the H200). A label is local to its function: each module's are renumbered by first appearance.
 
-:func:`canonical_ir` removes all four: unused type definitions go and the rest are sorted; modules are ordered by
-their text with the numbers removed, ties broken by what the numbers refer to (colour refinement: each number is
-described by the modules it appears in and where, until the description stops splitting ties); then every number
-is renumbered by first appearance, each kind on its own. Renumbering keeps which symbol is which, so two kernels
-that differ get different texts. Modules that refinement cannot tell apart (a cycle of identical modules) are placed
-each way in turn, and the smallest text is the key's.
+:func:`canonical_ir` removes all five: block labels are renumbered, unused type definitions go and the rest are
+sorted; modules are ordered by their text with the numbers removed, ties broken by what the numbers refer to (colour
+refinement: each number is described by the modules it appears in and where, until the description stops splitting
+ties); then every number is renumbered by first appearance, each kind on its own. Renumbering keeps which symbol is
+which, so two kernels that differ get different texts. Modules that refinement cannot tell apart (a cycle of
+identical modules) are placed each way in turn, and the smallest text is the key's.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ _SYMBOL = re.compile(r"(?<![A-Za-z0-9_])_Z[A-Za-z0-9_]+")
 # "$" of "impl$142" written "_v"), in a quoted local name
 _LOCAL = re.compile(r'%"([^"\n]*)"')
 _INLINED = re.compile(r"_v(\d+)(?=_)")
+# a basic block's label "B<number>[.suffix]": defined at the start of a line, used as %"B<number>..." (branches, phis)
+_LABEL = re.compile(r'(?m)(^|%"|%)B(\d+)(?=[.:"\s,\])]|$)')
 _TYPE_DEFINITION = re.compile(r'^(%(?:"[^"\n]*"|[-\w.$]+)) = type\b.*$', re.MULTILINE)
 _CODES = ("Dh", "v", "b", "h", "a", "t", "s", "j", "i", "y", "x", "f", "d")  # numba's builtin type codes
 
@@ -194,6 +200,17 @@ def retag_tensors(text: str, label: Callable[[str], str]) -> str:
     return _SYMBOL.sub(symbol, text)
 
 
+# -- basic-block labels -------------------------------------------------------------------------------------------
+
+
+def relabel_blocks(module: str) -> str:
+    """``module`` with numba's basic-block labels (``B<n>``, with any suffix) renumbered by first appearance: the
+    numbers of inlined blocks come from one counter per process. Labels and local values share a function's names,
+    so a renaming that maps every ``B<n>`` to its own new number keeps which block is which."""
+    seen: dict[str, int] = {}
+    return _LABEL.sub(lambda m: f"{m[1]}B{seen.setdefault(m[2], len(seen))}", module)
+
+
 # -- identified struct types ---------------------------------------------------------------------------------------
 
 
@@ -300,7 +317,7 @@ def canonical_orders(texts: list[str]) -> list[list[int]]:
 def canonical_ir(modules: Iterable[str], entry: str | None = None) -> tuple[str, str | None]:
     """The kernel's modules as one text that does not depend on the process's history (the module docstring), and
     the entry name renumbered alike."""
-    texts = [used_types(m.strip()) for m in modules]
+    texts = [relabel_blocks(used_types(m.strip())) for m in modules]
     numbers: dict[str, int] = {}
     arrays: dict[str, int] = {}
     tensors: dict[str, int] = {}
