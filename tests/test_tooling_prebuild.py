@@ -115,3 +115,77 @@ def test_the_longest_jobs_get_two_code_generation_workers():
     assert prebuild.build_workers(0, 2, 1) == 2 and prebuild.build_workers(0, 1, 1) == 2
     line = prebuild.progress_line(1, 2, "fused:256x256x384", 80, 80, 10, "3 from another process")
     assert "fused:256x256x384: 80 s (3 from another process);" in line
+
+
+def test_a_jobs_block_reads_as_its_configs_fields():
+    p = prebuild
+    assert p.parse_block("64x64x32x64", p.PRIMER_FIELDS) == {"tile_m": 64, "tile_n": 64, "tile_k": 32, "threads": 64}
+    assert p.parse_block("64x64x64x128x2", p.OZAKI_FIELDS) == {
+        "tile_m": 64,
+        "tile_n": 64,
+        "tile_k": 64,
+        "threads": 128,
+        "depth": 2,
+    }
+    assert p.parse_block("", p.OZAKI_FIELDS) == {}
+    b2b = {"fields": p.B2B_FIELDS, "least": 2, "suffixes": p.SUFFIXES["b2b"]}
+    assert p.parse_block("64x128", **b2b) == {"tile_m": 64, "threads": 128}  # 2b's lever: the rest BlockConfig's
+    assert p.parse_block("32x128x3", **b2b) == {"tile_m": 32, "threads": 128, "depth": 3}
+    assert p.parse_block("64x256-k32", **b2b) == {"tile_m": 64, "threads": 256, "tile_k": 32}
+    assert p.parse_block("64x256x2-K32", **b2b) == {"tile_m": 64, "threads": 256, "depth": 2, "tile_k": 32}
+    multipass = {"fields": p.MULTIPASS_FIELDS, "suffixes": p.SUFFIXES["multipass"]}
+    assert p.parse_block("64x64x128-n16", **multipass) == {"tile_m": 64, "tile_n": 64, "threads": 128, "passes": 16}
+    refused = [
+        ("64x64x32", {"fields": p.PRIMER_FIELDS}, "4 sizes"),  # a field left out is not a default here
+        ("64x64x32x64x1", {"fields": p.PRIMER_FIELDS}, "4 sizes"),
+        ("64", b2b, "2 to 3 sizes"),
+        ("64x256x3x32", b2b, "2 to 3 sizes"),  # the K tile is a suffix, not a fourth size
+        ("64x256-q32", b2b, "not a suffix"),
+        ("64x256-k", b2b, "not a suffix"),
+        ("64x256-k32-k64", b2b, "not a suffix"),
+        ("64x64x32x64-k32", {"fields": p.PRIMER_FIELDS}, "its suffixes: none"),
+    ]
+    for text, how, match in refused:
+        with pytest.raises(ValueError, match=match):
+            p.parse_block(text, **how)
+
+
+def test_kernel_of_writes_the_plans_defaults_out_and_leaves_the_sizes_that_pick_nothing():
+    k = prebuild.kernel_of
+    assert k("primer:tile") == k("primer:tile@128x128x64x128") == "primer:tile@128x128x64x128"
+    assert k("primer:tile@64x64x32x64") != k("primer:tile") and k("primer:stack") == "primer:stack"
+    assert k("gemm_bias_relu:512x128x256") == k("gemm_bias_relu:384x256x192@128x128x64x128")
+    assert k("gemm_bias_relu:256x256x256@64x128x64x128") == "gemm_bias_relu@64x128x64x128"
+    # the streaming back-to-back kernel: N0 and N1 and the block pick it; K0, M and the depth do not
+    assert k("b2b_keep:576x64x128") == k("b2b_keep:288x64x128@128x128x2-k64") == "b2b_keep:64x128@128x128-k64"
+    assert k("b2b:576x64x128") != k("b2b_keep:576x64x128")
+    assert k("b2b:64x256x64") == "b2b:256x64@64x128-k64"  # N0 = 256: 64 rows without a cfg
+    assert k("b2b:576x64x128@64x128") == "b2b:64x128@64x128-k64" != k("b2b:288x64x128@64x128-k32")
+    assert k("conv:64x64") == k("conv:128x64@128x64x64x128") == "conv@128x64x64x128"
+    assert k("conv:32x32") == "conv@128x32x32x128" and k("conv_unfused:64x64") == "conv_unfused@128x64x64x128"
+    assert k("conv_b2b_keep:64x64x128") == k("conv_b2b_keep:64x64x128@128x64x64-t128-d3-g1-s")
+    assert k("conv_b2b_keep:32x64x128") != k("conv_b2b_keep:64x64x128")  # C_in picks the K stages
+    # the multi-pass kernel: one phase's Matmul (tile, F PK deep, threads); N picks nothing
+    assert k("multipass:int8:2") == k("multipass:int8:2@128x128x256-n16") == "multipass:int8:128x128x64x256"
+    assert k("multipass:float16:8@64x64x128-n16") == "multipass:float16:64x64x128x128" != k("multipass:float16:8")
+    assert k("fused:256x256x384") == "fused@gpu" and k("fused:300x136x392@64x64x64x128x2") == "fused@64x64x64x128x2"
+    assert k("unfused:300x136x392@64x64x64x128x2") != k("fused:300x136x392@64x64x64x128x2")
+    assert k("slicing:392@7+12") == "slicing:392@7+12" and k("pipeline:int8:256") == "pipeline:int8:256"
+
+
+def test_the_checks_twins_are_jobs_once_each_and_only_where_no_other_job_builds_them():
+    twins = prebuild.CHECK_JOBS.split(",")
+    built = {prebuild.kernel_of(job) for job in prebuild.NOTEBOOK_JOBS.split(",")}
+    assert twins and not [job for job in twins if prebuild.kernel_of(job) in built]
+    assert len({prebuild.kernel_of(job) for job in twins}) == len(twins)
+    assert set(twins) <= set(prebuild.check_jobs()) and prebuild.COURSE_JOBS.endswith(prebuild.CHECK_JOBS)
+    assert prebuild.missing_twins(prebuild.COURSE_JOBS) == []
+    # a check's block that a notebook job builds already is left to it: 2a's course block, the primer's, ...
+    assert "gemm_bias_relu:256x256x256@128x128x64x128" in prebuild.check_jobs()
+    assert "gemm_bias_relu:256x256x256@128x128x64x128" not in twins
+
+
+def test_the_listed_jobs_include_the_checks_twins():
+    done = _run("--list")
+    assert done.returncode == 0 and sorted(done.stdout.split()) == sorted(prebuild.COURSE_JOBS.split(","))
+    assert set(prebuild.CHECK_JOBS.split(",")) <= set(done.stdout.split())

@@ -8,17 +8,32 @@ constants (read from their source, not imported: they need CuPy). A plan or help
 which no prebuild can hold; its course twin still counts. The plain numba kernels (the slicing, residues and
 statistics of the Ozaki tracks: prebuild's ``PLAIN_JOBS``) are
 not modelled here: the GPU run-through's ``course_links`` is their proof.
+
+The exercises' checks build the attendee's kernel at every block of their contract (each check module's constant);
+each such block must have its course twin among the jobs (``prebuild.kernel_of``: the same kernel's code), so that
+the check only links the attendee's kernel against libmathdx code in the cache. The plans' defaults that
+``kernel_of`` writes out are held here to the plans' source.
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import fields
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
 
 from utilities import prebuild
+from utilities.conv import check as conv_check
+from utilities.conv.layout import PipeConfig
+from utilities.fusion import check as fusion_check
+from utilities.multipass import check as multipass_check
+from utilities.multipass.config import PassConfig
+from utilities.ozaki import check as ozaki_check
+from utilities.plans import TileConfig
+from utilities.primer import check as primer_check
 
 ROOT = Path(__file__).resolve().parent.parent
 ATTENDEE_KEYWORDS = {"kernel_factory", "kernels", "yours", "residue_factory", "reconstruct_factory", "epilogue_factory"}
@@ -238,3 +253,169 @@ def test_a_job_left_out_of_the_prebuild_is_named(monkeypatch) -> None:
     monkeypatch.setattr(prebuild, "COURSE_JOBS", ",".join(jobs))
     with pytest.raises(AssertionError, match=r"does not: \['b2b_persistent:64x256x64@32x128x3'\]"):
         test_every_course_kernel_a_notebook_builds_is_prebuilt("2b_back_to_back")
+
+
+# --- the checks' contracts: the course's twin of every block an exercise's check builds -----------------------------
+
+
+def _class(path: str, name: str) -> ast.ClassDef:
+    return next(n for n in ast.parse((ROOT / path).read_text()).body if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def _config_defaults(path: str, name: str) -> dict[str, object]:
+    """The fields of config class ``name`` (a TileConfig) in ``path`` with their defaults: TileConfig's, and those
+    its own body sets."""
+    found: dict[str, object] = {f.name: f.default for f in fields(TileConfig)}
+    for node in _class(path, name).body:
+        if isinstance(node, ast.AnnAssign) and node.value is not None and isinstance(node.target, ast.Name):
+            found[node.target.id] = ast.literal_eval(node.value)
+    return found
+
+
+def _plan_default(path: str, plan: str) -> ast.expr:
+    """``X`` of the ``cfg or X`` in plan class ``plan``: what the plan builds without a cfg."""
+    for node in ast.walk(_class(path, plan)):
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and ast.unparse(node.values[0]) == "cfg":
+            return node.values[1]
+    raise AssertionError(f"{path}: {plan} takes no `cfg or ...` default any more: update prebuild.kernel_of")
+
+
+def _assigned(path: str, name: str) -> ast.expr:
+    return next(
+        n.value
+        for n in ast.parse((ROOT / path).read_text()).body
+        if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == name
+    )
+
+
+def _evaluate(node: ast.expr, names: dict[str, object]) -> dict:
+    return eval(compile(ast.Expression(node), "<plan source>", "eval"), dict(names))  # noqa: S307 - our own source
+
+
+def _make(defaults: dict[str, object]):
+    """A config class as the plans call it, making a dict of its fields."""
+    return lambda **given: {**defaults, **given}
+
+
+def _only(block: dict, names: tuple[str, ...]) -> dict:
+    return {name: block[name] for name in names}
+
+
+FUSION_SRC, CONV_SRC, PRIMER_SRC = (
+    "utilities/fusion/tensorcore.py",
+    "utilities/conv/tensorcore.py",
+    "utilities/primer/tensorcore.py",
+)
+
+
+def test_the_plan_defaults_kernel_of_writes_out_are_the_plans():
+    """prebuild mirrors four plans' defaults (their modules need a GPU to import): each equal to what the plan's
+    source builds without a cfg, evaluated here from that source."""
+    tile = _make({f.name: f.default for f in fields(TileConfig)})
+    primer = _plan_default(PRIMER_SRC, "TileGemm")
+    assert ast.unparse(primer) == "TILE_CONFIG"
+    built = _evaluate(
+        _assigned(PRIMER_SRC, "TILE_CONFIG"), {"plans": SimpleNamespace(TileConfig=tile), **_constants(PRIMER_SRC)}
+    )
+    assert _only(built, prebuild.PRIMER_FIELDS) == prebuild.PRIMER_TILE
+    block = _make(_config_defaults(FUSION_SRC, "BlockConfig"))
+    assert ast.unparse(_plan_default(FUSION_SRC, "GemmBiasRelu")) == "EPILOGUE_BLOCK"
+    built = _evaluate(_assigned(FUSION_SRC, "EPILOGUE_BLOCK"), {"BlockConfig": block})
+    assert _only(built, prebuild.GEMM_FIELDS) == prebuild.EPILOGUE_BLOCK
+    b2b = _plan_default(FUSION_SRC, "BackToBack")
+    for n0, n1 in ((64, 128), (128, 64), (128, 128), (256, 64), (64, 256), (160, 96)):
+        built = _evaluate(b2b, {"BlockConfig": block, "n0": n0, "n1": n1})
+        assert _only(built, ("tile_m", "threads", "depth", "tile_k")) == prebuild.b2b_default(n0, n1), (n0, n1)
+    assert ast.unparse(_plan_default(CONV_SRC, "Conv3x3")) == "ConvConfig.for_shape(shape)"
+    for_shape = next(
+        n.value
+        for n in ast.walk(_class(CONV_SRC, "ConvConfig"))
+        if isinstance(n, ast.FunctionDef) and n.name == "for_shape"
+        for n in n.body
+        if isinstance(n, ast.Return)
+    )
+    conv = _make(_config_defaults(CONV_SRC, "ConvConfig"))
+    for c_out, c_in in ((64, 64), (128, 64), (32, 64), (64, 32), (96, 96), (32, 32)):
+        shape = SimpleNamespace(c_out=c_out, c_in=c_in)
+        built = _evaluate(for_shape, {"cls": conv, "shape": shape})
+        assert _only(built, prebuild.CONV_FIELDS) == prebuild.conv_default(c_out, c_in), (c_out, c_in)
+
+
+def contract_kernels() -> dict[str, str]:
+    """Every block of the checks' contracts (read when called) -> the kernel of its course twin, in
+    ``prebuild.kernel_of``'s form, made here from the configs as the check cells build them."""
+    found: dict[str, str] = {}
+    for c in primer_check.CONFIGS:  # 0: TileGemm(m, n, cfg=TileConfig(**fields))
+        t = TileConfig(**c)
+        found[f"primer.check.CONFIGS {c}"] = f"primer:tile@{t.tile_m}x{t.tile_n}x{t.tile_k}x{t.threads}"
+    for dtype, c in multipass_check.CONFIGS.items():  # 1: PassGemm(..., PassConfig(dtype, **fields))
+        p = PassConfig(dtype, **c)
+        found[f"multipass.check.CONFIGS {dtype}"] = f"multipass:{dtype}:{p.tile_m}x{p.tile_n}x{p.phase_k}x{p.threads}"
+    block = _config_defaults(FUSION_SRC, "BlockConfig")
+    for c in fusion_check.GEMM_CONFIGS:  # 2a: GemmBiasRelu(..., cfg=BlockConfig(**fields))
+        b = {**block, **c}
+        found[f"fusion.check.GEMM_CONFIGS {c}"] = (
+            f"gemm_bias_relu@{b['tile_m']}x{b['tile_n']}x{b['tile_k']}x{b['threads']}"
+        )
+    for c in fusion_check.B2B_CONFIGS:  # 2b: BackToBack(*shape, keep_d0=..., cfg=BlockConfig(**block))
+        b, (_, _, n0, n1) = {**block, **c["block"]}, c["shape"]
+        kind = "b2b_keep" if c["keep_d0"] else "b2b"
+        found[f"fusion.check.B2B_CONFIGS {c}"] = f"{kind}:{n0}x{n1}@{b['tile_m']}x{b['threads']}-k{b['tile_k']}"
+    conv = _config_defaults(CONV_SRC, "ConvConfig")
+    for c in conv_check.CONV_CONFIGS:  # 2c: Conv3x3(shape, cfg=ConvConfig(**fields))
+        b = {**conv, **c}
+        found[f"conv.check.CONV_CONFIGS {c}"] = f"conv@{b['tile_m']}x{b['tile_n']}x{b['tile_k']}x{b['threads']}"
+    s = conv_check.B2B_SHAPE
+    for c in conv_check.CONV_B2B_CONFIGS:  # 2d: ConvB2B(shape, cfg=PipeConfig(tile_n=C_mid, **fields), keep_d0=True)
+        spec = PipeConfig(tile_n=s.c_mid, **c).spec
+        found[f"conv.check.CONV_B2B_CONFIGS {c}"] = f"conv_b2b_keep:{s.c_in}x{s.c_mid}x{s.c_out}@{spec}"
+    t = ozaki_check.OTHER_TILE
+    for variant in ("unfused", "partial", "fused"):  # 3b, 3c, 3d: OzakiGemm(..., cfg=OzakiConfig(**OTHER_TILE))
+        tile = "x".join(str(t[f]) for f in ("tile_m", "tile_n", "tile_k", "threads", "depth"))
+        found[f"ozaki.check.OTHER_TILE ({variant})"] = f"{variant}@{tile}"
+    return found
+
+
+def test_every_block_of_the_checks_contracts_has_a_prebuild_job():
+    prebuilt = {prebuild.kernel_of(job) for job in prebuild.COURSE_JOBS.split(",")}
+    missing = sorted(f"{where}: {kernel}" for where, kernel in contract_kernels().items() if kernel not in prebuilt)
+    assert not missing, f"checks build kernels at blocks whose course twin ./course prebuild does not: {missing}"
+
+
+def test_the_contracts_read_here_are_every_kernel_exercises():
+    """Every contract the notebooks check at, each block a kernel of its own (the Ozaki-I tile in 3b's, 3c's and
+    3d's variant)."""
+    kernels = contract_kernels()
+    read = {where.split(" ")[0] for where in kernels}
+    assert read == {
+        "primer.check.CONFIGS",
+        "multipass.check.CONFIGS",
+        "fusion.check.GEMM_CONFIGS",
+        "fusion.check.B2B_CONFIGS",
+        "conv.check.CONV_CONFIGS",
+        "conv.check.CONV_B2B_CONFIGS",
+        "ozaki.check.OTHER_TILE",
+    }
+    sizes = [primer_check.CONFIGS, multipass_check.CONFIGS, fusion_check.GEMM_CONFIGS, fusion_check.B2B_CONFIGS]
+    sizes += [conv_check.CONV_CONFIGS, conv_check.CONV_B2B_CONFIGS]
+    assert len(kernels) == len(set(kernels.values())) == sum(len(c) for c in sizes) + 3
+    assert kernels[f"fusion.check.B2B_CONFIGS {fusion_check.B2B_CONFIGS[0]}"] == "b2b:128x64@64x256-k32"
+
+
+def test_a_block_added_to_a_contract_without_its_job_is_named(monkeypatch):
+    extra = {"tile_m": 32, "tile_n": 64, "tile_k": 64, "threads": 128}
+    monkeypatch.setattr(primer_check, "CONFIGS", (*primer_check.CONFIGS, extra))
+    with pytest.raises(AssertionError, match=r"primer:tile@32x64x64x128"):
+        test_every_block_of_the_checks_contracts_has_a_prebuild_job()
+    monkeypatch.setattr(ozaki_check, "OTHER_TILE", {**ozaki_check.OTHER_TILE, "depth": 4})
+    with pytest.raises(AssertionError, match=r"partial@64x64x64x128x4"):
+        test_every_block_of_the_checks_contracts_has_a_prebuild_job()
+    kept = [{**c, "keep_d0": True} for c in fusion_check.B2B_CONFIGS]  # 2b's other plan keeping D0: another kernel
+    monkeypatch.setattr(fusion_check, "B2B_CONFIGS", tuple(kept))
+    with pytest.raises(AssertionError, match=r"b2b_keep:128x64@64x256-k32"):
+        test_every_block_of_the_checks_contracts_has_a_prebuild_job()
+    # the prebuild reads the contracts when asked: the blocks get their jobs (COURSE_JOBS is made at import)
+    twins = prebuild.missing_twins(prebuild.COURSE_JOBS)
+    assert {"primer:tile@32x64x64x128", "partial:300x136x392@64x64x64x128x4", "b2b_keep:288x128x64@64x256-k32"} <= set(
+        twins
+    )

@@ -4,13 +4,17 @@ libmathdx generates code in one thread per process, so a many-core GPU host buil
 from several processes. An instructor runs this once before a workshop (``./course prebuild``); the notebooks
 then find every kernel in the cache (``utilities.machinery.buildcache``)::
 
-    python -m utilities.prebuild                     # every kernel the notebooks and tests use
+    python -m utilities.prebuild                     # every kernel the notebooks, their checks and the tests use
     python -m utilities.prebuild --jobs fused:2048x2048x2048,b2b:576x64x128
     python -m utilities.prebuild --list              # the jobs, one a line, and stop
     python -m utilities.prebuild --export course.bundle [--max-part-mb 15]   # what a launch reads, in a file (or parts)
     python -m utilities.prebuild --import course.bundle                      # ... on another machine, instead
     python -m utilities.prebuild --arch sm_90 [--jobs ...]                   # on a CPU, without a GPU
     python -m utilities.prebuild --arch sm_90 --export course.bundle         # ... and its bundle
+
+The checks build an attendee's kernel at every block of their contract (issue 41); the jobs include the course's twin
+of each (:func:`check_jobs`, read from the check modules), so that a check only links the attendee's kernel against
+libmathdx code in the cache.
 
 It checks the machine first (the preflight table, then one line saying why it cannot build here), prints a line
 as each kernel finishes (kernels done of all, elapsed time, an estimate of what is left), and a table of build
@@ -41,16 +45,52 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.lower().split("x"))
 
 
+# --- the block a job names (plain Python: read without a GPU, by the tests and by kernel_of) -----------------------
+
+PRIMER_FIELDS = ("tile_m", "tile_n", "tile_k", "threads")  # primer:tile@64x64x32x64 (TileConfig)
+GEMM_FIELDS = ("tile_m", "tile_n", "tile_k", "threads")  # gemm_bias_relu:...@64x128x64x128 (BlockConfig)
+CONV_FIELDS = ("tile_m", "tile_n", "tile_k", "threads")  # conv:128x64@64x32x32x64 (ConvConfig)
+OZAKI_FIELDS = ("tile_m", "tile_n", "tile_k", "threads", "depth")  # fused:300x136x392@64x64x64x128x2 (OzakiConfig)
+B2B_FIELDS = ("tile_m", "threads", "depth")  # b2b:288x128x64@64x256-k32 (BlockConfig; -k: the K tile)
+MULTIPASS_FIELDS = ("tile_m", "tile_n", "threads")  # multipass:float16:8@64x64x128-n16 (PassConfig; -n: N passes)
+SUFFIXES = {"b2b": {"k": "tile_k"}, "multipass": {"n": "passes"}}
+
+
+def parse_block(text: str, fields: tuple[str, ...], least: int | None = None, suffixes: dict | None = None) -> dict:
+    """A job's block as its config's fields: ``"64x256x3"`` with ``fields`` (tile_m, threads, depth) ->
+    {"tile_m": 64, "threads": 256, "depth": 3}; ``least`` leading fields required (default: all of them), the rest
+    left to the config's defaults; ``suffixes`` names fields written after the sizes (``"64x256-k32"``, with
+    {"k": "tile_k"}). Empty text: {}. A ValueError names what is wrong."""
+    if not text:
+        return {}
+    sizes, *rest = text.lower().split("-")
+    values = parse_shape(sizes)
+    need = len(fields) if least is None else least
+    if not need <= len(values) <= len(fields):
+        count = str(need) if need == len(fields) else f"{need} to {len(fields)}"
+        raise ValueError(f"block {text!r}: {count} sizes ({'x'.join(fields)}), got {len(values)}")
+    block = dict(zip(fields, values, strict=False))
+    for part in rest:
+        name = (suffixes or {}).get(part[:1])
+        if name is None or not part[1:].isdigit() or name in block:
+            known = ", ".join(f"-{letter}N ({field})" for letter, field in (suffixes or {}).items()) or "none"
+            raise ValueError(f"block {text!r}: {part!r} is not a suffix of this kind (its suffixes: {known})")
+        block[name] = int(part[1:])
+    return block
+
+
 # --- one build per job kind (each runs in a process of its own) ---------------------------------------------------
 
 
 def _ozaki(variant: str, spec: str, slices: int) -> None:
     import cupy as cp
 
-    from .ozaki.tensorcore import OzakiGemm
+    from .ozaki.tensorcore import OzakiConfig, OzakiGemm
 
-    m, n, k = parse_shape(spec)
-    OzakiGemm(m, n, k, slices, variant)(cp.zeros((m, k)), cp.zeros((k, n)))
+    shape, _, block = spec.partition("@")  # fused:300x136x392@64x64x64x128x2: the shape, a 64 x 64 x 64 tile, ...
+    m, n, k = parse_shape(shape)  # the shape picks the plain kernels (the slicing's padded K), not the cuBLASDx one
+    cfg = OzakiConfig(**parse_block(block, OZAKI_FIELDS)) if block else None  # None: the GPU's tile (tile_config)
+    OzakiGemm(m, n, k, slices, variant, cfg=cfg)(cp.zeros((m, k)), cp.zeros((k, n)))
 
 
 def _b2b(kind: str, spec: str, slices: int) -> None:
@@ -59,9 +99,9 @@ def _b2b(kind: str, spec: str, slices: int) -> None:
     from .fusion.tensorcore import BackToBack, BlockConfig
     from .fusion.tensorcore_persistent import PersistentBackToBack
 
-    shape, _, block = spec.partition("@")  # b2b_persistent:64x256x64@32x128x3: row tile 32, 128 threads, depth 3
-    k0, n0, n1 = parse_shape(shape)  # the kernel does not depend on M: a few row tiles build it
-    fields = dict(zip(("tile_m", "threads", "depth"), parse_shape(block), strict=False)) if block else {}
+    shape, _, block = spec.partition("@")  # b2b_persistent:64x256x64@32x128x3: row tile 32, 128 threads, depth 3;
+    k0, n0, n1 = parse_shape(shape)  # b2b:288x128x64@64x256-k32: K tiles of 32. The kernel does not depend on M
+    fields = parse_block(block, B2B_FIELDS, least=2, suffixes=SUFFIXES["b2b"])
     cfg = BlockConfig(**fields) if fields else None
     m = 4 * (cfg.tile_m if cfg else 128)
     if kind == "b2b_persistent":
@@ -93,8 +133,7 @@ def _gemm_bias_relu(kind: str, spec: str, slices: int) -> None:
 
     shape, _, block = spec.partition("@")  # gemm_bias_relu:256x256x256@64x128x64x128: a 64 x 128 x 64 tile, 128 threads
     m, n, k = parse_shape(shape)
-    fields = ("tile_m", "tile_n", "tile_k", "threads")
-    cfg = BlockConfig(**dict(zip(fields, parse_shape(block), strict=True))) if block else None
+    cfg = BlockConfig(**parse_block(block, GEMM_FIELDS)) if block else None
     plan = GemmBiasRelu(m, n, k, cfg=cfg)
     plan(cp.zeros((m, k), cp.float16), cp.zeros((k, n), cp.float16), cp.zeros(n, cp.float16))
 
@@ -159,9 +198,15 @@ def _conv(kind: str, spec: str, slices: int) -> None:
     if kind.startswith("conv_pipe") or kind.startswith("conv_b2b") or kind == "conv_1x1":
         _conv_pipelined(kind, spec)
         return
-    c_out, c_in = parse_shape(spec)  # conv:64x64 -> the 64-wide tiles; one build serves every image size
-    x, w = cp.zeros((1, 8, 16, c_in), cp.float16), cp.zeros((3, 3, c_in, c_out), cp.float16)
-    Conv3x3(ConvShape(1, 8, 16, c_in, c_out), fused=kind == "conv")(x, w, cp.zeros(c_out, cp.float16))
+    from .conv.tensorcore import ConvConfig
+
+    channels, _, block = spec.partition("@")  # conv:64x64: the plan's tile for those channels (ConvConfig.for_shape);
+    c_out, c_in = parse_shape(channels)  # conv:128x64@64x32x32x64: that block. One build serves every image size
+    cfg = ConvConfig(**parse_block(block, CONV_FIELDS)) if block else None
+    height = max(128, cfg.tile_m if cfg else 128) // 16  # 16 pixels a row: whole row tiles
+    x, w = cp.zeros((1, height, 16, c_in), cp.float16), cp.zeros((3, 3, c_in, c_out), cp.float16)
+    plan = Conv3x3(ConvShape(1, height, 16, c_in, c_out), fused=kind == "conv", cfg=cfg)
+    plan(x, w, cp.zeros(c_out, cp.float16))
 
 
 def _conv_pipelined(kind: str, spec: str) -> None:
@@ -205,9 +250,13 @@ def _multipass(kind: str, spec: str, slices: int) -> None:
     from .multipass.tensorcore import PassGemm, PipelineGemm
 
     dtype, value = spec.split(":")
-    if kind == "multipass":  # one build serves every size
+    if kind == "multipass":  # one build serves every size; multipass:float16:8@64x64x128-n16: that block, N = 16
+        fused, _, block = value.partition("@")
         m, n, k = TEST_SHAPE
-        PassGemm(m, n, k, PassConfig(dtype, fused=int(value)))(*random_operands(m, n, k, dtype))
+        cfg = PassConfig(
+            dtype, fused=int(fused), **parse_block(block, MULTIPASS_FIELDS, suffixes=SUFFIXES["multipass"])
+        )
+        PassGemm(m, n, k, cfg)(*random_operands(m, n, k, dtype))
     else:  # one build per dtype serves every size (shape-generic pipelines: utilities.machinery.pipelines)
         size = int(value)
         m, n, k = (size, size, size) if size != TEST_SHAPE[0] else TEST_SHAPE
@@ -217,13 +266,17 @@ def _multipass(kind: str, spec: str, slices: int) -> None:
 def _primer(kind: str, spec: str, slices: int) -> None:
     import cupy as cp
 
+    from .plans import TileConfig
     from .primer.tensorcore import StackSum, TileGemm
 
-    if spec == "tile":  # primer:tile, the exercise's kernel; primer:stack, the device-pipeline kernel
-        plan = TileGemm(256, 384)
+    what, _, block = spec.partition("@")  # primer:tile, the exercise's kernel (primer:tile@64x64x32x64: at that
+    if what == "tile":  # block); primer:stack, the device-pipeline kernel
+        plan = TileGemm(256, 384, cfg=TileConfig(**parse_block(block, PRIMER_FIELDS)) if block else None)
         plan(cp.zeros((plan.m, plan.k), cp.float16), cp.zeros((plan.k, plan.n), cp.float16))
-    else:
+    elif spec == "stack":
         StackSum(cp.zeros((2, 128, 128), cp.int8), cp.zeros((2, 128, 128), cp.int8))()
+    else:
+        raise ValueError(f"primer:{spec}: the primer's jobs are primer:tile[@TMxTNxTKxTHREADS] and primer:stack")
 
 
 BUILDERS: dict[str, Callable[[str, str, int], None]] = {
@@ -321,7 +374,132 @@ PLAIN_JOBS = (
     "ozaki2_auto:512x512x512,ozaki2_auto:2048x2048x2048,ozaki2_auto:8192x8192x8192"
 )
 LEVER_JOBS = "gemm_bias_relu:256x256x256@64x128x64x128,b2b:576x64x128@64x128"  # 2a's and 2b's stretch levers
-COURSE_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{LEVER_JOBS},{CONV_JOBS},{MULTIPASS_JOBS},{PRIMER_JOBS},{PLAIN_JOBS}"
+OZAKI_VARIANTS = ("unfused", "partial", "fused")
+
+
+def _dims(block: dict, fields: tuple[str, ...], where: str = "") -> str:
+    """The sizes of ``block`` in the order of ``fields``, as a job writes them (``64x64x32x64``)."""
+    missing = [name for name in fields if name not in block]
+    if missing:
+        raise ValueError(f"{where or 'a block'} {block} names no {', '.join(missing)}: its prebuild job needs it")
+    return "x".join(str(block[name]) for name in fields)
+
+
+def check_jobs() -> list[str]:
+    """The course's twin of every kernel an exercise's check builds: one job per block of each check module's
+    contract (issue 41: every size of a kernel's block at two values), read from the modules when called, so that
+    a block added to a contract gets its job. Each builds the course's kernel with the ``Matmul`` (sizes, dtype,
+    threads, arrangement) and pipeline the check's plan gives the attendee's kernel at that block, at the check's
+    sizes: a check then links the attendee's kernel against code in the cache, in seconds, instead of having
+    libmathdx generate it, in minutes.
+
+    The contracts: ``primer.check.CONFIGS``, ``multipass.check.CONFIGS``, ``fusion.check.GEMM_CONFIGS`` and
+    ``B2B_CONFIGS``, ``conv.check.CONV_CONFIGS`` and ``CONV_B2B_CONFIGS`` (2d keeps D0), ``ozaki.check.OTHER_TILE``
+    (3b, 3c and 3d each check their variant at it, with 7 slices: the prebuild's default ``--slices``)."""
+    from .conv import check as conv
+    from .conv.layout import PipeConfig
+    from .fusion import check as fusion
+    from .multipass import check as multipass
+    from .multipass.config import PassConfig
+    from .ozaki import check as ozaki
+    from .primer import check as primer
+
+    jobs = [f"primer:tile@{_dims(c, PRIMER_FIELDS, 'primer.check.CONFIGS')}" for c in primer.CONFIGS]
+    for dtype, fields in multipass.CONFIGS.items():
+        p = PassConfig(dtype, **fields)
+        jobs.append(f"multipass:{dtype}:{p.fused}@{p.tile_m}x{p.tile_n}x{p.threads}-n{p.passes}")
+    m, n, k = fusion.GEMM_SHAPE
+    for c in fusion.GEMM_CONFIGS:
+        jobs.append(f"gemm_bias_relu:{m}x{n}x{k}@{_dims(c, GEMM_FIELDS, 'fusion.check.GEMM_CONFIGS')}")
+    for c in fusion.B2B_CONFIGS:
+        _, k0, n0, n1 = c["shape"]
+        b = c["block"]
+        block = _dims(b, ("tile_m", "threads"), "fusion.check.B2B_CONFIGS") + (f"x{b['depth']}" if "depth" in b else "")
+        block += f"-k{b['tile_k']}" if "tile_k" in b else ""
+        jobs.append(f"{'b2b_keep' if c['keep_d0'] else 'b2b'}:{k0}x{n0}x{n1}@{block}")
+    s = conv.CONV_SHAPE
+    jobs += [f"conv:{s.c_out}x{s.c_in}@{_dims(c, CONV_FIELDS, 'conv.check.CONV_CONFIGS')}" for c in conv.CONV_CONFIGS]
+    s = conv.B2B_SHAPE  # the notebook's plans: PipeConfig(tile_n=C_mid, **fields), D0 kept
+    for fields in conv.CONV_B2B_CONFIGS:
+        jobs.append(f"conv_b2b_keep:{s.c_in}x{s.c_mid}x{s.c_out}@{PipeConfig(tile_n=s.c_mid, **fields).spec}")
+    m, n, k = ozaki.GEMM_SHAPES[-1]  # the shape the check runs OTHER_TILE at: it picks the slicing's padded K
+    tile = _dims(ozaki.OTHER_TILE, OZAKI_FIELDS, "ozaki.check.OTHER_TILE")
+    return jobs + [f"{variant}:{m}x{n}x{k}@{tile}" for variant in OZAKI_VARIANTS]
+
+
+# The block a job without one builds: its plan's default, for kernel_of. The plans of the primer, 2a, 2b and 2c live
+# in modules that need a GPU to import, so theirs are written out here; tests/test_tooling_prebuild_coverage.py holds
+# each to its plan's source.
+PRIMER_TILE = {"tile_m": 128, "tile_n": 128, "tile_k": 64, "threads": 128}  # primer.tensorcore.TILE_CONFIG
+EPILOGUE_BLOCK = {"tile_m": 128, "tile_n": 128, "tile_k": 64, "threads": 128}  # fusion.tensorcore.EPILOGUE_BLOCK
+
+
+def b2b_default(n0: int, n1: int) -> dict[str, int]:
+    """``BackToBack``'s block without a ``cfg``: 128 rows where N0 and N1 allow, else 64; BlockConfig's others."""
+    return {"tile_m": 128 if max(n0, n1) <= 128 else 64, "threads": 128, "depth": 3, "tile_k": 64}
+
+
+def conv_default(c_out: int, c_in: int) -> dict[str, int]:
+    """``Conv3x3``'s block without a ``cfg`` (``ConvConfig.for_shape``): 64-wide tiles where the channels allow."""
+    return {
+        "tile_m": 128,
+        "tile_n": 64 if c_out % 64 == 0 else 32,
+        "tile_k": 64 if c_in % 64 == 0 else 32,
+        "threads": 128,
+    }
+
+
+def kernel_of(job: str) -> str:
+    """What a job builds, as one string: its kind, the sizes that pick its cuBLASDx kernel and the whole block (a job
+    without one: its plan's default), without the sizes that pick nothing (M, images, channels beside the tile):
+    two jobs with one ``kernel_of`` build the same code. ``b2b:576x64x128@64x128`` -> ``b2b:64x128@64x128-k64``
+    (N0 x N1, rows x threads, the K tile; the streaming kernels have two stages whatever the depth). Kinds without
+    a block (and the plain numba kernels) are their job."""
+    kind, _, spec = job.partition(":")
+    shape, _, block = spec.partition("@")
+    if kind == "primer" and shape == "tile":
+        return f"primer:tile@{_dims(parse_block(block, PRIMER_FIELDS) or PRIMER_TILE, PRIMER_FIELDS)}"
+    if kind == "gemm_bias_relu":
+        return f"{kind}@{_dims(parse_block(block, GEMM_FIELDS) or EPILOGUE_BLOCK, GEMM_FIELDS)}"
+    if kind in ("b2b", "b2b_keep"):
+        _, n0, n1 = parse_shape(shape)
+        b = {**b2b_default(n0, n1), **parse_block(block, B2B_FIELDS, least=2, suffixes=SUFFIXES["b2b"])}
+        return f"{kind}:{n0}x{n1}@{b['tile_m']}x{b['threads']}-k{b['tile_k']}"
+    if kind in ("conv", "conv_unfused"):
+        c_out, c_in = parse_shape(shape)
+        return f"{kind}@{_dims(parse_block(block, CONV_FIELDS) or conv_default(c_out, c_in), CONV_FIELDS)}"
+    if kind in ("conv_b2b", "conv_b2b_keep"):  # C_in picks the K stages, C_mid and C_out the two GEMMs
+        from .conv.layout import PipeConfig
+
+        cfg = PipeConfig.parse(block) if block else PipeConfig(tile_n=parse_shape(shape)[1])
+        return f"{kind}:{shape}@{cfg.spec}"
+    if kind == "multipass":  # one phase's Matmul: N (passes) picks nothing
+        from .multipass.config import PassConfig
+
+        dtype, _, fused = shape.partition(":")
+        fields = parse_block(block, MULTIPASS_FIELDS, suffixes=SUFFIXES["multipass"])
+        p = PassConfig(dtype, fused=int(fused), **fields)
+        return f"multipass:{dtype}:{p.tile_m}x{p.tile_n}x{p.phase_k}x{p.threads}"
+    if kind in OZAKI_VARIANTS:  # no block: the GPU's tile (ozaki.simt.tile_config), which no other job names
+        return f"{kind}@{_dims(parse_block(block, OZAKI_FIELDS), OZAKI_FIELDS) if block else 'gpu'}"
+    return job
+
+
+def missing_twins(jobs: str) -> list[str]:
+    """The jobs of :func:`check_jobs` whose kernel (:func:`kernel_of`) none of ``jobs`` (comma-separated) builds."""
+    built = {kernel_of(job) for job in jobs.split(",") if job}
+    twins = []
+    for job in check_jobs():
+        if kernel_of(job) not in built:
+            built.add(kernel_of(job))
+            twins.append(job)
+    return twins
+
+
+# Every job but the checks' twins, then the twins those lack (today: the second block of each exercise's contract).
+NOTEBOOK_JOBS = f"{OZAKI_JOBS},{FUSION_JOBS},{LEVER_JOBS},{CONV_JOBS},{MULTIPASS_JOBS},{PRIMER_JOBS},{PLAIN_JOBS}"
+CHECK_JOBS = ",".join(missing_twins(NOTEBOOK_JOBS))
+COURSE_JOBS = f"{NOTEBOOK_JOBS},{CHECK_JOBS}" if CHECK_JOBS else NOTEBOOK_JOBS
 
 
 def build_one(job: str, slices: int) -> None:
@@ -462,15 +640,15 @@ def _cannot_build_here(arch: tuple[int, int] | None = None) -> str | None:
 
 # How each kind's spec reads, for --help; a kind without one here is listed as KIND:SPEC.
 SPEC_FORMS = {
-    "unfused": "MxNxK",
-    "partial": "MxNxK",
-    "fused": "MxNxK",
-    "b2b": "K0xN0xN1[@TMxTHREADS[xDEPTH]]",
-    "b2b_keep": "K0xN0xN1[@TMxTHREADS[xDEPTH]]",
-    "b2b_persistent": "K0xN0xN1[@TMxTHREADS[xDEPTH]]",
+    "unfused": "MxNxK[@TMxTNxTKxTHREADSxDEPTH]",
+    "partial": "MxNxK[@TMxTNxTKxTHREADSxDEPTH]",
+    "fused": "MxNxK[@TMxTNxTKxTHREADSxDEPTH]",
+    "b2b": "K0xN0xN1[@TMxTHREADS[xDEPTH][-kTK]]",
+    "b2b_keep": "K0xN0xN1[@TMxTHREADS[xDEPTH][-kTK]]",
+    "b2b_persistent": "K0xN0xN1[@TMxTHREADS[xDEPTH][-kTK]]",
     "b2b_pipelined": "[BATCHx]MxK0xN0xN1@TMxTHREADSxTKxDEPTH",
-    "conv": "COUTxCIN",
-    "conv_unfused": "COUTxCIN",
+    "conv": "COUTxCIN[@TMxTNxTKxTHREADS]",
+    "conv_unfused": "COUTxCIN[@TMxTNxTKxTHREADS]",
     "conv_pipe": "COUTxCIN[@TILE] (TILE as utilities.conv.layout's spec, e.g. 128x64x64-t128-d3-g1-s)",
     "conv_pipe_unfused": "COUTxCIN[@TILE]",
     "conv_pipe_gather": "COUTxCIN[@TILE]",
@@ -478,9 +656,9 @@ SPEC_FORMS = {
     "conv_1x1": "COUTxCIN[@TILE]",
     "conv_b2b": "CINxCMIDxCOUT[@TILE]",
     "conv_b2b_keep": "CINxCMIDxCOUT[@TILE]",
-    "multipass": "int8|float16:F",
+    "multipass": "int8|float16:F[@TMxTNxTHREADS[-nN]] (N passes, default 8)",
     "pipeline": "int8|float16:SIZE",
-    "primer": "tile|stack",
+    "primer": "tile[@TMxTNxTKxTHREADS]|stack",
     "gemm_bias_relu": "MxNxK[@TMxTNxTKxTHREADS]",
     "slicing": "K@COUNTS (COUNTS: 7, 1-7 or 7+12)",
     "ozaki_auto": "MxNxK",
