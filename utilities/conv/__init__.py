@@ -13,7 +13,9 @@ Modules (the same names hold the same roles in every track):
 - ``figures``: the track's pictures and plots;
 - ``tensorcore`` (GPU): the implicit-GEMM kernel, fused or not, and its plan ``Conv3x3``;
 - ``baselines`` (GPU): bias + ReLU after the course's kernel, im2col + cuBLAS, cuDNN through PyTorch;
-- ``benchmarks`` (GPU): every path at the report's shapes (``conv.fused``, ``conv.unfused``, ``conv.library``).
+- ``benchmarks`` (GPU): notebook 2c's two-stage kernel and every other path at the report's shapes
+  (``conv.twostage``, ``conv.twostage.unfused``, ``conv.library``); the pipelined kernel (``conv.fused``,
+  ``conv.unfused``), the Triton peer and the back-to-back chain (``conv_b2b.*``) at the target shape.
 
 Importing this package imports nothing: import the module you need.
 """

@@ -7,17 +7,23 @@ Triton peer, in one run.
 
 Build first (minutes, in parallel): ``python -m utilities.prebuild --jobs <utilities.prebuild.CONV_SPEED_JOBS>``.
 
-Record names (RESULTS.md): ``conv.fused`` (the course's pipelined kernel, ``params["tile"]`` its tile: the fastest
-of those timed), ``conv.fused@<tile>`` (each tile timed), ``conv.unfused`` (the pipelined kernel storing the
-convolution, then a bias + ReLU kernel), ``conv.twostage`` (notebook 2c's exercise kernel: a two-stage K loop),
-``conv.gather_only@<tile>`` and ``conv.mma_only@<tile>`` (the default tile doing one part of its work: where its
-time goes), ``conv.cudnn`` (cuDNN through PyTorch), ``conv.triton`` (the Triton peer), ``conv.library`` (the
-fastest library path that ran, ``params["which"]``), ``conv.im2col`` (im2col + cuBLAS + bias + ReLU, in
-``conv_records`` only); ``conv_b2b.fused``, ``conv_b2b.unfused`` and ``conv_b2b.library`` (cuDNN twice) for the
-back-to-back chain, at the plan's default tile. With ``yours`` (the attendee's kernel factory, index map),
-``conv.yours`` too. A record's m, n, k are the implicit GEMM's (B H W, C_out, 9 C_in); ``params`` hold the shape,
-the bytes the path must move (``utilities.conv.model``), the fraction of the data-sheet HBM bandwidth achieved,
-and for the course's kernels their registers, spills, shared memory and blocks an SM.
+Record names (RESULTS.md), one name per kernel in every function and notebook: ``conv.fused`` (the course's
+pipelined kernel, ``params["tile"]`` its tile: the fastest of those timed), ``conv.fused@<tile>`` (each tile timed),
+``conv.unfused`` (the pipelined kernel storing the convolution, then a bias + ReLU kernel), ``conv.twostage``
+(notebook 2c's exercise kernel: a two-stage K loop), ``conv.twostage.unfused`` (the two-stage kernel storing the
+convolution, then the bias + ReLU kernel), ``conv.gather_only@<tile>`` and ``conv.mma_only@<tile>`` (the default
+tile doing one part of its work: where its time goes), ``conv.cudnn`` (cuDNN through PyTorch), ``conv.triton`` (the
+Triton peer), ``conv.library`` (the fastest library path that ran, ``params["which"]``), ``conv.im2col`` (im2col +
+cuBLAS + bias + ReLU, in ``conv_records`` only); ``conv_b2b.fused``, ``conv_b2b.unfused`` and ``conv_b2b.library``
+(cuDNN twice) for the back-to-back chain, at the plan's default tile. With ``yours`` (the attendee's kernel factory,
+index map), ``conv.yours`` too. ``conv_records`` (notebook 2c's section 5 and the GPU suite) times the two-stage
+kernel; ``pipelined_records`` (section 6 and ``main``) the pipelined one. The H100 reports of 2026-11-23
+(``results/nvidia-h100-80gb-hbm3-conv.json``, ``-conv-notebooks.json``) name the two-stage kernel's records
+``conv.fused`` and ``conv.unfused`` (``params["which"]`` "fused", "unfused"): ``figures.path_of`` reads both.
+
+A record's m, n, k are the implicit GEMM's (B H W, C_out, 9 C_in); ``params`` hold the shape, the bytes the path
+must move (``utilities.conv.model``), the fraction of the data-sheet HBM bandwidth achieved, and for the course's
+kernels their registers, spills, shared memory and blocks an SM.
 
 Timing: held samples (``bench.bench(..., hold=True)``) over enough copies of the operands to span three L2 caches.
 Errors: max |error| / derived bound on 64 sampled pixels (``utilities.conv.reference``), at most 1 within it.
@@ -87,11 +93,12 @@ def _error(got: Any, inputs: tuple[np.ndarray, ...], pixels: np.ndarray, fused: 
 def conv_records(
     shape: ref.ConvShape, *, repeats: int = 10, seed: int = 0, yours: Any = None, library: bool = True
 ) -> list[bench.BenchRecord]:
-    """Every path at ``shape``; ``yours``: (kernel factory, index map) or None; ``library``: the library paths too."""
+    """Every path at ``shape`` with notebook 2c's two-stage kernel (``conv.twostage``, its unfused path
+    ``conv.twostage.unfused``); ``yours``: (kernel factory, index map) or None; ``library``: the library paths too."""
     set_bytes = model.conv_traffic("fused", shape).bytes
     sets = [conv_operands(shape, seed + i) for i in range(bench.copies_for(set_bytes))]
     outs = [cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16) for _ in sets]
-    plans: dict[str, Callable[..., Any]] = {"fused": Conv3x3(shape), "unfused": UnfusedConv(shape)}
+    plans: dict[str, Callable[..., Any]] = {"twostage": Conv3x3(shape), "twostage.unfused": UnfusedConv(shape)}
     if yours is not None:
         factory, neighbor = yours
         plans = {"yours": Conv3x3(shape, kernels=Kernels(conv=factory, neighbor=neighbor)), **plans}
@@ -116,8 +123,7 @@ def conv_records(
     records = []
     for name, fns in paths.items():
         result = fns[0]()
-        counted = {"yours": "fused", "cudnn": "fused" if which.get("cudnn") == "cudnn fused" else "unfused"}
-        t = model.conv_traffic(counted.get(name, name), shape)
+        t = model.conv_traffic(_traffic_path(name, which.get("cudnn")), shape)
         params = {**dims, "bytes": t.bytes, "kernels": t.kernels, "which": which[name]}
         rec = bench.bench(
             fns,
@@ -130,7 +136,7 @@ def conv_records(
             params=params,
             flops=t.flops,
             bytes_moved=t.bytes,
-            error=_error(result, host, pixels, fused=name in ("fused", "yours")),
+            error=_error(result, host, pixels, fused=name in ("twostage", "yours")),
         )
         if peak and rec.bandwidth_tbs is not None:
             rec.params["hbm_fraction"] = rec.bandwidth_tbs / peak
@@ -143,10 +149,17 @@ def conv_records(
     return records
 
 
+def _traffic_path(name: str, cudnn_which: str | None) -> str:
+    """The path of ``model.conv_traffic`` whose bytes the record ``conv.<name>`` moves."""
+    if name == "cudnn":
+        return "fused" if cudnn_which == "cudnn fused" else "unfused"
+    return {"twostage": "fused", "yours": "fused", "twostage.unfused": "unfused"}.get(name, name)
+
+
 def conv_benchmarks(
     shapes: Sequence[tuple[int, ...]] = REPORT_SHAPES, *, repeats: int = 10, record: bool = True, show: bool = True
 ) -> list[bench.BenchRecord]:
-    """Every path at every report shape, recorded to the GPU report."""
+    """Every path of ``conv_records`` (the two-stage kernel's) at every report shape, recorded to the GPU report."""
     records: list[bench.BenchRecord] = []
     for dims in shapes:
         records += conv_records(ref.ConvShape(*dims), repeats=repeats)
@@ -158,8 +171,9 @@ def conv_benchmarks(
 
 
 def summary(records: Sequence[bench.BenchRecord]) -> str:
-    """One line per record, and each shape's fusion gain (unfused / fused) and fused / library ratio."""
-    lines = [f"{'name':<14} {'shape':<24} {'us':>9} {'TFLOP/s':>8} {'GB/s':>7} {'err/bound':>9}  which"]
+    """One line per record of ``conv_records``, and each shape's fusion gain (the two-stage kernel's unfused path
+    over it) and library / two-stage ratio."""
+    lines = [f"{'name':<21} {'shape':<24} {'us':>9} {'TFLOP/s':>8} {'GB/s':>7} {'err/bound':>9}  which"]
     by_shape: dict[tuple[int, ...], dict[str, float]] = {}
     for r in records:
         p = r.params
@@ -168,14 +182,14 @@ def summary(records: Sequence[bench.BenchRecord]) -> str:
         by_shape.setdefault(key, {})[r.name] = r.time.median
         err = f"{r.error['max_elementwise']:.2f}" if r.error else "-"
         lines.append(
-            f"{r.name:<14} {shape:<24} {r.time.median * 1e3:9.1f} {r.tflops:8.1f} "
+            f"{r.name:<21} {shape:<24} {r.time.median * 1e3:9.1f} {r.tflops:8.1f} "
             f"{(r.bandwidth_tbs or 0) * 1e3:7.0f} {err:>9}  {p.get('which', '')}"
         )
     for key, t in by_shape.items():
-        if "conv.fused" in t and "conv.unfused" in t:
-            gain = t["conv.unfused"] / t["conv.fused"]
-            lib = f", library / fused {t['conv.library'] / t['conv.fused']:.2f}" if "conv.library" in t else ""
-            lines.append(f"B={key[0]} {key[1]}x{key[2]} {key[3]}->{key[4]}: unfused / fused {gain:.2f}{lib}")
+        if "conv.twostage" in t and "conv.twostage.unfused" in t:
+            gain = t["conv.twostage.unfused"] / t["conv.twostage"]
+            lib = f", library / two-stage {t['conv.library'] / t['conv.twostage']:.2f}" if "conv.library" in t else ""
+            lines.append(f"B={key[0]} {key[1]}x{key[2]} {key[3]}->{key[4]}: two-stage unfused / fused {gain:.2f}{lib}")
     return "\n".join(lines)
 
 
