@@ -172,7 +172,9 @@ def make_conv_kernel(MM: Matmul, fused: bool = True, neighbor: Any = None):
         tile = make_tensor(cuda.local.array(FRAGMENT, np.float16), MM.suggest_layout_rmem_c())
         if fused:
             for i in range(FRAGMENT):
-                # TODO (about 3 lines): tile[i] = relu(result[i] + the bias of this element's output channel)
+                # TODO (about 3 lines): tile[i] = relu(result[i] + bias[c]), c the output channel of element i.
+                # The accumulator's map_fragment_index(i) gives the (row, column) of register element i within
+                # this block's TM x TN tile; the tile's column 0 is output channel col0.
                 # SKELETON: tile[i] = result[i]
                 # BEGIN SOLUTION
                 _, col = acc.map_fragment_index(i)

@@ -426,7 +426,9 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
             r1 = acc1.get_results()
             part = make_tensor(cuda.local.array(F1, np.float16), MM1.suggest_layout_rmem_c())
             for i in range(F1):
-                # TODO (about 3 lines): part[i] = relu(r1[i] + the bias of this element's output channel)
+                # TODO (about 3 lines): part[i] = relu(r1[i] + bias1[c]), c the output channel of element i.
+                # acc1.map_fragment_index(i) gives the (row, column) of register element i within the TM x C_out
+                # tile (the block's N tile is all of C_out: its column is the channel).
                 # SKELETON: part[i] = r1[i]
                 # BEGIN SOLUTION
                 _, col = acc1.map_fragment_index(i)
