@@ -92,7 +92,7 @@ def make_products_kernel(MM: Matmul):
     def ozaki_products_kernel(products, term_s, term_t, device_pipeline):
         smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
         (bx, by), p = grouped_tile(), cuda.blockIdx.z
-        # TODO (about 1 line): the slices s and t of product p, for get_tile's (tile, slice) indices
+        # TODO (about 1 line): s and t, the slice of A and the slice of B that product p multiplies (the contract)
         # SKELETON: s, t = 0, 0
         # BEGIN SOLUTION
         s, t = term_s[p], term_t[p]
