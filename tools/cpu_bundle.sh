@@ -6,7 +6,10 @@
 # prebuild job into $COURSE_BUILD_CACHE (default ../cpu-cache) with `python -m utilities.prebuild --arch sm_90`
 # ($CPU_BUILD_PARALLEL jobs at a time, default half the cores, each with two code generation workers), then writes OUT_DIR/course-sm90-cpu-<commit>.bundle. $CUDA_PINS pins the CUDA wheels to the GPU machine's (its
 # `python -c "from utilities.machinery.buildcache import generator_environment as g; print(g())"` names them),
-# e.g. CUDA_PINS="nvidia-cuda-nvrtc==13.0.88 nvidia-nvjitlink==13.0.88": an import refuses other versions.
+# e.g. CUDA_PINS="nvidia-cuda-nvrtc==13.0.88 nvidia-nvjitlink==13.0.88 nvidia-nvvm==13.0.88" for the H200 image of
+# 2026-11-28: an import refuses other NVRTC and nvJitLink versions, and nvJitLink 13.0 cannot link what a newer NVVM
+# wrote (ERROR_OUTDATED_LIBRARY). The pins go in after the rest, without dependencies (cuda-toolkit's extras pin
+# NVRTC to its own version, which pip's resolver cannot reconcile with an older NVRTC).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${1:-$root/../bundles}
@@ -16,10 +19,10 @@ if [[ ! -x $venv/bin/python ]]; then
     "${PYTHON:-python3.12}" -m venv "$venv"
     # as the GPU machine has it (../shared/gpu/setup.sh): nvmath and libmathdx without their extras' dependencies
     # (numba-cuda-mlir would change what nvmath registers with numba), libmathdx in the interpreter's site-packages
-    # shellcheck disable=SC2086
     "$venv/bin/python" -m pip install -q numpy==2.3.5 numba==0.68.0 "numba-cuda[cu13]==0.30.4" cuda-bindings==13.3.1 \
-        cuda-core==1.2.0 nvidia-cuda-cccl==13.3.5.0.6 ${CUDA_PINS:-}
-    "$venv/bin/python" -m pip install -q --no-deps nvmath-python==1.0.0 nvidia-libmathdx-cu13==0.3.2.6
+        cuda-core==1.2.0 nvidia-cuda-cccl==13.3.5.0.6
+    # shellcheck disable=SC2086
+    "$venv/bin/python" -m pip install -q --no-deps nvmath-python==1.0.0 nvidia-libmathdx-cu13==0.3.2.6 ${CUDA_PINS:-}
 fi
 commit=$(git -C "$root" rev-parse --short=12 HEAD)
 cd "$root"
