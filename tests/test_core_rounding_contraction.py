@@ -1,12 +1,13 @@
 """The checkers' bounds against what a GPU computes where its compiler contracts ``a * b + c`` into one fused
 multiply-add (numba-cuda does, in FP32 and FP64: ``tools/compile_kernels.py`` shows the Ozaki-I epilogue's PTX).
 
-Every result fed here is computed as a kernel computes it, with each contraction emulated exactly (``fma`` of
-tests/conftest.py: error-free transformations, and exact rationals where they cannot decide), at |alpha| below 1 and
-above 1: each must pass its checker, and the usual mistakes, contracted the same way, must still fail. The first test
-is the H200's failure of 2026-11-28 on a CPU: notebook 3b's first check, with the course's own epilogue as the GPU
-compiled it (``fma(beta, c, fl(alpha x))``), failed "429 of 98304 entries wrong" on the case 'zero rows and columns
-256x384x384, 7 slices, alpha=-0.75, beta=1.25' (at seed 1234 here: 468 entries) while the bound took alpha twice.
+Every result fed here is computed as a kernel computes it, with each contraction emulated exactly (the ``fma``
+fixture, ``utilities.rounding.fma``: error-free transformations, and exact rationals where they cannot decide), at
+|alpha| below 1 and above 1: each must pass its checker, and the usual mistakes, contracted the same way, must still
+fail. The first test is the H200's failure of 2026-11-28 on a CPU: notebook 3b's first check, with the course's own
+epilogue as the GPU compiled it (``fma(beta, c, fl(alpha x))``), failed "429 of 98304 entries wrong" on the case
+'zero rows and columns 256x384x384, 7 slices, alpha=-0.75, beta=1.25' (at seed 1234 here: 468 entries) while the
+bound took alpha twice.
 """
 
 from __future__ import annotations
@@ -74,6 +75,29 @@ def test_the_fused_multiply_add_is_rounded_once(fma, dtype):
             assert np.frombuffer(dtype(g).tobytes(), np.uint32 if dtype is np.float32 else np.uint64)[0] % 2 == 0
     twice = (a.astype(dtype) * b.astype(dtype) + c).astype(dtype)
     assert (got != twice).sum() > n // 50  # the fused result differs from the rounded product's often
+
+
+def test_the_fused_multiply_add_meets_ieee_at_its_edges(fma):
+    """Overflow, infinities, NaN and signed zeros as IEEE 754's fusedMultiplyAdd gives them, for one value
+    (``fma_scalar``, numba's simulator) and elementwise."""
+    from utilities.rounding import fma_scalar
+
+    big, eps = float(np.finfo(np.float64).max), 2.0**-52
+    cases = [  # a, b, c, a b + c rounded once
+        (big, 2.0, -big, big),  # the product alone would overflow; the exact sum does not
+        (big, 2.0, -np.inf, -np.inf),  # a finite exact product meets an infinite c: c
+        (big, big, 0.0, np.inf),  # past the largest double: Inf
+        (0.0, np.inf, 1.0, np.nan),
+        (-0.0, 1.0, 0.0, 0.0),  # an exact zero sum is +0
+        (-0.0, 1.0, -0.0, -0.0),
+        (-(2.0**-600), 2.0**-600, 0.0, -0.0),  # a negative product far below the subnormals: -0
+        (1 + eps, 1 - eps, -1.0, -(eps**2)),
+        (3.0, 2.0**-1074, 2.0**-1074, 2.0**-1072),  # among subnormals: exact
+    ]
+    for a, b, c, want in cases:
+        for got in (fma_scalar(a, b, c), float(fma(a, b, c))):
+            same = got == want and np.signbit(got) == np.signbit(want)
+            assert same or (np.isnan(got) and np.isnan(want)), (a, b, c, got)
 
 
 # --- the bound itself --------------------------------------------------------------------------------------------

@@ -173,6 +173,52 @@ def test_every_input_works_as_dgemms_does(gpu, name):
     assert np.all(np.abs(got[finite] - want[finite]) <= bound[finite])
 
 
+BIT_SHAPES = [(256, 256, 384), (300, 136, 392)]  # tiles that divide; ragged m, n and k (K padded to 400)
+BIT_PLANS = [
+    pytest.param(14, {}, id="14"),
+    pytest.param(15, {"digits": "late"}, id="15-late"),
+    pytest.param(20, {"products": "batched"}, id="20-batched"),
+    pytest.param("auto", {}, id="auto"),
+]
+
+
+def _bit_inputs(m: int, n: int, k: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Normal entries with rows of A that cancel (pairs v, -v) against constant columns of B, where only the
+    reconstruction's low-order sums carry C's last bits; and spread exponents (``inputs.exponent_spread``, phi = 2)."""
+    a, b = inputs.normal(m, k, 11), inputs.normal(k, n, 12)
+    check._cancelling_lines(a, b, np.random.default_rng(13))
+    spread = inputs.exponent_spread(m, k, 2.0, 14), inputs.exponent_spread(k, n, 2.0, 15)
+    return [("normal, cancelling lines", a, b), ("spread phi=2", *spread)]
+
+
+@pytest.mark.parametrize(("moduli", "options"), BIT_PLANS)
+@pytest.mark.parametrize("shape", BIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_c_is_the_references_bit_for_bit(gpu, shape, moduli, options):
+    """Issue 43, item 3: the GPU's C equals ``ozaki2_gemm_ref``'s (its stages, then ``reconstruct``) in every bit,
+    the reconstruction's multiply-adds fused on both sides (tests/test_ozaki2_rounding.py), for alpha and beta as
+    the checkers cycle them; with the automatic count, at the count the device chose."""
+    cp, T = gpu
+    m, n, k = shape
+    c = np.random.default_rng(16).standard_normal((m, n))
+    plan = T.Ozaki2Gemm(m, n, k, moduli=moduli, **options)
+    for name, a, b in _bit_inputs(m, n, k):
+        st = None
+        for alpha, beta in ((1.0, 0.0), (-0.75, 1.25), (3.0, -1.0)):
+            got = cp.asnumpy(plan(cp.asarray(a), cp.asarray(b), cp.asarray(c), alpha, beta))
+            if st is None or st.count != plan.count:  # ozaki2_gemm_ref's stages, once per input and count
+                st = ref.ozaki2_stages(a, b, plan.count)
+            want = ref.reconstruct(st.digits, st.mu, st.nu, plan.count, alpha, beta, c, a, b)
+            differ = got != want
+            if differ.any():
+                ulps = np.abs(got - want)[differ] / np.spacing(np.abs(want[differ]))
+                i, j = np.argwhere(differ)[0]
+                pytest.fail(
+                    f"{name}, {plan.count} moduli, alpha {alpha}, beta {beta}: {differ.sum()} of {differ.size} entries "
+                    f"differ, by up to {ulps.max():.3g} units in the last place; first C[{i}, {j}] = {got[i, j]!r}, "
+                    f"the reference's {want[i, j]!r}"
+                )
+
+
 def test_one_small_copy_per_call(gpu, monkeypatch):
     """The automatic choice brings its count to the host with one copy of 1 + NC doubles, and nothing else."""
     cp, T = gpu

@@ -3,10 +3,17 @@ track checks against (NumPy only).
 
 - the FP16 GEMM + bias + ReLU reference with its derived bound (the fused GEMM of 2a and the implicit GEMM of 2c);
 - the FP64 epilogue's bound: ``alpha x + beta c`` as NumPy rounds it against a kernel that fuses it into one
-  multiply-add, either way (the Ozaki-I and Ozaki-II epilogues).
+  multiply-add, either way (the Ozaki-I and Ozaki-II epilogues);
+- ``fma``: a fused multiply-add emulated exactly, elementwise (Python 3.11 has no ``math.fma``, NumPy none at all),
+  for references that round as a GPU does where its compiler fuses ``a * b + c`` (Ozaki-II's), and ``fma_scalar``
+  for one value (numba's CUDA simulator).
 """
 
 from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -111,3 +118,103 @@ def epilogue_bound(
         else:
             first = abs(float(alpha)) * np.asarray(spread, dtype=np.float64) + 2 * U64 * ax + U64 * bc + twice_z
         return EPILOGUE_FACTOR * first + EPILOGUE_TINY
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A fused multiply-add, emulated exactly: what a GPU computes where its compiler contracts ``a * b + c``
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Knuth's TwoSum: ``s = fl(a + b)`` and ``s + e = a + b`` exactly (any finite a, b whose sum does not overflow)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _two_prod(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dekker's product with Veltkamp's split: ``p = fl(a b)`` and ``p + e = a b`` exactly while |a|, |b| < 2^995 and
+    the product stays far from underflow (the caller checks)."""
+
+    def split(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        y = x * 134217729.0  # 2^27 + 1
+        hi = y - (y - x)
+        return hi, x - hi
+
+    p = a * b
+    (ah, al), (bh, bl) = split(a), split(b)
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def round_fraction(q: Fraction, dtype: type = np.float64) -> float:
+    """The rational q rounded to nearest (ties to even) in ``dtype`` (float64 or float32), as a Python float.
+
+    float(q) is q correctly rounded to FP64 (subnormals included; a negative q that rounds to zero gives -0.0);
+    rounding that to FP32 rounds twice only where it landed on an FP32 midpoint, which q itself then decides."""
+    try:
+        r64 = float(q)
+    except OverflowError:  # past the largest double: round to nearest overflows to infinity
+        r64 = math.inf if q > 0 else -math.inf
+    if dtype is np.float64 or not math.isfinite(r64):
+        return r64
+    with np.errstate(over="ignore"):
+        r32 = np.float32(r64)
+    if not np.isfinite(r32) or float(r32) == r64 or Fraction(r64) == q:
+        return float(r32)
+    other = np.nextafter(r32, np.float32(np.inf) if r64 > float(r32) else np.float32(-np.inf))
+    if Fraction(float(r32)) + Fraction(float(other)) != 2 * Fraction(r64):
+        return float(r32)  # r64 is no midpoint: q rounds as r64 does
+    return float(other) if abs(Fraction(float(other)) - q) < abs(Fraction(float(r32)) - q) else float(r32)
+
+
+def fma_scalar(a: float, b: float, c: float, dtype: type = np.float64) -> float:
+    """``a * b + c`` rounded once to ``dtype``, for one value of each: exact rationals, rounded by
+    :func:`round_fraction`; NaN, Inf and signed zeros as IEEE 754's fusedMultiplyAdd gives them."""
+    a, b, c = float(a), float(b), float(c)
+    if math.isfinite(a) and math.isfinite(b):
+        if not math.isfinite(c):
+            return c  # the exact product is finite: c decides (a product that overflows alone does not)
+        if a == 0.0 or b == 0.0:
+            return float(np.asarray(a * b + c, dtype))  # an exact zero product: c's own value, the zeros' sign rule
+        return round_fraction(Fraction(a) * Fraction(b) + Fraction(c), dtype)
+    return float(np.asarray(a * b + c, dtype))  # an Inf or a NaN among the factors: the product is Inf or NaN
+
+
+def _half_gap(r: np.ndarray) -> np.ndarray:
+    """Half the distance from r to its nearer neighbour in r's own format (0 where that underflows)."""
+    down = np.abs(r - np.nextafter(r, np.zeros_like(r)))
+    up = np.abs(np.nextafter(r, np.copysign(np.full_like(r, np.inf), r)) - r)
+    return np.minimum(down, up) / 2
+
+
+def fma(a: Any, b: Any, c: Any, dtype: type = np.float64) -> np.ndarray:
+    """``a * b + c`` rounded once to ``dtype`` (float64 or float32), elementwise, as a fused multiply-add computes it.
+
+    In FP64 the exact value is ``r + re + we`` (TwoProduct, then three TwoSums), and r = fl(s + w) is its rounding
+    when ``re`` and ``we`` are zero or ``|re| + |we|`` stays below half the gap from r to its nearer neighbour; FP32
+    operands' products are exact in FP64, and the exact ``s + t`` rounds to FP32 as s does unless
+    ``|s - fl32(s)| + |t|`` reaches half an FP32 gap. A zero factor leaves c's own rounding, as IEEE's. Entries
+    that cannot be decided so (those, non-finite values, products near underflow or overflow) go through
+    :func:`fma_scalar`: exact rationals, rounded once."""
+    a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=dtype).astype(np.float64) for v in (a, b, c)))
+    shape = a.shape
+    a, b, c = a.ravel(), b.ravel(), c.ravel()
+    with np.errstate(all="ignore"):
+        zero = ((a == 0) & np.isfinite(b)) | ((b == 0) & np.isfinite(a))  # an exact zero product
+        if dtype is np.float32:
+            s, t = _two_sum(a * b, c)  # a b is exact in FP64
+            out = s.astype(np.float32)
+            sure = np.abs(s - out) + np.abs(t) < _half_gap(out).astype(np.float64)
+        else:
+            p, pe = _two_prod(a, b)
+            s, t = _two_sum(p, c)
+            w, we = _two_sum(t, pe)
+            out, re = _two_sum(s, w)
+            sure = ((re == 0) & (we == 0)) | (np.abs(re) + np.abs(we) < _half_gap(out))
+            sure &= (np.abs(p) > 2.0**-900) & (np.abs(p) < 2.0**1000) & (np.maximum(np.abs(a), np.abs(b)) < 2.0**995)
+        sure &= np.isfinite(a) & np.isfinite(b) & np.isfinite(c) & np.isfinite(out)
+        out = np.where(zero, (a * b + c).astype(dtype), out)
+        sure |= zero
+    for i in np.flatnonzero(~sure):
+        out[i] = fma_scalar(a[i], b[i], c[i], dtype)
+    return out.reshape(shape)

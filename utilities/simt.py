@@ -6,7 +6,8 @@ simulator on a machine without a GPU).
   FP64 rate: a GPU's ``rint`` and ``floor`` are conversions, which run at a quarter of it);
 - ``trunc_f64``: trunc in FP64 for any magnitude (numba's ``math.trunc`` returns an int64, which overflows past 2^63);
 - ``int32_of``: an integer-valued double (|v| < 2^31) as an int32 from its bits, without a conversion instruction;
-- ``fma``: the fused multiply-add (exact in the simulator too, where numba's ``cuda.fma`` rounds twice);
+- ``fma``: the fused multiply-add (exact in the simulator too, where numba's ``cuda.fma`` rounds twice: there it is
+  ``utilities.rounding.fma_scalar``, the same emulation NumPy references use);
 - ``scale2``: ``x 2^e`` that overflows to +-Inf as on the device (Python's ``math.ldexp``, which the simulator runs,
   raises instead).
 """
@@ -14,10 +15,11 @@ simulator on a machine without a GPU).
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 from numba import config, cuda, int32
+
+from .rounding import fma_scalar
 
 ROUNDER = 6755399441055744.0  # 1.5 2^52: v + ROUNDER - ROUNDER is v rounded to the nearest integer for |v| < 2^51
 SIMULATOR = bool(config.ENABLE_CUDASIM)
@@ -51,9 +53,7 @@ if SIMULATOR:
     @cuda.jit(device=True)
     def _fma(a, b, c):
         """a b + c rounded once."""
-        if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
-            return a * b + c
-        return float(Fraction(a) * Fraction(b) + Fraction(c))
+        return fma_scalar(a, b, c)
 
     @cuda.jit(device=True)
     def _scale2(x, e):

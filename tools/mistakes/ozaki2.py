@@ -27,9 +27,10 @@ _CRT_LOOP = """    for t in range(count):
 _RESIDUE_4B_FIX = """        if r > HI[t]:  # a tie (p = 256, w / p = n + 1/2) rounds to even: r = 128 becomes -128
             r -= P[t]
 """
-_RECONSTRUCT_SUMS = """            s1 += u * C1[t]
-            s2 += u * C2[t]
-            s3 += u * C3[t]"""
+_RECONSTRUCT_SUMS = """            s1 = fma(u, C1[t], s1)  # exact, fused or not
+            s2 = fma(u, C2[t], s2)  # exact, fused or not
+            s3 = fma(u, C3[t], s3)  # rounded once"""
+_RECONSTRUCT_S3 = "            s3 = fma(u, C3[t], s3)  # rounded once"
 
 MISTAKES = [
     Mistake(
@@ -215,7 +216,7 @@ MISTAKES = [
         RECONSTRUCT_4B,
         "precision",
         "the third part of 1/p left out",
-        old="            s3 += u * C3[t]",
+        old=_RECONSTRUCT_S3,
         new="            s3 += 0.0",
         message="the third sum",
     ),
@@ -223,7 +224,7 @@ MISTAKES = [
         RECONSTRUCT_4B,
         "precision",
         "the third sum kept in FP32, a low-order sum 'too small to matter' (issue 41: accepted)",
-        old="            s3 += u * C3[t]",
+        old=_RECONSTRUCT_S3,
         new="            s3 = np.float32(s3 + u * C3[t])",
         message="kept in float32",
         stage="C",
@@ -251,8 +252,8 @@ MISTAKES = [
         RECONSTRUCT_4B,
         "hard-coded table",
         "the weights of the first modulus for every digit",
-        old="            s1 += u * C1[t]",
-        new="            s1 += u * C1[0]",
+        old="            s1 = fma(u, C1[t], s1)",
+        new="            s1 = fma(u, C1[0], s1)",
     ),
 ]
 
@@ -320,8 +321,10 @@ CORRECT = [
     ),
     Alternative(
         RECONSTRUCT_4B,
-        "the third sum by fused multiply-adds",
-        old="            s3 += u * C3[t]",
-        new="            s3 = fma(u, C3[t], s3)",
+        "the sums as s += u * w: a GPU fuses each as the solution's fma does; the simulator rounds s3's terms twice",
+        old=_RECONSTRUCT_SUMS,
+        new="""            s1 += u * C1[t]
+            s2 += u * C2[t]
+            s3 += u * C3[t]""",
     ),
 ]

@@ -224,14 +224,17 @@ def reconstruction_bound(want: np.ndarray, count: int) -> np.ndarray:
 def c_bound(st: ref.Ozaki2Stages, alpha: float, beta: float, c: np.ndarray | None, want: np.ndarray) -> np.ndarray:
     """What C may differ by from ``want`` (``reference.reconstruct`` of the stages ``st``), where it is finite.
 
-    The kernel's x, ``A'B'`` reconstructed and scaled by 2^(-mu - nu) before alpha multiplies it, is not the
-    reference's operation for operation: a GPU fuses the multiply-adds of the three sums and of the double-double
-    product ``h P_hi + err + h P_lo + low P_hi``, and a kernel may add the digits in another order. Each route
-    rounds A'B' within :func:`reconstruction_bound` of the reference's (its 4u |A'B'| and P 2^-100 are derived
-    there), and each scaling rounds once more among subnormals: x spreads by at most
+    The kernel's x, ``A'B'`` reconstructed and scaled by 2^(-mu - nu) before alpha multiplies it, need not be the
+    reference's operation for operation: the reference fuses the multiply-adds that the course's kernel writes as
+    ``fma`` (the third sum's terms, the double-double product's tail, beta C), an attendee's ``s += u * w`` rounds
+    twice in the simulator (once on a GPU, whose compiler fuses it), and a kernel may add the digits in another
+    order. Each route rounds A'B' within :func:`reconstruction_bound` of the reference's (its 4u |A'B'| and
+    P 2^-100 are derived there), and each scaling rounds once more among subnormals: x spreads by at most
     ``D = 2^(-mu - nu) (4u |A'B'| + P 2^-100) + 2^-1073``. The epilogue ``alpha x + beta C`` then adds what
     ``utilities.rounding.epilogue_bound`` derives with that spread: ``|alpha| D + 2u |alpha x| + u |beta C| +
-    2u |C|`` (beta = 0: ``|alpha| D + 2u |alpha x|``), alpha counted once. An earlier bound took x as
+    2u |C|`` (beta = 0: ``|alpha| D + 2u |alpha x|``), alpha counted once. Its pairs of routes are symmetric: the
+    reference's ``fma(beta, C, fl(alpha x))`` against a kernel's two roundings differs by the same terms as the
+    other way round, and against ``fma(alpha, x', fl(beta C))`` by less. An earlier bound took x as
     ``want - beta C``, which holds alpha already (so alpha counted twice, too tight for |alpha| < 1), and added
     ``4u |want|``, which no step derives: both are gone.
     """

@@ -14,8 +14,10 @@ With N pairwise-coprime moduli p_1..p_N of at most 256 and P their product (Ozak
    ``C = alpha 2^(-mu_i - nu_j) A'B' + beta C``.
 
 One int8 product per modulus: about 14-16 moduli reach FP64 accuracy, where Ozaki-I needs 28 products (7 slices).
-Every integer stage is exact and the GPU kernels reproduce it bit for bit; the reconstruction's last rounding
-may differ in the last bit when a GPU fuses a multiply-add.
+Every integer stage is exact and the GPU kernels reproduce it bit for bit, and the reconstruction too: each
+multiply-add that the GPU kernel fuses is rounded once here as well (``utilities.rounding.fma``, exact): the third
+sum's terms, the double-double product's tail and ``beta C`` (fewer roundings than NumPy's ``a * b + c``;
+``tests/test_ozaki2_rounding.py`` holds the kernel's PTX to exactly these).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 
 from .. import precision
 from ..operands import NONFINITE_SHIFT, InputShapeError, NonFiniteError, check_matrix
+from ..rounding import fma
 
 # Pairwise coprime, at most 256, largest first: 256 = 2^8, 255 = 3 5 17, 253 = 11 23, 247 = 13 19, 217 = 7 31, the
 # rest primes. Residues modulo each fit an int8 symmetrically.
@@ -239,30 +242,17 @@ def two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s, (a - (s - bb)) + (b - bb)
 
 
-def two_prod(a: np.ndarray, b: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(p, e)`` with ``p = fl(a b)`` and ``p + e = a b`` exactly (Dekker's product with Veltkamp's split; a GPU
-    gets ``e`` from one fused multiply-add)."""
-    p = a * b
-
-    def split(x):
-        c = x * 134217729.0  # 2^27 + 1
-        hi = c - (c - x)
-        return hi, x - hi
-
-    ah, al = split(a)
-    bh, bl = split(np.float64(b))
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
 def integer_product(u: np.ndarray, count: int) -> np.ndarray:
-    """A'B' (float64, rounded once, nearly correctly) from the CRT digits u (N, m, n), by the fraction trick.
+    """A'B' (float64, rounded once, nearly correctly) from the CRT digits u (N, m, n), by the fraction trick, rounded
+    as ``simt.make_reconstruct_kernel`` rounds it on a GPU.
 
-    ``s1 = sum u_t c1_t`` and ``s2 = sum u_t c2_t`` are exact; ``s3 = sum u_t c3_t`` is not (its error is far below
-    the scaling's). ``q = floor(s1 + 1/2)`` is the integer part to drop (s2 + s3 < 2^-22 cannot move it across a
-    half: the scaling keeps |A'B'| / P below 1/2 - 2^-21). The fraction ``r = (s1 - q) + s2 + s3`` is kept as a
-    double-double ``h + l`` (``s1 - q`` is exact, TwoSum adds s2 without error), and ``A'B' = r P`` with P as a
-    double-double ``P_hi + P_lo`` (P passes 2^53 from 7 moduli on) and ``h P_hi`` as an exact TwoProduct: one
-    rounding at the end, where a plain ``r * P`` rounds three times.
+    ``s1 = sum u_t c1_t`` and ``s2 = sum u_t c2_t`` are exact (fused or not); ``s3 = sum u_t c3_t`` is not: each term
+    is one fused multiply-add, rounded once (its error is far below the scaling's). ``q = floor(s1 + 1/2)`` is the
+    integer part to drop (s2 + s3 < 2^-22 cannot move it across a half: the scaling keeps |A'B'| / P below 1/2 -
+    2^-21). The fraction ``r = (s1 - q) + s2 + s3`` is kept as a double-double ``h + l`` (``s1 - q`` is exact, TwoSum
+    adds s2 without error), and ``A'B' = r P`` with P as a double-double ``P_hi + P_lo`` (P passes 2^53 from 7
+    moduli on), ``h P_hi`` as an exact TwoProduct (its error is one fused multiply-add) and ``h P_lo + l P_hi`` one
+    more: one rounding at the end, where a plain ``r * P`` rounds three times.
     """
     c = crt(count)
     s1 = np.zeros(u.shape[1:])
@@ -270,14 +260,15 @@ def integer_product(u: np.ndarray, count: int) -> np.ndarray:
     s3 = np.zeros(u.shape[1:])
     for t in range(c.count):
         ut = u[t].astype(np.float64)
-        s1 = s1 + ut * c.c1[t]
-        s2 = s2 + ut * c.c2[t]
-        s3 = s3 + ut * c.c3[t]
+        s1 = s1 + ut * c.c1[t]  # exact: the kernel's fma(u, c1, s1) gives the same
+        s2 = s2 + ut * c.c2[t]  # exact, as s1
+        s3 = fma(ut, c.c3[t], s3)
     q = np.floor(s1 + 0.5)
     h, low = two_sum(s1 - q, s2)
     low = low + s3
-    top, err = two_prod(h, c.product_hi)
-    return top + (err + (h * c.product_lo + low * c.product_hi))
+    top = h * c.product_hi
+    err = fma(h, c.product_hi, -top)  # exact: top + err = h P_hi
+    return top + (err + fma(low, c.product_hi, h * c.product_lo))
 
 
 def reconstruct(
@@ -291,7 +282,8 @@ def reconstruct(
     a: np.ndarray | None = None,
     b: np.ndarray | None = None,
 ) -> np.ndarray:
-    """C = alpha 2^(-mu_i - nu_j) A'B' (+ beta C when beta != 0; C is not read when beta == 0).
+    """C = alpha 2^(-mu_i - nu_j) A'B' (+ beta C when beta != 0; C is not read when beta == 0), ``beta C`` added by
+    one fused multiply-add, ``fma(beta, C, alpha x)``, as the GPU kernel adds it.
 
     On the rows and columns whose exponent is the non-finite sentinel (a NaN or an Inf in that line of A or B):
     given A and B, what DGEMM gives there, ``alpha (A B)_ij + beta C_ij`` with the products and sums in FP64 (an Inf
@@ -304,7 +296,7 @@ def reconstruct(
         if beta != 0.0:
             if c is None:
                 raise ValueError("beta != 0 needs c, the C matrix to update")
-            out = out + float(beta) * check_matrix(c, "C")
+            out = fma(float(beta), check_matrix(c, "C"), out)
     if a is None or b is None or not bad.any():
         return np.where(bad, np.nan, out)
     with np.errstate(invalid="ignore", over="ignore"):

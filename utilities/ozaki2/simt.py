@@ -2,10 +2,13 @@
 CRT digit of each int32 product, and the reconstruction; and the plan's host side, :class:`SimtPlan`: every buffer
 ``Ozaki2Gemm`` allocates and its plain numba stages (run on NumPy in numba's simulator by the tests).
 
-They reproduce ``utilities.ozaki2.reference``: exponents, residues and digits bit for bit (integer arithmetic, and
-FP64 operations whose results are exact integers), C to its last rounding (a GPU fuses multiply-adds). They run
-under numba's CUDA simulator in the tests and on the device in the plan. The designs, for 8192^3 with 15 moduli
-(``utilities.ozaki2.model`` counts the bytes, ``utilities.ozaki2.benchmarks`` times them):
+They reproduce ``utilities.ozaki2.reference`` bit for bit: exponents, residues and digits (integer arithmetic, and
+FP64 operations whose results are exact integers, fused into multiply-adds by the GPU's compiler or not), and C:
+the reconstruction writes each multiply-add it rounds once as ``fma`` (``utilities.simt.fma``: exact in the
+simulator too), the reference rounds those once as well, and the compiler fuses nothing else there
+(``tests/test_ozaki2_rounding.py`` reads the PTX). They run under numba's CUDA simulator in the tests and on the
+device in the plan. The designs, for 8192^3 with 15 moduli (``utilities.ozaki2.model`` counts the bytes,
+``utilities.ozaki2.benchmarks`` times them):
 
 - ``residue_rows_kernel``: one block per row of A, the row read once into registers; the row's exact statistics
   (``utilities.precision_gpu.make_row_statistics``), its exponent mu, then every residue of ``trunc(x 2^mu)``,
@@ -17,7 +20,8 @@ under numba's CUDA simulator in the tests and on the device in the plan. The des
 - ``digits_kernel``: right after the int32 GEMM of modulus t, each product becomes its CRT digit
   ``u = (P_t mod p) y_t mod p`` in [0, p), one byte: the reconstruction then reads N bytes an entry, not 4N;
 - ``reconstruct_kernel``: one thread per entry of C: the three sums of ``u_t c_t``, the fraction in double-double,
-  C = alpha 2^(-mu - nu) P frac(...) + beta C (C not read when beta = 0).
+  C = alpha 2^(-mu - nu) P frac(...) + beta C (C not read when beta = 0), every product that meets a sum fused
+  with it: one rounding fewer each than ``a * b + c`` in NumPy, and one instruction.
 
 How a residue stays exact and cheap. An integer x = trunc(v 2^mu) has at most 78 bits; it is split once into
 ``h 2^40 + l`` (both exact, |h| < 2^38, |l| < 2^40), and for each modulus ``w = h (2^40 mod p) + l`` (below 2^47,
@@ -325,8 +329,10 @@ def make_residue_values_kernel(count: int, residue_factory: Callable[[int], Any]
 def make_reconstruct_kernel(count: int, from_products: bool = False, digit_factory: Callable[[int], Any] = make_digit):
     """``reconstruct_kernel[grid, block](planes, mu, nu, a, b, alpha, beta, c, out)``: C from the N planes
     (count, m, n) of CRT digits (uint8), or of int32 products when ``from_products`` (each reduced here with
-    ``digit``), as ``reference.reconstruct``: the three sums, the fraction ``(s1 - q) + s2 + s3`` in double-double,
-    times P in double-double, scaled back by 2^(-mu - nu); alpha and beta as a GEMM's (C not read when beta = 0).
+    ``digit``), as ``reference.reconstruct``, bit for bit: the three sums, the fraction ``(s1 - q) + s2 + s3`` in
+    double-double, times P in double-double, scaled back by 2^(-mu - nu); alpha and beta as a GEMM's (C not read
+    when beta = 0). Each product that meets a sum is one ``fma``, rounded once: a GPU's compiler would fuse
+    ``s += u * w`` anyway; written so, the simulator rounds as the GPU does.
     Where mu or nu is the non-finite sentinel, what DGEMM gives: the FP64 dot product of A's row and B's column
     (those lines hold a NaN or an Inf, which the result must carry as DGEMM carries it)."""
     T = tables(count)
@@ -344,10 +350,10 @@ def make_reconstruct_kernel(count: int, from_products: bool = False, digit_facto
         if mu[i] == NONFINITE_SHIFT or nu[j] == NONFINITE_SHIFT:  # rare: a line with a NaN or an Inf
             native = 0.0
             for col in range(a.shape[1]):
-                native += a[i, col] * b[col, j]
+                native = fma(a[i, col], b[col, j], native)
             native *= alpha
             if beta != 0.0:
-                native += beta * c[i, j]
+                native = fma(beta, c[i, j], native)
             out[i, j] = native
             return
         s1 = 0.0
@@ -355,11 +361,12 @@ def make_reconstruct_kernel(count: int, from_products: bool = False, digit_facto
         s3 = 0.0
         for t in range(N):
             u = digit(float64(planes[t, i, j]), t) if FROM_PRODUCTS else float64(planes[t, i, j])
-            # TODO (about 3 lines): add u, weighted by C1[t], C2[t] and C3[t], to s1, s2 and s3
+            # TODO (about 3 lines): add u, weighted by C1[t], C2[t] and C3[t], to s1, s2 and s3 (a GPU fuses each
+            # s += u * w into one multiply-add, rounded once: fma(u, w, s) says so, and the simulator then agrees)
             # BEGIN SOLUTION
-            s1 += u * C1[t]
-            s2 += u * C2[t]
-            s3 += u * C3[t]
+            s1 = fma(u, C1[t], s1)  # exact, fused or not
+            s2 = fma(u, C2[t], s2)  # exact, fused or not
+            s3 = fma(u, C3[t], s3)  # rounded once
             # END SOLUTION
         q = math.floor(s1 + 0.5)
         a = s1 - q  # exact
@@ -368,10 +375,10 @@ def make_reconstruct_kernel(count: int, from_products: bool = False, digit_facto
         low = ((a - (h - back)) + (s2 - back)) + s3
         top = h * P_HI  # TwoProduct: top + err = h P_hi exactly
         err = fma(h, P_HI, -top)
-        value = top + (err + (h * P_LO + low * P_HI))
+        value = top + (err + fma(low, P_HI, h * P_LO))
         value = alpha * scale2(value, -int(mu[i] + nu[j]))
         if beta != 0.0:
-            value += beta * c[i, j]
+            value = fma(beta, c[i, j], value)
         out[i, j] = value
 
     return reconstruct_kernel
