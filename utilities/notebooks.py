@@ -66,7 +66,6 @@ _SECTION = re.compile(r"^## (?P<title>.*)$")
 DAY = (
     "0_primer",
     "2a_epilogue_fusion",
-    "2c_conv_fusion",
     "2b_back_to_back",
     "3a_ozaki_numerics",
     "3b_ozaki_unfused",
