@@ -72,6 +72,19 @@ def _sandbox(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def test_the_tests_spread_over_the_cores_unless_asked_otherwise() -> None:
+    def command(*args: str, workers: str) -> str:
+        done = _course("test", *args, env={"COURSE_DRY_RUN": "1", "COURSE_TEST_WORKERS": workers})
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert command("-k", "preflight", workers="2") == "python -m pytest -n 2 --dist loadfile -k preflight"
+    assert command(workers="16").startswith("python -m pytest -n 4 --dist loadfile")  # at most four processes
+    assert "-n" not in command("-x", workers="1").split()
+    assert command("-n", "3", workers="2") == "python -m pytest -n 3"  # the caller's choice stands
+    assert command("-p", "no:xdist", workers="2") == "python -m pytest -p no:xdist"
+
+
 def test_an_interpreter_that_does_not_run_is_named_in_one_line(tmp_path: Path) -> None:
     box = _sandbox(tmp_path)
     shim = box / "python3.9"
@@ -99,7 +112,7 @@ def test_python_is_used_for_a_new_environment_or_the_launcher_says_why_not(tmp_p
     fake.chmod(0o755)
     cksum = subprocess.run(["cksum", str(box / "pyproject.toml")], capture_output=True, text=True).stdout.split()[0]
     (box / ".venv-test" / ".course-stamp").write_text(f"{cksum} test\n")
-    done = _course("test", "-q", env={"PYTHON": "/usr/bin/python3"}, cwd=box)
+    done = _course("test", "-q", env={"PYTHON": "/usr/bin/python3", "COURSE_TEST_WORKERS": "1"}, cwd=box)
     assert "PYTHON=/usr/bin/python3 is not used: .venv-test exists (Python 3.11); delete .venv-test" in done.stdout
     assert "ran: -m pytest -q" in done.stdout
     done = _course("test", "-q", cwd=box)
