@@ -9,6 +9,7 @@
 - Without a GPU a test that runs past ``COURSE_TEST_LIMIT_S`` seconds (default 300) stops the run: its stacks are
   printed and pytest exits with status 3, so that a hang (numba's simulator can stall on its locks) is a named
   failure in minutes, not a CI run killed after its hour and a half. ``COURSE_TEST_LIMIT_S=0`` turns the guard off.
+- Files run longest first (``utilities.suite_order``, from ``tests/file_seconds.json``), each in its own order.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from utilities import suite_order
 from utilities.preflight import probe_gpus
 
 ROOT = Path(__file__).resolve().parent
@@ -94,6 +96,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu") and no_gpu_reason():
             item.add_marker(pytest.mark.skip(reason=no_gpu_reason()))
+    # the longest files first (tests/file_seconds.json), so that ./course test's processes end together
+    order = suite_order.longest_first([item.nodeid for item in items], suite_order.load())
+    items[:] = [items[i] for i in order]
 
 
 def test_time_limit() -> float:
