@@ -171,15 +171,20 @@ MISTAKES: dict[str, Callable[..., Any]] = {
 X_MISTAKES = {"shift off by one (e + f - 13)": {"shift": -13}, "weights 2^(-7d)": {"weight": 7}}
 
 
+def finish_or_mistake(fma, x, c, alpha, beta, route: str, mistake: str = "") -> np.ndarray:
+    """C from x as ``route`` rounds it, or as the known ``mistake`` (of :data:`MISTAKES`) computes it."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        if mistake in MISTAKES:
+            return MISTAKES[mistake](fma, x, c, alpha, beta)
+        return finish(fma, x, c, alpha, beta, route)
+
+
 def epilogue(fma: Callable[..., np.ndarray], route: str, mistake: str = "") -> Callable[..., np.ndarray]:
     """``fn(terms, offsets, e, f, alpha, beta, c)``: 3b's epilogue kernel as the GPU rounds it."""
 
     def fn(terms, offsets, e, f, alpha, beta, c):
         x = x_with(terms, offsets, e, f, **X_MISTAKES.get(mistake, {}))
-        with np.errstate(invalid="ignore", over="ignore"):
-            if mistake in MISTAKES:
-                return MISTAKES[mistake](fma, x, c, alpha, beta)
-            return finish(fma, x, c, alpha, beta, route)
+        return finish_or_mistake(fma, x, c, alpha, beta, route, mistake)
 
     return fn
 
@@ -225,10 +230,7 @@ def gemm(fma: Callable[..., np.ndarray], stages: Callable[..., Any], route: str,
             x = x_with(st.diagonals, np.arange(slices + 1), st.e, st.f, **X_MISTAKES[mistake])
         else:
             x = reconstruct(st.diagonals, st.e, st.f)
-        with np.errstate(invalid="ignore", over="ignore"):
-            if mistake in MISTAKES:
-                return MISTAKES[mistake](fma, x, c, alpha, beta)
-            return finish(fma, x, c, alpha, beta, route)
+        return finish_or_mistake(fma, x, c, alpha, beta, route, mistake)
 
     return run
 
