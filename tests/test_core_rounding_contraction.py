@@ -265,8 +265,8 @@ def test_the_gemm_check_still_rejects_mistakes_rounded_as_the_gpu_rounds(fma, ca
 
 def integer_product_fused(fma: Callable[..., np.ndarray], u: np.ndarray, count: int, route: str) -> np.ndarray:
     """A'B' as ``simt.make_reconstruct_kernel`` computes it on a GPU: each product of the three sums fused into its
-    sum (exact for s1 and s2, not for s3), ``err = fma(h, P_hi, -top)``, and ``h P_lo + low P_hi`` one multiply-add
-    (numba-cuda's PTX fuses ``low P_hi`` onto ``fl(h P_lo)``; ``route`` picks which product, as for C)."""
+    sum (exact for s1 and s2, not for s3), the tail ``h P_lo + low P_hi`` one multiply-add (the kernel's fuses
+    ``low P_hi`` onto ``fl(h P_lo)``; ``route`` picks which product, as for C) and ``h P_hi + tail`` another."""
     c = ref2.crt(count)
     s1, s2, s3 = (np.zeros(u.shape[1:]) for _ in range(3))
     for t in range(count):
@@ -275,13 +275,11 @@ def integer_product_fused(fma: Callable[..., np.ndarray], u: np.ndarray, count: 
     q = np.floor(s1 + 0.5)
     h, low = ref2.two_sum(s1 - q, s2)
     low = low + s3
-    top = h * c.product_hi
-    err = fma(h, c.product_hi, -top)
     if route == GPU_ROUTES[0]:
         tail = fma(low, c.product_hi, h * c.product_lo)
     else:
         tail = fma(h, c.product_lo, low * c.product_hi)
-    return top + (err + tail)
+    return fma(h, c.product_hi, tail)
 
 
 def reconstruction(fma: Callable[..., np.ndarray], route: str, mistake: str = "") -> Callable[..., np.ndarray]:

@@ -4,6 +4,7 @@ verdict it gives on each target (``utilities.gpu_proof``)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -169,3 +170,32 @@ def test_without_a_gpu_it_says_so_and_fails() -> None:
     assert done.returncode == 2
     assert "gpu-proof: cannot run" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_run_cut_short_is_reported_from_its_logs_on_any_machine(tmp_path: Path) -> None:
+    """``--report-only``: nothing is started (no GPU here); the steps that finished are read from their markers,
+    the others said not to have finished, and the date is the day the logs were written."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    logs.mkdir()
+    (logs / "prebuild.done").write_text(json.dumps(["prebuild", 252.0, 0]))
+    (logs / "workshop-0.done").write_text(json.dumps(["workshop-0", 700.0, 0]))
+    (logs / "workshop-0.json").write_text(json.dumps({"notebooks": [_entry("2b_back_to_back", course_links=["m.k"])]}))
+    written = 1_795_000_000  # 2026-11-18 UTC
+    for marker in logs.glob("*.done"):
+        os.utime(marker, (written, written))
+    done = subprocess.run(
+        [sys.executable, "-m", "utilities.gpu_proof", "--report-only", "NVIDIA H200", "--logs", str(logs)]
+        + ["--out", str(out)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COURSE_COMMIT": "abc123"},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr  # targets not met: the tests and solutions never ran
+    text = (out / "nvidia-h200-proof.md").read_text()
+    assert text.startswith("# GPU proof: NVIDIA H200, commit abc123, 2026-11-18")
+    assert "| prebuild (earlier) | 252 | 0 |" in text and "| solutions (did not finish) | 0 | -1 |" in text
+    assert "| GPU tests: 0 failed, 0 errors | **no** | did not run |" in text
+    assert "2b_back_to_back: m.k" in text
+    whole = json.loads((out / "nvidia-h200-workshop.json").read_text())["notebooks"]
+    assert [e["notebook"] for e in whole] == ["2b_back_to_back"]

@@ -26,7 +26,10 @@ import argparse
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -91,18 +94,65 @@ def count_of(ptx: str, instruction: str) -> int:
     return len(re.findall(rf"^\s*{re.escape(instruction)}\s", ptx, re.MULTILINE))
 
 
+def contractible(ptx: str) -> int:
+    """How many ``add.f64`` or ``sub.f64`` take a plain ``mul.f64``'s result: the PTX assembler may fuse each such
+    pair into one FMA (PTX's rule for ``mul``/``add`` without a rounding modifier), whatever NVVM left unfused."""
+    products = set(re.findall(r"^\s*mul\.f64\s+(%fd\d+),", ptx, re.MULTILINE))
+    sums = re.findall(r"^\s*(?:add|sub)\.f64\s+%fd\d+,\s*([^;]+);", ptx, re.MULTILINE)
+    return sum(1 for operands in sums for x in operands.split(",") if x.strip() in products)
+
+
+def nvdisasm() -> str | None:
+    """The ``nvdisasm`` of the pip package nvidia-cuda-nvdisasm (or ``$NVDISASM``, or on PATH), None if absent."""
+    if os.environ.get("NVDISASM"):
+        return os.environ["NVDISASM"]
+    try:
+        import nvidia.cu13  # noqa: PLC0415
+
+        for root in nvidia.cu13.__path__:
+            if (Path(root) / "bin" / "nvdisasm").is_file():
+                return str(Path(root) / "bin" / "nvdisasm")
+    except ImportError:
+        pass
+    return shutil.which("nvdisasm")
+
+
+def sass_fmas(ptx: str, cc: tuple[int, int], tool: str) -> int:
+    """How many FP64 FMAs (``DFMA``) the machine code has: the PTX assembled by nvJitLink for ``cc``, disassembled."""
+    from cuda.bindings import nvjitlink  # noqa: PLC0415
+
+    handle = nvjitlink.create(1, [f"-arch=sm_{cc[0]}{cc[1]}"])
+    try:
+        data = ptx.encode()
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "reconstruct.ptx")
+        nvjitlink.complete(handle)
+        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, cubin)
+    finally:
+        nvjitlink.destroy(handle)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([tool, f.name], capture_output=True, text=True, check=True).stdout
+    return len(re.findall(r"\bDFMA\b", sass))
+
+
 def report(count: int, from_products: bool, cc: tuple[int, int], digit: Any = None) -> dict[str, Any]:
     """One build's counts: ``fused`` in the course's build, ``explicit`` and ``implicit`` in the marked one."""
     kernel = "reconstruct, digits read late" if from_products else "reconstruct, digits read early"
     marked = ptx_of(count, from_products, cc, fma=marked_fma, digit=digit)
+    course = ptx_of(count, from_products, cc, digit=digit)
+    tool = nvdisasm()
     return {
         "kernel": kernel + (", digit stand-in" if digit is not None else ""),
         "count": count,
         "target": f"sm_{cc[0]}{cc[1]}",
-        "fused": count_of(ptx_of(count, from_products, cc, digit=digit), "fma.rn.f64"),
+        "fused": count_of(course, "fma.rn.f64"),
         "explicit": count_of(marked, "fma.rz.f64"),
         "implicit": count_of(marked, "fma.rn.f64"),
         "fused_f32": count_of(marked, "fma.rn.f32"),
+        "contractible": contractible(course),
+        "sass_fused": sass_fmas(course, cc, tool) if tool else None,
     }
 
 

@@ -222,8 +222,9 @@ def report(steps: list[tuple[str, float, int]], checks: list[tuple], head: dict)
 class Runner:
     """Starts the steps' processes with their logs, and remembers which steps finished (``<logs>/<step>.done``)."""
 
-    def __init__(self, logs: Path):
+    def __init__(self, logs: Path, report_only: bool = False):
         self.logs = logs
+        self.report_only = report_only  # start nothing: a step without its marker is said not to have finished
         self.steps: list[tuple[str, float, int]] = []
 
     def done(self, step: str) -> bool:
@@ -237,7 +238,10 @@ class Runner:
 
     threads: int | None = None  # BLAS and OpenMP threads each process may use (None: as the environment says)
 
-    def start(self, step: str, cmd: list[str]) -> tuple[str, subprocess.Popen, float]:
+    def start(self, step: str, cmd: list[str]) -> tuple[str, subprocess.Popen, float] | None:
+        if self.report_only:
+            self.steps.append((f"{step} (did not finish)", 0.0, -1))
+            return None
         log = self.logs / f"{step}.log"
         print(f"gpu-proof: {step}: $ {' '.join(cmd)}  (log {log})", flush=True)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -246,9 +250,10 @@ class Runner:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
         return step, proc, time.perf_counter()
 
-    def wait(self, *started: tuple[str, subprocess.Popen, float]) -> list[int]:
+    def wait(self, *started: tuple[str, subprocess.Popen, float] | None) -> list[int]:
         """Wait for every started step; each is recorded (its seconds, its exit status) as soon as it ends."""
         codes: dict[str, int] = {}
+        started = tuple(item for item in started if item is not None)
         running = list(started)
         while running:
             for item in list(running):
@@ -275,6 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "results"), help="where the results go (default results/)")
     parser.add_argument("--logs", default=None, help="logs and step markers (default /tmp/course-proof-<commit>)")
     parser.add_argument("--parallel", type=int, default=4, help="notebook processes at once in each step")
+    parser.add_argument(
+        "--report-only",
+        metavar="GPU",
+        default=None,
+        help="run nothing: write the results of the steps that finished in --logs (a run cut short) for this GPU "
+        "(e.g. 'NVIDIA H200'), on any machine",
+    )
     args = parser.parse_args(argv)
     from . import ledger
     from . import report as report_format
@@ -282,13 +294,19 @@ def main(argv: list[str] | None = None) -> int:
     from .peaks import gpu_slug
     from .preflight import PreflightError, preflight
 
-    try:
-        env = preflight(require_gpu=True, require_mathdx=True)
-    except PreflightError as exc:
-        print(f"gpu-proof: cannot run: {exc}", file=sys.stderr)
-        return 2
+    if args.report_only:
+        gpu = args.report_only
+        if not args.logs:
+            parser.error("--report-only needs --logs: the folder of the run's logs and step markers")
+    else:
+        try:
+            env = preflight(require_gpu=True, require_mathdx=True)
+        except PreflightError as exc:
+            print(f"gpu-proof: cannot run: {exc}", file=sys.stderr)
+            return 2
+        gpu = env.gpu.name
     out = Path(args.out)
-    gpu, slug = env.gpu.name, gpu_slug(env.gpu.name)
+    slug = gpu_slug(gpu)
     commit = ledger.commit_of()
     logs = Path(args.logs) if args.logs else Path(tempfile.gettempdir()) / f"course-proof-{commit}"
     for folder in (out, logs):
@@ -296,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["COURSE_COMMIT"] = commit  # the ledger's rows, written by the steps' processes
     command = "python -m utilities.gpu_proof " + " ".join(argv if argv is not None else sys.argv[1:])
     py = sys.executable
-    runner = Runner(logs)
+    runner = Runner(logs, report_only=bool(args.report_only))
     began = time.perf_counter()
 
     # 1. the build cache
@@ -379,7 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     runner.wait(*started)
 
     # the results
-    date = time.strftime("%Y-%m-%d")
+    markers = list(logs.glob("*.done"))
+    ran = max((m.stat().st_mtime for m in markers), default=None) if args.report_only else None
+    date = time.strftime("%Y-%m-%d", time.gmtime(ran) if ran else None)  # a report of logs: the day they were written
     parts = [
         junit_counts(logs / f"tests-{i}.xml") for i in range(len(test_groups)) if (logs / f"tests-{i}.xml").exists()
     ]
@@ -434,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     ledger.save(ledger_path, data)
     checks = verdicts(tests, whole, core, rows, stems)
     head = {"gpu": gpu, "commit": commit, "date": date, "command": command}
-    runner.steps.append(("all", round(time.perf_counter() - began, 1), 0))
+    if not args.report_only:
+        runner.steps.append(("all", round(time.perf_counter() - began, 1), 0))
     text = report(runner.steps, checks, head)
     (out / f"{slug}-proof.md").write_text(text)
     print(text)

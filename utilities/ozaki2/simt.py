@@ -330,9 +330,10 @@ def make_reconstruct_kernel(count: int, from_products: bool = False, digit_facto
     """``reconstruct_kernel[grid, block](planes, mu, nu, a, b, alpha, beta, c, out)``: C from the N planes
     (count, m, n) of CRT digits (uint8), or of int32 products when ``from_products`` (each reduced here with
     ``digit``), as ``reference.reconstruct``, bit for bit: the three sums, the fraction ``(s1 - q) + s2 + s3`` in
-    double-double, times P in double-double, scaled back by 2^(-mu - nu); alpha and beta as a GEMM's (C not read
-    when beta = 0). Each product that meets a sum is one ``fma``, rounded once: a GPU's compiler would fuse
-    ``s += u * w`` anyway; written so, the simulator rounds as the GPU does.
+    double-double, times P in double-double (``h P_hi`` exact inside the last ``fma``, one rounding), scaled back by
+    2^(-mu - nu); alpha and beta as a GEMM's (C not read when beta = 0). Each product that meets a sum is one
+    ``fma``, rounded once: a GPU's compilers fuse a product into the sum it feeds anyway (NVVM ``s += u * w``, the
+    assembler a plain ``mul.f64`` into the ``add.f64`` after it); written so, the simulator rounds as the GPU does.
     Where mu or nu is the non-finite sentinel, what DGEMM gives: the FP64 dot product of A's row and B's column
     (those lines hold a NaN or an Inf, which the result must carry as DGEMM carries it)."""
     T = tables(count)
@@ -373,9 +374,7 @@ def make_reconstruct_kernel(count: int, from_products: bool = False, digit_facto
         h = a + s2  # TwoSum: h + low = a + s2 exactly
         back = h - a
         low = ((a - (h - back)) + (s2 - back)) + s3
-        top = h * P_HI  # TwoProduct: top + err = h P_hi exactly
-        err = fma(h, P_HI, -top)
-        value = top + (err + fma(low, P_HI, h * P_LO))
+        value = fma(h, P_HI, fma(low, P_HI, h * P_LO))  # (h + low)(P_hi + P_lo), h P_hi exact inside the fma
         value = alpha * scale2(value, -int(mu[i] + nu[j]))
         if beta != 0.0:
             value = fma(beta, c[i, j], value)
