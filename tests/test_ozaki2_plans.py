@@ -119,3 +119,51 @@ def test_bad_plans_are_refused_before_anything_is_allocated():
         simt.SimtPlan(64, 64, 64, 14, products="fused", xp=np)
     with pytest.raises(RuntimeError, match="chooses nothing"):
         simt.SimtPlan(64, 64, 64, 14, xp=np).choose(np.zeros((64, 64)), np.zeros((64, 64)))
+
+
+def _c_with_row_statistics(a: np.ndarray, b: np.ndarray, count: int, reuse: bool, c: np.ndarray) -> np.ndarray:
+    """C from a plan whose A's residues take the statistics of A's rows found by the choice's own kernel (``reuse``)
+    or find them again in their pass (the design before): every block runs; the choice's estimate kernels, which
+    differ in nothing between the two, are left out (the count is given)."""
+    m, k = a.shape
+    n = b.shape[1]
+    plan = simt.SimtPlan(m, n, k, "auto", xp=np, statistics="reuse" if reuse else "recompute")
+    plan.count = count
+    if reuse:  # the choice's pass over A's rows (weighted by B's row norms: zeros here, S and E do not depend on them)
+        st = plan.stats
+        st.tops.fill(-(2**31))
+        st._rows(a, st.r, st.rows_f, st.rows_i, st.tops[0:1], True)
+    plan.scale(a, b, columns_known=False, rows_known=reuse)
+    plan.products()
+    out = np.full((m, n), -1.0)
+    plan.reconstruct(a, b, out, c, -0.75, 1.25)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "count"),
+    [(3, 37, 70, 5), (4, 33, 200, 15), (3, 32, 320, 14)],
+    ids=["ragged 3x37x70", "notebook k=200 (padded to 208)", "notebook k=320"],
+)
+def test_the_choices_row_statistics_give_the_same_residues_and_c(m, n, k, count):
+    """``statistics="reuse"`` (A's residues from the choice's statistics of A's rows, ``residue_known_rows_kernel``)
+    against "recompute" (``residue_rows_kernel`` finds them again): the same mu and residue planes, and C bit for
+    bit, equal to the reference's, with a NaN row, an Inf row, a zero row and a row spanning many binades. The
+    notebooks' and checkers' k (200, padded to 208; 320), on few rows: a row's block depends on k alone."""
+    a, b = inputs.exponent_spread(m, k, 3.0, 5), inputs.exponent_spread(k, n, 1.0, 6)
+    a[0, 3] = np.nan
+    if m > 3:
+        a[3, k - 1] = -np.inf
+    a[2] = 0.0
+    a[1, 1:] *= 2.0**-40  # one dominant entry: the largest exponent far above the rest
+    c = np.random.default_rng(1).standard_normal((m, n))
+    want = ref.ozaki2_gemm_ref(a, b, count, alpha=-0.75, beta=1.25, c=c, nonfinite="propagate")
+    got = {reuse: _c_with_row_statistics(a, b, count, reuse, c) for reuse in (True, False)}
+    np.testing.assert_array_equal(got[True], got[False])
+    np.testing.assert_array_equal(got[True], want)
+    assert np.isnan(want[0]).all() and np.isfinite(want[2]).all()
+
+
+def test_the_statistics_switch_is_checked():
+    with pytest.raises(ValueError, match="statistics must be one of"):
+        simt.SimtPlan(64, 64, 64, "auto", statistics="fused", xp=np)

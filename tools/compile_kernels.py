@@ -65,6 +65,10 @@ KERNELS = {
         kernels2.make_residue_rows_kernel(8192, 8192, 20),
         (f64_2d, i32_3d, i32_1d),
     ),
+    "ozaki2 residue_known_rows_kernel, 15 moduli": (
+        kernels2.make_residue_known_rows_kernel(8192, 8192, 15),
+        (f64_2d, i64_2d, i32_3d, i32_1d),
+    ),
     "ozaki2 residue_cols_kernel, 15 moduli": (
         kernels2.make_residue_cols_kernel(15),
         (f64_2d, i64_2d, i32_3d, i32_1d),

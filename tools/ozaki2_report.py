@@ -57,6 +57,21 @@ def target_notes(records: list) -> list[str]:
     return notes
 
 
+def old_new_notes(records: list) -> list[str]:
+    """One line per size: the old path (A's row statistics found twice) against the new, end to end and scaling."""
+    notes = []
+    by = {(r.name, r.m): r for r in records}
+    for size in sorted({r.m for r in records}):
+        pairs = (("ozaki2.auto", "ozaki2.auto.recompute"), ("ozaki2.scaling.auto", "ozaki2.scaling.auto.recompute"))
+        for new, old in pairs:
+            if (new, size) in by and (old, size) in by:
+                n_ms, o_ms = by[(new, size)].time.median, by[(old, size)].time.median
+                same = by[(old, size)].params.get("same_c_as_auto")
+                extra = "" if same is None else f"; C bit for bit the same: {same}"
+                notes.append(f"{size}^3 {new} {n_ms:.3f} ms against {old} {o_ms:.3f} ms ({o_ms / n_ms:.2f}x){extra}")
+    return notes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2048^3 and an accuracy sweep at 1024, no Ozaki-I")
@@ -65,6 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--no-ozaki1", action="store_true", help="leave Ozaki-I out (it builds a cuBLASDx kernel)")
     parser.add_argument("--out", default=str(ROOT / "results"), help="folder of the report")
+    parser.add_argument(
+        "--old-new",
+        action="store_true",
+        help="time A's row statistics reused (the default) against found again, end to end and the scaling alone",
+    )
+    parser.add_argument("--no-stages", action="store_true", help="leave out each stage alone against its floor")
+    parser.add_argument("--no-accuracy", action="store_true", help="leave out the accuracy sweep")
+    parser.add_argument("--no-variants", action="store_true", help="leave out the batched, late and serial designs")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in (args.sizes or ("2048" if args.quick else "8192,16384")).split(",")]
     accuracy_size = args.accuracy_size or (1024 if args.quick else 2048)
@@ -91,12 +114,24 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     records = []
     for size in sizes:
-        records += ozaki2_records(size, repeats=args.repeats, record=False, **factories)
+        records += ozaki2_records(
+            size,
+            repeats=args.repeats,
+            record=False,
+            old_new=args.old_new,
+            stages=not args.no_stages,
+            variants=False if args.no_variants else None,
+            **factories,
+        )
         print(f"ozaki2_report: {size}^3 done after {time.perf_counter() - start:.0f} s", flush=True)
-    accuracy = accuracy_records(accuracy_size, ozaki1_auto=factories.get("ozaki1_auto"), record=False)
-    records += accuracy
-    bench.print_table(accuracy, metric="ms")
+    accuracy = []
+    if not args.no_accuracy:
+        accuracy = accuracy_records(accuracy_size, ozaki1_auto=factories.get("ozaki1_auto"), record=False)
+        records += accuracy
+        bench.print_table(accuracy, metric="ms")
     notes = target_notes(records)
+    if args.old_new:
+        notes += old_new_notes(records)
     for statement, held, what in accuracy_claims(accuracy):
         notes.append(f"{'held' if held else 'NOT held'}: {statement} ({what})")
     notes.append(f"one run of tools/ozaki2_report.py, {time.perf_counter() - start:.0f} s")

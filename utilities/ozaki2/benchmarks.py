@@ -39,6 +39,7 @@ VARIANTS = {
     "ozaki2.auto.late": {"digits": "late"},
     "ozaki2.auto.serial": {"overlap": False},
 }
+RECOMPUTE = {"ozaki2.auto.recompute": {"statistics": "recompute"}}  # A's row statistics found twice: the old path
 VARIANT_SIZES = 8192  # the variants run up to this size (each plan holds its own buffers)
 
 
@@ -56,10 +57,15 @@ def ozaki2_records(
     variants: bool | None = None,
     record: bool = True,
     show: bool = True,
+    old_new: bool = False,
+    stages: bool = True,
 ) -> list[bench.BenchRecord]:
     """Ozaki-II with the automatic count at m = n = k = ``size``, end to end beside cuBLAS DGEMM (and Ozaki-I when
     ``ozaki1`` and ``ozaki1_auto``, factories ``(m, n, k) -> plan``, are given), interleaved; then each stage
-    alone with its floor. ``variants`` (default: up to size 8192) adds the plan's other designs end to end."""
+    alone with its floor. ``variants`` (default: up to size 8192) adds the plan's other designs end to end;
+    ``old_new`` adds ``ozaki2.auto.recompute`` (A's row statistics found again in the scaling) end to end, and both
+    scalings of the automatic plan alone (``ozaki2.scaling.auto``, ``ozaki2.scaling.auto.recompute``); ``stages``
+    False leaves the stage timings out."""
     m = n = k = size
     a_h, b_h = inputs.normal(m, k, seed), inputs.normal(k, n, seed + 1)
     a, b = cp.asarray(a_h), cp.asarray(b_h)
@@ -71,6 +77,8 @@ def ozaki2_records(
     plans: dict[str, Any] = {"ozaki2.auto": auto, "ozaki2.fixed": Ozaki2Gemm(m, n, k, count)}
     if variants if variants is not None else size <= VARIANT_SIZES:
         plans |= {name: Ozaki2Gemm(m, n, k, "auto", **options) for name, options in VARIANTS.items()}
+    if old_new:
+        plans |= {name: Ozaki2Gemm(m, n, k, "auto", **options) for name, options in RECOMPUTE.items()}
     if ozaki1 is not None:
         plans["ozaki.fused"] = ozaki1(m, n, k)
     if ozaki1_auto is not None:
@@ -88,7 +96,12 @@ def ozaki2_records(
         plan = plans.get(r.name)
         r.params = {"timing": "interleaved"}
         if isinstance(plan, Ozaki2Gemm):
-            r.params |= {"moduli": plan.count, "auto": plan.moduli == "auto", **_modes(plan)}
+            r.params |= {
+                "moduli": plan.count,
+                "auto": plan.moduli == "auto",
+                **_modes(plan),
+                "statistics": plan.statistics,
+            }
             if plan.choice is not None:
                 r.params |= {"estimate_u": plan.choice.estimate, "target_u": plan.choice.target}
             if r.name == "ozaki2.auto":
@@ -97,14 +110,35 @@ def ozaki2_records(
             r.params |= {"slices": plan.slices, "auto": getattr(plan, "auto", False)}
             if getattr(plan, "choice", None) is not None:
                 r.params |= {"estimate_u": plan.choice.estimate, "target_u": plan.choice.target}
+    if old_new:  # C of the two paths, bit for bit (the candidate's claim, checked where it runs)
+        for r in records:
+            if r.name == "ozaki2.auto.recompute":
+                r.params["same_c_as_auto"] = bool(cp.array_equal(outputs[r.name], outputs["ozaki2.auto"]))
+        records += scaling_records(size, a, b, auto, repeats=repeats)
     del providers, outputs, plans
     cp.get_default_memory_pool().free_all_blocks()
-    records += stage_records(size, count, a, b, auto, repeats=repeats)
+    if stages:
+        records += stage_records(size, count, a, b, auto, repeats=repeats)
     if record:
         bench.record(records)
     if show:
         print(f"m = n = k = {size}: Ozaki-II chose {count} moduli ({choice.describe()})")
         bench.print_table(records, metric="ms")
+    return records
+
+
+def scaling_records(size: int, a: Any, b: Any, auto: Ozaki2Gemm, *, repeats: int = 10) -> list[bench.BenchRecord]:
+    """The automatic plan's scaling alone (after its choice, B's column statistics known), interleaved round by
+    round: A's residues from the choice's row statistics (``ozaki2.scaling.auto``) and found again
+    (``ozaki2.scaling.auto.recompute``)."""
+    auto.choose(a, b)
+    providers = {
+        "ozaki2.scaling.auto": lambda: auto.scale(a, b, columns_known=True, rows_known=True),
+        "ozaki2.scaling.auto.recompute": lambda: auto.scale(a, b, columns_known=True, rows_known=False),
+    }
+    records = bench.compare(providers, m=size, n=size, k=size, repeats=repeats, show=False)
+    for r in records:
+        r.params = {"timing": "interleaved", "moduli": auto.count, "statistics": r.name.rsplit(".", 1)[-1]}
     return records
 
 

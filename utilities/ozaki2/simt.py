@@ -239,6 +239,50 @@ def make_residue_rows_kernel(
 
 
 @functools.cache
+def make_residue_known_rows_kernel(
+    k: int, kp: int, count: int, threads: int = ROWS_THREADS, residue_factory: Callable[[int], Any] = make_residue
+):
+    """``residue_known_rows_kernel[m, threads](x, istats, words, mu)``: ``residue_rows_kernel`` for rows whose
+    statistics are known (``istats`` (3, m) int64, ``utilities.precision_gpu``'s rows: exponent, S, non-finite flag,
+    as the choice's pass over A wrote them): the row is read once, straight into the residues, with no reduction
+    and no barrier. Same layout, same mu, same residues (S is an exact integer sum over the same 128-entry chunks,
+    whatever the block's width), so the plan with ``moduli="auto"`` need not find A's statistics twice.
+    """
+    N, THREADS, WORDS, K = count, threads, kp // 4, k
+    ITEMS = items_per_thread(kp, threads)
+    exponent = make_exponent(count)
+    split_residue = make_split_residue(count, residue_factory)
+
+    @row_kernel
+    def residue_known_rows_kernel(x, istats, words, mu):
+        row, tid = cuda.blockIdx.x, cuda.threadIdx.x
+        bad = istats[BAD, row]
+        shift = exponent(istats[EXP, row], istats[TERMS, row], bad)
+        if tid == 0:
+            mu[row] = shift
+        vals = cuda.local.array(ITEMS, float64)
+        for j in range(ITEMS):  # all loads first; a row with a NaN or an Inf gets zero residues
+            col = 4 * (tid + (j // 4) * THREADS) + j % 4
+            vals[j] = x[row, col] if col < K and bad == 0 else 0.0
+        for j in range(0, ITEMS, 4):
+            word = tid + (j // 4) * THREADS
+            if word < WORDS:
+                h0, l0 = split(vals[j], shift)
+                h1, l1 = split(vals[j + 1], shift)
+                h2, l2 = split(vals[j + 2], shift)
+                h3, l3 = split(vals[j + 3], shift)
+                for t in range(N):  # four residues of one modulus, one 4-byte store
+                    words[t, row, word] = pack_digits(
+                        split_residue(h0, l0, t),
+                        split_residue(h1, l1, t),
+                        split_residue(h2, l2, t),
+                        split_residue(h3, l3, t),
+                    )
+
+    return residue_known_rows_kernel
+
+
+@functools.cache
 def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] = make_residue):
     """``residue_cols_kernel[(ceil(n / 32), ceil(kp / 64)), (32, 8)](b, istats, words, nu)``: the residues of the
     columns of a row-major B (k, n), each plane stored transposed: ``words`` is the int32 view (count, n, kp/4) of
@@ -402,6 +446,16 @@ def residue_launch(
     return Launch("residues of rows", kernel, m, threads)
 
 
+def residue_known_launch(
+    m: int, k: int, kp: int, count: int, residue_factory: Callable[[int], Any] | None = None, threads: int | None = None
+) -> Launch:
+    """The residues of an m x k matrix's rows from their known statistics: ``kernel[grid, block](x, istats, words,
+    mu)`` (``threads`` per row: by default ``precision_gpu.rows_threads(kp)``)."""
+    threads = threads or rows_threads(kp)
+    kernel = make_residue_known_rows_kernel(k, kp, count, threads, residue_factory or make_residue)
+    return Launch("residues of rows, statistics known", kernel, m, threads)
+
+
 def residue_cols_launch(
     k: int, n: int, kp: int, count: int, residue_factory: Callable[[int], Any] | None = None
 ) -> Launch:
@@ -439,6 +493,7 @@ def reconstruct_launch(
 K_ALIGN = 16  # the residue planes' padded width: cuBLAS's int8 GEMM wants lda = ldb a multiple of 4 (16 B lines)
 PRODUCTS = ("per-modulus", "batched")
 DIGITS = ("early", "late")
+STATISTICS = ("reuse", "recompute")  # A's row statistics in the scaling of moduli="auto": the choice's, or found again
 
 
 @dataclass(frozen=True)
@@ -465,6 +520,9 @@ class SimtPlan:
     buffers are the plan's own, allocated here and nowhere else, and so are the launches' grids
     (``tests/test_ozaki2_plans.py``). Residue planes (top, m, kp) and (top, n, kp), kp = k padded to 16, for the
     largest count the plan may use; int32 products (top or 2, m, n); uint8 digits (top, m, n) when they come early.
+    ``statistics`` (``moduli="auto"`` only): "reuse" takes A's residues from the statistics of A's rows that the
+    choice found (``residue_known_rows_kernel``), "recompute" finds them again in the residues' pass (the design
+    before it: kept so that one run can time both; C is the same bit for bit).
     """
 
     def __init__(
@@ -477,6 +535,7 @@ class SimtPlan:
         *,
         products: str = "per-modulus",
         digits: str = "early",
+        statistics: str = "reuse",
         xp: Any = None,
     ):
         if moduli != "auto":
@@ -487,11 +546,13 @@ class SimtPlan:
             raise ValueError(
                 f"products must be one of {PRODUCTS} and digits one of {DIGITS}, got {products!r}, {digits!r}"
             )
+        if statistics not in STATISTICS:
+            raise ValueError(f"statistics must be one of {STATISTICS}, got {statistics!r}")
         if xp is None:
             import cupy as xp
         self.xp = xp
         self.m, self.n, self.k, self.moduli = m, n, k, moduli
-        self.products_mode, self.digits_mode = products, digits
+        self.products_mode, self.digits_mode, self.statistics = products, digits, statistics
         self.kernels = kernels or Kernels()
         self.kp = ceil_to(k, K_ALIGN)
         top = ref.MAX_MODULI if moduli == "auto" else moduli
@@ -516,15 +577,21 @@ class SimtPlan:
         self.count = self.choice.count
         return self.choice
 
-    def scale(self, a: Any, b: Any, columns_known: bool = False) -> None:
+    def scale(self, a: Any, b: Any, columns_known: bool = False, rows_known: bool = False) -> None:
         """Stage 1: exponents and residues of A (rows) and of B (columns, transposed). B's column statistics are
-        computed first unless ``columns_known`` (the choice took them)."""
+        computed first unless ``columns_known`` (the choice took them); A's rows find their own in the residues'
+        pass unless ``rows_known`` (the choice's, in ``stats.rows_i``, for this very A)."""
         N = self.count
         if not columns_known:
             self.stats.columns(b)
         residue = self.kernels.factory("residue")
-        rows = residue_launch(self.m, self.k, self.kp, N, residue)
-        launch.launch(rows.kernel, rows.grid, rows.block, 0, a, self.a_res[:N].view(self.xp.int32), self.mu)
+        a_words = self.a_res[:N].view(self.xp.int32)
+        if rows_known:
+            rows = residue_known_launch(self.m, self.k, self.kp, N, residue)
+            launch.launch(rows.kernel, rows.grid, rows.block, 0, a, self.stats.rows_i, a_words, self.mu)
+        else:
+            rows = residue_launch(self.m, self.k, self.kp, N, residue)
+            launch.launch(rows.kernel, rows.grid, rows.block, 0, a, a_words, self.mu)
         cols = residue_cols_launch(self.k, self.n, self.kp, N, residue)
         words = self.b_res[:N].view(self.xp.int32)
         launch.launch(cols.kernel, cols.grid, cols.block, 0, b, self.stats.cols_i, words, self.nu)
@@ -570,6 +637,6 @@ class SimtPlan:
         auto = self.tables is not None
         if auto:
             self.choose(a, b)
-        self.scale(a, b, columns_known=auto)
+        self.scale(a, b, columns_known=auto, rows_known=auto and self.statistics == "reuse")
         self.products()
         self.reconstruct(a, b, out, c, alpha, beta)

@@ -45,7 +45,9 @@ class Ozaki2Gemm(simt.SimtPlan):
     ``plan(a, b, c=None, alpha=1.0, beta=0.0, out=None)``; A and B float64, C-contiguous. With ``moduli="auto"``
     each call chooses the count from its inputs (``self.choice`` says what it chose and why). ``products``:
     "per-modulus" or "batched" cuBLAS calls; ``digits``: "early" (each product reduced to a byte after its GEMM)
-    or "late" (the reconstruction reads the int32 products); ``overlap``: the early reductions on a second stream.
+    or "late" (the reconstruction reads the int32 products); ``overlap``: the early reductions on a second stream;
+    ``statistics``: with ``moduli="auto"``, A's residues from the choice's row statistics ("reuse") or found again
+    ("recompute").
     The buffers, the choice, the residues, the digits and the reconstruction are ``utilities.ozaki2.simt``'s
     ``SimtPlan`` on CuPy (the tests run that part in numba's simulator); this adds cuBLAS's products.
     """
@@ -61,8 +63,9 @@ class Ozaki2Gemm(simt.SimtPlan):
         products: str = "per-modulus",
         digits: str = "early",
         overlap: bool = True,
+        statistics: str = "reuse",
     ):
-        super().__init__(m, n, k, moduli, kernels, products=products, digits=digits, xp=cp)
+        super().__init__(m, n, k, moduli, kernels, products=products, digits=digits, statistics=statistics, xp=cp)
         self.overlap = overlap and products == "per-modulus"
         self._side = cp.cuda.Stream(non_blocking=True) if self.overlap else None
         self._ready = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
