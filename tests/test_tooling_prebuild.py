@@ -110,7 +110,7 @@ def test_every_job_kind_is_built_by_a_builder_and_described():
 
 
 def test_the_longest_jobs_get_two_code_generation_workers():
-    assert [prebuild.build_workers(rank, 16, 16) for rank in range(4)] == [2, 2, 1, 1]  # a 16-core host
+    assert [prebuild.build_workers(rank, 16, 16) for rank in range(4)] == [4, 4, 1, 1]  # a 16-core host
     assert [prebuild.build_workers(rank, 16, 4) for rank in range(3)] == [4, 4, 4]  # four at a time: a share each
     assert prebuild.build_workers(0, 2, 1) == 2 and prebuild.build_workers(0, 1, 1) == 2
     line = prebuild.progress_line(1, 2, "fused:256x256x384", 80, 80, 10, "3 from another process")
