@@ -9,11 +9,13 @@ Steps, on a GPU machine:
 1. the build cache: ``--import`` of a bundle when given, then ``python -m utilities.prebuild`` (every kernel of the
    course; after an import that served every kernel, it only loads them: its time says whether the bundle did);
 2. at once: the GPU tests (``pytest -m 'gpu or device'``, their files spread over :data:`TEST_PROCESSES` processes
-   by the seconds each took in the last run) beside the run-through of every GPU notebook
-   (``utilities.workshop``, its filled exercise in a fresh kernel, then each exercise edited and checked again), the
-   notebooks spread over ``--parallel`` processes (each process's BLAS threads its share of the cores);
-3. at once: the solutions in fresh kernels (``utilities.ledger run --variants solution``) beside the run-through of
-   the core path (``--core``: its notebooks with their stretch sections skipped).
+   by the seconds each took in the last run) beside the solutions in fresh kernels (``utilities.ledger run
+   --variants solution``, ``--parallel`` processes): what is right, no attendee's clock measured;
+3. at once: the run-through of every GPU notebook (``utilities.workshop``, its filled exercise in a fresh kernel,
+   then each exercise edited and checked again), the notebooks spread over ``--parallel`` processes, beside the
+   run-through of the core path (``--core``: its notebooks with their stretch sections skipped, two processes): the
+   attendee's clocks (build waits, checks after an edit) measured among notebook processes only, as on a machine
+   a room shares, never beside the tests (each process's BLAS threads its share of the cores).
 
 It writes into ``--out`` (default ``results/``): ``<gpu>-gpu-tests.json`` (this run added to the earlier ones),
 ``<gpu>-workshop.json`` (the run-through's entries, whole and core), ``<gpu>-notebooks.json`` (the ledger: the
@@ -325,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     done_before = [f"an import of {Path(args.bundle).name}"] if args.bundle else []
     cache = " and ".join(done_before + ([] if args.no_prebuild else ["./course prebuild"])) or "the cache as it was"
 
-    # 2. the GPU tests beside the whole run-through
+    # 2. the GPU tests beside the solutions in fresh kernels (what is right; no attendee's clock measured here)
     stems = ledger.gpu_notebooks()
     previous = out / f"{slug}-workshop.json"
     weights = {}
@@ -335,13 +337,39 @@ def main(argv: list[str] | None = None) -> int:
     groups = split_evenly(stems, weights, args.parallel)
     test_files = sorted(f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py"))
     test_groups = split_evenly(test_files, file_seconds(out / f"{slug}-gpu-tests.json"), TEST_PROCESSES)
-    runner.threads = threads_each(len(test_groups) + len(groups))
+    runner.threads = threads_each(len(test_groups) + args.parallel)
     started = []
     for i, files in enumerate(test_groups):
         if not runner.done(f"tests-{i}"):
             junit = logs / f"tests-{i}.xml"
             cmd = [py, "-m", "pytest", "-m", TEST_MARKS, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *files]
             started.append(runner.start(f"tests-{i}", cmd))
+    if not runner.done("solutions"):
+        started.append(
+            runner.start(
+                "solutions",
+                [
+                    py,
+                    "-m",
+                    "utilities.ledger",
+                    "run",
+                    "--variants",
+                    "solution",
+                    "--parallel",
+                    str(args.parallel),
+                    "--ledger",
+                    str(logs / "ledger-solution.json"),
+                ],
+            )
+        )
+    runner.wait(*started)
+
+    # 3. the whole run-through beside the core path: the attendee's clocks (builds, checks after an edit) measured
+    # among notebook processes only, as on a machine a room shares
+    core_stems = [s for s in DAY if s in stems]
+    core_groups = split_evenly(core_stems, weights, 2)
+    runner.threads = threads_each(len(groups) + len(core_groups))
+    started = []
     for i, group in enumerate(groups):
         if not runner.done(f"workshop-{i}"):
             started.append(
@@ -361,31 +389,6 @@ def main(argv: list[str] | None = None) -> int:
                     ],
                 )
             )
-    runner.wait(*started)
-
-    # 3. the solutions beside the core path
-    core_stems = [s for s in DAY if s in stems]
-    core_groups = split_evenly(core_stems, weights, 2)
-    runner.threads = threads_each(args.parallel + len(core_groups))
-    started = []
-    if not runner.done("solutions"):
-        started.append(
-            runner.start(
-                "solutions",
-                [
-                    py,
-                    "-m",
-                    "utilities.ledger",
-                    "run",
-                    "--variants",
-                    "solution",
-                    "--parallel",
-                    str(args.parallel),
-                    "--ledger",
-                    str(logs / "ledger-solution.json"),
-                ],
-            )
-        )
     for i, group in enumerate(core_groups):
         if not runner.done(f"core-{i}"):
             started.append(
@@ -437,8 +440,8 @@ def main(argv: list[str] | None = None) -> int:
                 "date": date,
                 "gpu": gpu,
                 "commit": commit,
-                "command": f"{command}: after {cache}, {len(groups)} notebook processes at once, beside the GPU "
-                "tests (whole); then 2 beside the solutions' runs (core)",
+                "command": f"{command}: after {cache}, {len(groups)} notebook processes at once (whole) beside "
+                f"{len(core_groups)} (core), after the GPU tests beside the solutions' runs",
                 "notebooks": whole + core,
             },
             indent=1,
