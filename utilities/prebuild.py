@@ -576,8 +576,7 @@ STATS = "prebuild-stats: "  # a job's last line: its build cache counts, for the
 def build_workers(rank: int, cores: int, parallel: int) -> int:
     """Code generation workers for the job started ``rank``-th (longest first): one core's share each, and a quarter
     of the cores (at least two) for the longest jobs (an eighth of the cores' worth), whose code generated one
-    function after another was the prebuild's longest path: on a 16-core H200 host the pipelined back-to-back job
-    generated 41 functions in 198 s with two workers, alone for its last three minutes once the others were done
+    function after another was the prebuild's longest path, alone once the others were done
     (``instructor-notes/machinery.md``)."""
     share = max(1, cores // parallel)
     return max(2, share, cores // 4) if rank < max(1, cores // 8) else share
