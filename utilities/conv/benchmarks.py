@@ -452,20 +452,23 @@ def b2b_records(
     return records
 
 
+def _numpy_run(plan: Any) -> Callable[..., Any]:
+    """A checker's runner for ``plan``: NumPy operands in, the output (NaN where nothing was written) out."""
+
+    def run(*args: Any) -> Any:
+        s = plan.shape
+        out = cp.full((s.batch, s.height, s.width, s.c_out), np.nan, cp.float16)  # an unwritten tile shows
+        return cp.asnumpy(plan(*(cp.asarray(v) for v in args), out=out))
+
+    return run
+
+
 def correctness(configs: Sequence[Any] = ()) -> list[str]:
     """Every kernel of the run through the course's checkers at their small shapes, before anything is timed:
     one line each; raises the first CheckFailure."""
     from . import check, triton_peer
     from .layout import PipeConfig
     from .tensorcore_persistent import ConvB2B, PipelinedConv, UnfusedConvB2B
-
-    def numpy_run(plan: Any) -> Callable[..., Any]:
-        def run(*args: Any) -> Any:
-            s = plan.shape
-            out = cp.full((s.batch, s.height, s.width, s.c_out), np.nan, cp.float16)  # an unwritten tile shows
-            return cp.asnumpy(plan(*(cp.asarray(v) for v in args), out=out))
-
-        return run
 
     lines = []
     shape = check.CONV_SHAPE
@@ -476,14 +479,14 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
         except ValueError as exc:
             lines.append(f"conv.fused@{cfg.spec}: left out ({exc})")
             continue
-        check.check_conv(numpy_run(plan), shape=shape, seed=31)
+        check.check_conv(_numpy_run(plan), shape=shape, seed=31)
         # two blocks a column tile: each walks several row tiles (the ring across tiles, the output in the ring)
-        check.check_conv(numpy_run(PipelinedConv(shape, cfg=cfg_n, blocks=2)), shape=shape, seed=38)
-        check.check_conv(numpy_run(UnfusedPipelined(shape, cfg_n)), shape=shape, fused=False, seed=32)
+        check.check_conv(_numpy_run(PipelinedConv(shape, cfg=cfg_n, blocks=2)), shape=shape, seed=38)
+        check.check_conv(_numpy_run(UnfusedPipelined(shape, cfg_n)), shape=shape, fused=False, seed=32)
         lines.append(
             f"conv.fused@{cfg.spec} (one block a row tile, and two walking them all) and its unfused path: passed"
         )
-    check.check_conv(numpy_run(Conv3x3(shape)), shape=shape, seed=33)
+    check.check_conv(_numpy_run(Conv3x3(shape)), shape=shape, seed=33)
     lines.append("conv.twostage: passed")
     if triton_peer.available() is None:
         peer = triton_peer.TritonConv()
@@ -495,25 +498,33 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
         check.check_conv(run_peer, shape=shape, seed=34)
         lines.append("conv.triton: passed")
     b2b = ConvB2B(check.B2B_SHAPE, keep_d0=True)
-    check.check_conv_b2b(numpy_run(b2b), stages=b2b.stages, shape=check.B2B_SHAPE, seed=35)
-    check.check_conv_b2b(numpy_run(ConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=36)
+    check.check_conv_b2b(_numpy_run(b2b), stages=b2b.stages, shape=check.B2B_SHAPE, seed=35)
+    check.check_conv_b2b(_numpy_run(ConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=36)
     walk = ConvB2B(check.B2B_SHAPE, keep_d0=True, blocks=2)  # each block walks several row tiles
-    check.check_conv_b2b(numpy_run(walk), stages=walk.stages, shape=check.B2B_SHAPE, seed=39)
-    check.check_conv_b2b(numpy_run(UnfusedConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=37)
+    check.check_conv_b2b(_numpy_run(walk), stages=walk.stages, shape=check.B2B_SHAPE, seed=39)
+    check.check_conv_b2b(_numpy_run(UnfusedConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=37)
     lines.append(
         "conv_b2b.fused (with and without D0 kept, one block a row tile and two walking them all) and "
         "conv_b2b.unfused: passed"
     )
-    wide = check.B2B_WIDE_SHAPE  # the timed kernels of conv_b2b.wide, D0 kept (two blocks walking) and not
+    return lines
+
+
+def wide_correctness() -> str:
+    """The kernels of ``conv_b2b.wide`` through the checker at ``check.B2B_WIDE_SHAPE``: the fused kernel with D0
+    kept (two blocks walking the row tiles) and without, and the unfused path; one line, or the first CheckFailure."""
+    from . import check
+    from .tensorcore_persistent import ConvB2B, UnfusedConvB2B
+
+    wide = check.B2B_WIDE_SHAPE
     kept = ConvB2B(wide, keep_d0=True, blocks=2)
-    check.check_conv_b2b(numpy_run(kept), stages=kept.stages, shape=wide, seed=40)
-    check.check_conv_b2b(numpy_run(ConvB2B(wide)), shape=wide, seed=41)
-    check.check_conv_b2b(numpy_run(UnfusedConvB2B(wide)), shape=wide, seed=42)
-    lines.append(
+    check.check_conv_b2b(_numpy_run(kept), stages=kept.stages, shape=wide, seed=40)
+    check.check_conv_b2b(_numpy_run(ConvB2B(wide)), shape=wide, seed=41)
+    check.check_conv_b2b(_numpy_run(UnfusedConvB2B(wide)), shape=wide, seed=42)
+    return (
         f"conv_b2b.wide.fused ({kept.cfg.spec}, with and without D0 kept) and conv_b2b.wide.unfused at "
         f"{wide.label}: passed"
     )
-    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -549,15 +560,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs = [PipeConfig()] if args.quick else speed_configs()
     repeats = 5 if args.quick else args.repeats
     notes = []
+    wide = True
     if not args.no_check:
         for line in correctness(configs):
             print(line, flush=True)
             notes.append(line)
+        try:
+            line = wide_correctness()
+        except Exception as exc:  # noqa: BLE001 (the wide chain never stops the target's report: it is left out)
+            line, wide = f"conv_b2b.wide left out, not timed: {type(exc).__name__}: {exc}", False
+        print(line, flush=True)
+        notes.append(line)
     records = pipelined_records(TARGET, configs, repeats=repeats, diagnostics=not args.quick)
     copy_tbs = peaks.measure_copy_bandwidth()  # the back-to-back model's copy rate, one for both shapes
     print(f"copy rate (device-to-device, reads and writes counted): {copy_tbs:.3f} TB/s", flush=True)
+    notes.append(f"copy rate: {copy_tbs:.3f} TB/s (peaks.measure_copy_bandwidth)")
     records += b2b_records(B2B_TARGET, None, repeats=repeats, copy_tbs=copy_tbs)  # the plans' default tiles:
-    records += b2b_records(B2B_WIDE, None, repeats=repeats, name="conv_b2b.wide", copy_tbs=copy_tbs)  # prebuilt
+    try:  # prebuilt (CONV_SPEED_JOBS)
+        if wide:
+            records += b2b_records(B2B_WIDE, None, repeats=repeats, name="conv_b2b.wide", copy_tbs=copy_tbs)
+    except Exception as exc:  # noqa: BLE001 (as above)
+        notes.append(f"conv_b2b.wide left out: {type(exc).__name__}: {exc}")
+        print(notes[-1], flush=True)
     print(run_summary(records, targets=True))
     bench.record(records)
     gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
