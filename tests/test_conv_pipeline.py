@@ -237,3 +237,33 @@ def test_time_split_says_how_much_the_parts_overlap():
     assert abs(serial["overlap"]) < 1e-12 and "0% of the shorter part" in model.format_time_split(serial)
     assert model.time_split({f"conv.fused@{tile}": 1.0, f"conv.gather_only@{tile}": 0.7}) is None
     assert model.time_split({"conv.fused": 1.0}) is None
+
+
+def test_the_back_to_back_block_holds_a_256_wide_d0_in_64_values_a_thread():
+    """The target's block is unchanged (its kernels, prebuilt, stay the same); a D0 of 256 channels takes 64 rows
+    over 256 threads: 64 FP32 accumulators a thread for D0, as the target's 128 x 64 over 128 threads, and a
+    plan of 112 KiB (cuBLASDx's tiles as dense as their element counts), two blocks an SM by shared memory."""
+    from utilities import prebuild
+
+    assert layout.b2b_config(64, 64) == layout.PipeConfig(tile_n=64) == layout.speed_configs()[0]
+    assert layout.b2b_config(64, 128) == layout.PipeConfig(tile_n=64)
+    assert layout.b2b_config(128, 128) == layout.PipeConfig(tile_n=128)
+    wide = layout.b2b_config(256, 64)
+    assert wide.spec == "64x256x32-t256-d2-g1-s"
+    assert layout.b2b_accumulators(wide, 256) == 64 == layout.b2b_accumulators(layout.PipeConfig(), 64)
+    n_stages = layout.stages(9, 64, wide.tile_k)
+    L = layout.pipe_layout(wide, n_stages, 64 * 32, 32 * 256, 64 * 64, 64 * 256, 256 * 64)
+    assert L.nbytes == 112 * 1024 and layout.blocks_per_sm(L.nbytes) == 2
+    layout.check_fits(L, wide)
+    shape = ref.B2BShape(8, 512, 512, 64, 256, 64)
+    layout.b2b_constraints(shape, wide)
+    with pytest.raises(ValueError, match=r"256 FP32 accumulators a thread of 128.*64x256x32-t256-d2-g1-s"):
+        layout.b2b_constraints(shape, layout.PipeConfig(tile_n=256))
+    with pytest.raises(ValueError, match="multiple of 32 up to 256"):
+        layout.b2b_constraints(ref.B2BShape(8, 512, 512, 64, 288, 64), wide)
+    with pytest.raises(ValueError, match="not a multiple of the row tile 64"):
+        layout.b2b_constraints(ref.B2BShape(1, 5, 5, 64, 256, 64), wide)
+    assert prebuild.kernel_of("conv_b2b:64x256x64") == f"conv_b2b:64x256x64@{wide.spec}"
+    assert prebuild.kernel_of("conv_b2b:64x64x64") == "conv_b2b:64x64x64@128x64x64-t128-d3-g1-s"
+    jobs = prebuild.CONV_SPEED_JOBS.split(",")
+    assert {"conv_b2b:64x256x64", "conv_b2b_keep:64x256x64", "conv_1x1:64x256"} <= set(jobs)

@@ -354,13 +354,14 @@ CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels and 2c'
 )
 # Every kernel `python -m utilities.conv.benchmarks` builds (utilities.conv.layout.speed_configs: the default tile
 # first), for --jobs before that run: each setting fused and unfused, the default's two diagnostics, 2c's two-stage
-# kernel, and the back-to-back kernels of its checks and of its timing.
+# kernel, and the back-to-back kernels of its checks and of its timing, at the target and 64 -> 256 -> 64.
 CONV_SPEED_TILES = ("128x64x64-t128-d3-g1-s", "128x64x64-t128-d2-g1-r", "128x64x64-t128-d3-g1-r")
 CONV_SPEED_JOBS = ",".join(
     [f"conv_pipe:64x64@{t}" for t in CONV_SPEED_TILES]
     + [f"conv_pipe_unfused:64x64@{t}" for t in CONV_SPEED_TILES]
     + [f"conv_pipe_gather:64x64@{CONV_SPEED_TILES[0]}", f"conv_pipe_mma:64x64@{CONV_SPEED_TILES[0]}"]
     + ["conv_1x1:64x64", "conv:64x64", "conv_b2b:64x64x64", "conv_b2b:64x64x128", "conv_b2b_keep:64x64x128"]
+    + ["conv_b2b:64x256x64", "conv_b2b_keep:64x256x64", "conv_1x1:64x256"]  # the wide chain (its 3x3: conv_pipe's)
 )
 PRIMER_JOBS = "primer:tile,primer:stack"  # notebook 0's two kernels
 # The plain numba kernels of the Ozaki tracks, at every K and count the notebooks use: slicing per K and slice count
@@ -469,9 +470,9 @@ def kernel_of(job: str) -> str:
         c_out, c_in = parse_shape(shape)
         return f"{kind}@{_dims(parse_block(block, CONV_FIELDS) or conv_default(c_out, c_in), CONV_FIELDS)}"
     if kind in ("conv_b2b", "conv_b2b_keep"):  # C_in picks the K stages, C_mid and C_out the two GEMMs
-        from .conv.layout import PipeConfig
+        from .conv.layout import PipeConfig, b2b_config
 
-        cfg = PipeConfig.parse(block) if block else PipeConfig(tile_n=parse_shape(shape)[1])
+        cfg = PipeConfig.parse(block) if block else b2b_config(*parse_shape(shape)[1:])
         return f"{kind}:{shape}@{cfg.spec}"
     if kind == "multipass":  # one phase's Matmul: N (passes) picks nothing
         from .multipass.config import PassConfig

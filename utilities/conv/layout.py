@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ..plans import TileConfig
 from ..smem import fp16_segments
+from .reference import B2BShape
 
 SWIZZLED_TK = (32, 64)  # the A layout's swizzle was measured for these (utilities.machinery.swizzle)
 SMEM_LIMIT = 227 * 1024  # bytes a block may have on sm_90 (sm_80: 163 KiB); the plans ask the GPU itself
@@ -29,6 +30,7 @@ SMEM_PER_SM = 228 * 1024  # bytes of shared memory an sm_90 SM shares among its 
 SMEM_RESERVED = 1024  # bytes the system keeps per block on sm_80 and later
 REGISTERS_PER_SM = 65536
 REGISTER_FLOOR = 160  # registers a thread keeps at least when the launch bounds cap them (see min_blocks)
+B2B_ACCUMULATOR_MAX = 128  # FP32 values a thread may hold for one GEMM of the back-to-back kernel (see b2b_config)
 _SPEC = re.compile(r"^(\d+)x(\d+)x(\d+)-t(\d+)-d(\d+)-g(\d+)-([rs])$")
 
 
@@ -198,3 +200,50 @@ def speed_configs() -> list[PipeConfig]:
       how much of the first run's loss was the copies' instructions, and how much the occupancy.
     """
     return [PipeConfig.parse(s) for s in ("128x64x64-t128-d3-g1-s", "128x64x64-t128-d2-g1-r", "128x64x64-t128-d3-g1-r")]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The back-to-back kernel's block (notebook 2d): a whole row tile of D0 and of D1 in the block's accumulators
+# ------------------------------------------------------------------------------------------------------------
+
+
+def b2b_accumulators(cfg: PipeConfig, channels: int) -> int:
+    """FP32 accumulator values a thread holds for a TM x ``channels`` GEMM of the back-to-back kernel."""
+    return cfg.tile_m * channels // cfg.threads
+
+
+# A D0 too wide for the default block's accumulators: 64 rows over 256 threads (the block of the 2d check's
+# contract, ``check.CONV_B2B_CONFIGS``), K stages of 32 and a ring of two, so that a 256-wide D0 costs 64 values
+# a thread, as the target's 128 x 64 over 128 threads does, and the plan fits two blocks an SM (112 KiB)
+WIDE_B2B_FIELDS = {"tile_m": 64, "tile_k": 32, "threads": 256, "depth": 2}
+
+
+def b2b_config(c_mid: int, c_out: int) -> PipeConfig:
+    """The back-to-back plan's default block: the pipelined convolution's default with N = C_mid while both
+    accumulators fit :data:`B2B_ACCUMULATOR_MAX` values a thread (C_mid and C_out up to 128), else
+    :data:`WIDE_B2B_FIELDS`."""
+    cfg = PipeConfig(tile_n=c_mid)
+    if max(b2b_accumulators(cfg, c) for c in (c_mid, c_out)) <= B2B_ACCUMULATOR_MAX:
+        return cfg
+    return PipeConfig(tile_n=c_mid, **WIDE_B2B_FIELDS)
+
+
+def b2b_constraints(shape: B2BShape, cfg: PipeConfig) -> None:
+    """ValueError, naming the fix, for back-to-back convolutions the fused kernel cannot hold in one block."""
+    for name, c in (("C_mid", shape.c_mid), ("C_out", shape.c_out)):
+        if c % 32 or c > 256:
+            raise ValueError(
+                f"{name} = {c} must be a multiple of 32 up to 256: a block holds a whole row tile of D0 "
+                "(TM x C_mid) and of D1 (TM x C_out); use the unfused path (UnfusedConvB2B) for wider layers"
+            )
+        if b2b_accumulators(cfg, c) > B2B_ACCUMULATOR_MAX:
+            raise ValueError(
+                f"{name} = {c} over {cfg.tile_m} rows is {b2b_accumulators(cfg, c)} FP32 accumulators a thread "
+                f"of {cfg.threads} (at most {B2B_ACCUMULATOR_MAX}): use fewer rows or more threads, e.g. "
+                f"{b2b_config(shape.c_mid, shape.c_out).spec}"
+            )
+    if shape.m % cfg.tile_m:
+        raise ValueError(
+            f"B*H*W = {shape.m} is not a multiple of the row tile {cfg.tile_m}: pad the batch with a "
+            "zero image, or pick another tile_m"
+        )

@@ -31,7 +31,9 @@ into FP16 in shared memory as the A operand of the second GEMM (the exercise of 
 global memory (unless ``keep_d0``, for checking).
 
 Constraints (the plans check them and name the fix): C_in a multiple of TK, C_out (or C_mid) of the tile's N,
-B H W of TM; FP16 C-contiguous operands on 16-byte boundaries; the layout within the GPU's shared memory.
+B H W of TM; FP16 C-contiguous operands on 16-byte boundaries; the layout within the GPU's shared memory; for
+back-to-back, C_mid and C_out multiples of 32 up to 256 and each accumulator at most 128 values a thread
+(``layout.b2b_constraints``).
 """
 
 from __future__ import annotations
@@ -50,7 +52,17 @@ from ..machinery import cp_async, launch, swizzle
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
 from ..tiles import block_matmul
-from .layout import PipeConfig, PipeLayout, check_fits, check_group, min_blocks, pipe_layout, stages
+from .layout import (
+    PipeConfig,
+    PipeLayout,
+    b2b_config,
+    b2b_constraints,
+    check_fits,
+    check_group,
+    min_blocks,
+    pipe_layout,
+    stages,
+)
 from .reference import B2BShape, ConvShape
 from .simt import chunk_row, pixel_coords, stage_tap, tap_mask, tap_offset
 
@@ -444,28 +456,13 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
     return conv_b2b_kernel
 
 
-def b2b_constraints(shape: B2BShape, cfg: PipeConfig) -> None:
-    """ValueError, naming the fix, for back-to-back convolutions the fused kernel cannot hold in one block."""
-    for name, c in (("C_mid", shape.c_mid), ("C_out", shape.c_out)):
-        if c % 32 or c > 128:
-            raise ValueError(
-                f"{name} = {c} must be a multiple of 32 up to 128: a block holds a whole row tile of D0 "
-                "(TM x C_mid) and of D1 (TM x C_out) in its accumulators; use the unfused path "
-                "(UnfusedConvB2B) for wider layers"
-            )
-    if shape.m % cfg.tile_m:
-        raise ValueError(
-            f"B*H*W = {shape.m} is not a multiple of the row tile {cfg.tile_m}: pad the batch with a "
-            "zero image, or pick another tile_m"
-        )
-
-
 class ConvB2B:
     """relu(conv1x1(relu(conv3x3(x, w0)), w1) + bias1) in one kernel, D0 kept in the block.
 
     ``w1`` is the 1x1 filters as a (C_mid, C_out) matrix. ``keep_d0=True`` also writes D0 to ``self.d0`` (NHWC), so
     that a checker can test the first stage on its own. ``kernels``: the attendee's ``Kernels(conv_b2b=...)``.
     ``blocks`` caps the blocks (default: one wave): a check with few blocks has each walk several row tiles.
+    ``cfg`` defaults to ``layout.b2b_config``: 64 rows over 256 threads where D0 is wider than 128 channels.
     """
 
     def __init__(
@@ -476,7 +473,7 @@ class ConvB2B:
         kernels: plans.Kernels | None = None,
         blocks: int | None = None,
     ):
-        c = cfg or PipeConfig(tile_n=shape.c_mid)
+        c = cfg or b2b_config(shape.c_mid, shape.c_out)
         if c.tile_n != shape.c_mid:
             raise ValueError(
                 f"the tile's N ({c.tile_n}) must be C_mid = {shape.c_mid}: a block computes every "
