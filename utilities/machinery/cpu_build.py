@@ -402,15 +402,18 @@ TYPED: list[tuple[str, str]] = []
 
 def typed_key(library: Any) -> tuple[str, bool]:
     """The build cache's key of a kernel that was typed and not linked, and whether its modules gave the same key in
-    other orders: what the key is made of (``buildcache.linking.cubin_key``), with each piece of libmathdx code
-    standing as its recipe's key instead of its digest (no code was generated)."""
+    other orders: what the key is made of (``buildcache.linking.cubin_key``), each piece of libmathdx code standing
+    as its recipe's key, as in a linked kernel's key (no code was generated): the key a link would look up."""
     import random
 
     from .buildcache import canonical, generator_environment, linking
-    from .codegen_workers import is_placeholder
+    from .buildcache.interposer import recipe_digest
+    from .codegen_workers import PENDING, is_placeholder
 
     def digest(data: bytes) -> str:  # a placeholder names the recipe's cache key
-        return bytes(data).decode() if is_placeholder(data) else hashlib.sha256(data).hexdigest()
+        if is_placeholder(data):
+            return recipe_digest(bytes(data[len(PENDING) :]).decode())
+        return hashlib.sha256(data).hexdigest()
 
     key = linking.cubin_key(library, link_cc(), generator_environment(), digest)
     want = canonical.canonical_ir(library.llvm_strs, library._entry_name)
