@@ -406,7 +406,7 @@ def typed_key(library: Any) -> tuple[str, bool]:
     as its recipe's key, as in a linked kernel's key (no code was generated): the key a link would look up."""
     import random
 
-    from .buildcache import canonical, generator_environment, linking
+    from .buildcache import canonical, generator_environment, linking, make_key
     from .buildcache.interposer import recipe_digest
     from .codegen_workers import PENDING, is_placeholder
 
@@ -415,7 +415,9 @@ def typed_key(library: Any) -> tuple[str, bool]:
             return recipe_digest(bytes(data[len(PENDING) :]).decode())
         return hashlib.sha256(data).hexdigest()
 
-    key = linking.cubin_key(library, link_cc(), generator_environment(), digest)
+    recipe = linking.cubin_recipe(library, link_cc(), digest)
+    key = make_key("cubin-named", recipe, generator_environment())
+    linking.RECIPES[key] = recipe
     want = canonical.canonical_ir(library.llvm_strs, library._entry_name)
     same = True
     for seed in range(2):  # numba's order of the modules follows addresses: try two others
