@@ -1,8 +1,9 @@
 """The build cache at link time: nvJitLink's cubins from the store, and placeholders resolved before any link.
 
 numba-cuda links a kernel in ``CUDACodeLibrary.get_cubin`` (patched by :func:`patch_cubin`, keyed by the kernel's
-own IR and the digests of every module linked into it); nvmath links its device pipelines' init and destroy
-kernels itself through cuda.core (:class:`ResolvingObjectCode`, :class:`CachingLinker`).
+own IR and every module linked into it: libmathdx's code by its recipe, since its bytes differ each time it is
+generated, other code by its bytes' digest); nvmath links its device pipelines' init and destroy kernels itself
+through cuda.core (:class:`ResolvingObjectCode`, :class:`CachingLinker`).
 
 A kernel's IR as numba prints it depends on what the process compiled before (numba's compilation numbers, the
 order of its modules, the struct types llvmlite declares, libmathdx's tensor UIDs): the same kernel built in a
