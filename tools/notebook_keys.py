@@ -9,7 +9,7 @@ looks up. A course kernel whose key no job gets is a job missing or a key that f
     python tools/notebook_keys.py 1 2a 2c        # those notebooks (default: every one this tool drives)
 
 Prints one line a course kernel and exits 1 if one has no job's key. It needs the GPU stack as pinned and a C
-compiler (``cpu_build.unavailable()``). Drives notebooks 1, 2a and 2c; 2b, 2d and the Ozaki notebooks are not
+compiler (``cpu_build.unavailable()``). Drives notebooks 1, 2a, 2b and 2c; 2d and the Ozaki notebooks are not
 written yet.
 """
 
@@ -118,12 +118,63 @@ def notebook_2c(build: Callable[[str, Callable[[], Any]], None]) -> None:
         build(f"two-stage unfused {dims}", lambda r=r: Conv3x3(r, fused=False)(*ops(r)))
 
 
+def notebook_2b(build: Callable[[str, Callable[[], Any]], None]) -> None:
+    import cupy as cp
+
+    from utilities.fusion import check
+    from utilities.fusion.benchmarks import LOSING, PERSISTENT, PIPELINED, TARGET_SHAPES
+    from utilities.fusion.tensorcore import BackToBack, BlockConfig, Kernels, make_b2b_kernel
+    from utilities.fusion.tensorcore_persistent import PersistentBackToBack, PipelinedBackToBack
+
+    def ops(m: int, k0: int, n0: int, n1: int, batch: int | None = None) -> list[Any]:
+        lead = () if batch is None else (batch,)
+        return [cp.zeros((*lead, *s), cp.float16) for s in ((m, k0), (k0, n0), (n0, n1), (m, n1))]
+
+    def streaming(shape: tuple[int, ...], batch: int | None = None, **plan: Any) -> Callable[[], Any]:
+        return lambda: BackToBack(*shape, batch=batch, **plan)(*ops(*shape, batch), 0.75, 1.25, -0.5)
+
+    def pipelined(shape: tuple[int, ...]) -> Callable[[], Any]:
+        a0, b0, b1, c1 = (x[None] for x in ops(*shape))  # a batch of one, as the notebook and b2b_records pass it
+        return lambda: PipelinedBackToBack(a0, b0, shape[3], PIPELINED[shape[1:]])(b1, c1, 0.75, 1.25, -0.5)
+
+    def persistent(shape: tuple[int, ...]) -> Callable[[], Any]:
+        plan = PersistentBackToBack(*shape, cfg=PERSISTENT[shape[1:]])
+        return lambda: plan(*ops(*shape), 0.75, 1.25, -0.5)
+
+    mine = Kernels(b2b=main_copy(make_b2b_kernel))
+    other = check.B2B_CONFIGS[0]  # the check: the contract's other block, then the notebook's, unbatched and batched
+    build("yours, other block", streaming(other["shape"], cfg=BlockConfig(**other["block"]), kernels=mine))
+    shape = check.B2B_CONFIGS[1]["shape"]
+    build("yours, keep D0", streaming(shape, keep_d0=True, kernels=mine))
+    build("yours, keep D0, batch 3", streaming(shape, 3, keep_d0=True, kernels=mine))
+    build("fused, keep D0 (beside yours)", streaming((2**17, 576, 64, 128), keep_d0=True))
+    build("persistent (section 5)", persistent((32 * 300, 64, 256, 64)))
+    build("streaming (section 5)", streaming((32 * 300, 64, 256, 64)))
+    build("pipelined (section 5)", pipelined((64 * 301, 64, 256, 64)))
+    for m in (2**17, 2**18):  # b2b_records
+        for k0, n0, n1 in TARGET_SHAPES:
+            build(f"fused {(m, k0, n0, n1)}", streaming((m, k0, n0, n1)))
+            if (k0, n0, n1) in PERSISTENT:
+                build(f"persistent {(m, k0, n0, n1)}", persistent((m, k0, n0, n1)))
+            if (k0, n0, n1) in PIPELINED:
+                build(f"pipelined {(m, k0, n0, n1)}", pipelined((m, k0, n0, n1)))
+    for losing in LOSING:
+        build(f"fused {losing}", streaming(losing))
+    lever = BlockConfig(tile_m=64, tile_k=64, threads=128)
+    build("lever", streaming((256, 576, 64, 128), cfg=lever))
+
+
 # notebook -> (what it builds, the prebuild jobs that should serve its course kernels)
 NOTEBOOKS: dict[str, tuple[Callable[..., None], str]] = {
     "1": (
         notebook_1,
         "multipass:int8:1,multipass:int8:2,multipass:int8:4,multipass:int8:8,multipass:float16:1,multipass:float16:2,"
         "multipass:float16:4,multipass:float16:8,pipeline:int8:256,pipeline:float16:256",
+    ),
+    "2b": (
+        notebook_2b,
+        "b2b:576x64x128,b2b:64x256x64,b2b_keep:576x64x128,b2b_keep:64x256x64,b2b_persistent:64x256x64@32x128x3,"
+        "b2b_persistent:576x64x128@128x256x3,b2b_pipelined:2560x64x256x64@64x128x32x2,b2b:576x64x128@64x128",
     ),
     "2a": (notebook_2a, "gemm_bias_relu:512x128x256,gemm_bias_relu:256x256x256@64x128x64x128"),
     "2c": (
