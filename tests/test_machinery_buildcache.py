@@ -29,8 +29,9 @@ CODE_ISA = 7
 ENV = {"nvmath-python": "1.0.0", "libmathdx": "302"}
 
 
-def fake_mathdx() -> types.SimpleNamespace:
-    """A libmathdx binding in miniature: state per handle, an NVRTC that is slow only in its counter."""
+def fake_mathdx(salt: bytes = b"") -> types.SimpleNamespace:
+    """A libmathdx binding in miniature: state per handle, an NVRTC that is slow only in its counter. ``salt`` ends
+    every piece of code it generates: libmathdx's LTO-IR differs byte for byte each time one recipe is generated."""
     m = types.SimpleNamespace()
     ids = itertools.count(10_001)  # far from every number the tests pass, which describe() would take for handles
     state: dict[int, list] = {}
@@ -90,7 +91,7 @@ def fake_mathdx() -> types.SimpleNamespace:
     m.cublasdx_finalize_device_functions = compile_functions
 
     def lto(code):
-        return next(x[1] for x in state[code] if isinstance(x, tuple) and x[0] == "lto").digest() * 1000
+        return next(x[1] for x in state[code] if isinstance(x, tuple) and x[0] == "lto").digest() * 1000 + salt
 
     m.commondx_get_code_ltoir_size = lambda code: len(lto(code))
 
@@ -428,7 +429,7 @@ def test_a_launch_only_bundle_serves_a_kernel_by_the_key_a_launch_computes(tmp_p
 
     FakeLibrary.links.clear()
     built, library, _, lazy = launch_process(tmp_path / "built", pool)
-    want = linking.cubin_key(library, (9, 0), ENV)  # from the real bytes, as the prebuild keyed it
+    want = linking.cubin_key(library, (9, 0), ENV, lazy.digest)  # from the real bytes, as the prebuild keyed it
     assert len(FakeLibrary.links) == 1
     machine = {"compute_capability": "9.0", "environment": ENV}
     bundle.export(lazy.cache, tmp_path / "course.bundle", machine)
@@ -482,12 +483,44 @@ def test_nvmaths_pipeline_links_are_keyed_by_the_digest_of_code_a_bundle_left_ou
         )
 
     real = types.SimpleNamespace(code=b"init ltoir")
+    lazy.remember(key, real.code)  # the prebuild's process had it from that recipe
     first = linker(types.SimpleNamespace(code=b"source"), real).link("cubin")  # the prebuild: real code, linked
     kept = object_code.from_ltoir(PENDING + key.encode())
     again = linker(types.SimpleNamespace(code=b"source"), kept).link("cubin")
     assert again.served and again.code == first.code and len(links) == 1, "keyed by the digest: served"
     fresh = linker(types.SimpleNamespace(code=b"other source"), kept).link("cubin")
     assert links[-1] == [b"other source", b"init ltoir"] and fresh.code == b"cubin of other source+init ltoir"
+
+
+def test_a_kernel_keeps_its_key_when_the_code_it_links_is_generated_again(tmp_path):
+    """libmathdx writes other bytes each time it generates one recipe's code. A notebook on a launch-only bundle
+    links the attendee's kernel first, which generates the code it shares with the course's kernel again: the
+    course's kernel must still be served by the key the prebuild linked it under. (Keyed by the code's bytes, it was
+    linked again: the H200 run-through of 2026-11-28 linked 2a's, 1's, 2b's, 2c's and 2d's course kernels so.)"""
+    from utilities.machinery.buildcache import bundle
+
+    def process(cache_dir, salt, irs):
+        m = fake_mathdx(salt)
+        lazy = LazyMathdx(m, DiskCache(cache_dir), ENV, CODE_ISA)
+        lazy.install()
+
+        class Library(FakeLibrary):
+            pass
+
+        linking.patch_cubin(Library, lazy.cache, ENV, lazy)
+        cubins = [bytes(Library([build_two(m)[1][0]], ir).get_cubin((9, 0)).code) for ir in irs]
+        return cubins, m.calls, lazy
+
+    FakeLibrary.links.clear()
+    course, attendee = "; ModuleID = 'course'\n", "; ModuleID = 'attendee'\n"
+    (built,), _, lazy = process(tmp_path / "built", b"prebuild", [course])
+    machine = {"compute_capability": "9.0", "environment": ENV}
+    bundle.export(lazy.cache, tmp_path / "course.bundle", machine)
+    bundle.import_(DiskCache(tmp_path / "fresh"), tmp_path / "course.bundle", machine)
+    (_, served), calls, _ = process(tmp_path / "fresh", b"notebook", [attendee, course])
+    assert calls["compile"] == 1, "the attendee's link generated the shared code again (other bytes)"
+    assert FakeLibrary.links[-1].endswith(b"notebook"), "... and linked it"
+    assert len(FakeLibrary.links) == 2 and served == built, "the course's kernel was served, not linked again"
 
 
 def codegen_result(ltoir: bytes):

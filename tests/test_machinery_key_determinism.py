@@ -1,7 +1,7 @@
 """Real course kernels keep their build-cache keys whatever their process built before (on the CPU, no GPU).
 
 Each check builds prebuild jobs in fresh processes through ``utilities.machinery.cpu_build``, typing the kernels
-only (libmathdx generates no code; each piece of it stands in the key as its recipe's key), as
+only (libmathdx generates no code; each piece of it stands in the key as its recipe's key, as in a linked key), as
 ``tools/key_determinism.py --typing-only`` does for every job. The subset covers what made keys vary:
 
 - the primer's device-pipeline kernel built after its tile kernel, as notebook 0 builds them: both kernels' modules

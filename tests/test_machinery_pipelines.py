@@ -44,6 +44,20 @@ def test_operands_the_pipeline_cannot_take_are_refused_with_the_reason(shape, st
         pipelines.extents(shape, strides)
 
 
+def test_a_batch_of_one_is_marked_as_a_batch_of_many_whatever_its_exporter_says_of_its_stride():
+    """A0 (1, M, K0) seen as (M, K0, 1): NumPy's DLPack gives no strides (contiguous once extents of one are ignored),
+    whence (K0, 1, 1); an exporter keeping the array's own gives (K0, 1, M K0). Both mark and run as a batch of 3."""
+    m, k0 = 2560, 64
+    numpy_said = pipelines.extents((m, k0, 1), pipelines.contiguous_strides((m, k0, 1)))
+    own = pipelines.extents((m, k0, 1), (k0, 1, m * k0))
+    many = pipelines.extents((m, k0, 3), (k0, 1, m * k0))
+    assert numpy_said == own and own.strides == (k0, 1, m * k0)
+    assert own.marked_strides == many.marked_strides == (RUNTIME, 1, RUNTIME) and own.counts == many.counts
+    assert own.runtime_values() == ([k0, m * k0], [m, k0, 1])
+    assert pipelines.settled_strides((4, 1, 5), (5, 7, 1)) == (5, 20, 1)  # the span of the others, in any place
+    assert pipelines.settled_strides((1, 1), (3, 1)) == (1, 1)  # nothing longer than one: unit strides
+
+
 def test_contiguous_strides():
     assert pipelines.contiguous_strides((3, 4, 5)) == (20, 5, 1)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -189,3 +190,25 @@ def test_the_listed_jobs_include_the_checks_twins():
     done = _run("--list")
     assert done.returncode == 0 and sorted(done.stdout.split()) == sorted(prebuild.COURSE_JOBS.split(","))
     assert set(prebuild.CHECK_JOBS.split(",")) <= set(done.stdout.split())
+
+
+def test_each_jobs_kernels_and_keys_are_written_with_what_each_key_was_made_of(tmp_path, monkeypatch):
+    """``--keys``: a job's process prints its lookups (name, key, recipe, linked or served); the prebuild writes
+    them by job, so that a kernel keyed differently on a GPU and on the CPU that built the bundle is compared part by
+    part."""
+    from utilities.machinery.buildcache import linking
+
+    monkeypatch.setattr(linking, "KEYS", [("m.served", "k1"), ("m.linked", "k2")])
+    monkeypatch.setattr(linking, "COURSE_LINKED_KEYS", ["k2"])
+    monkeypatch.setattr(linking, "RECIPES", {"k1": {"ir": "a"}, "k2": {"ir": "b"}})
+    keys = prebuild.job_keys()
+    assert keys == [
+        {"kernel": "m.served", "key": "k1", "recipe": {"ir": "a"}, "linked": False},
+        {"kernel": "m.linked", "key": "k2", "recipe": {"ir": "b"}, "linked": True},
+    ]
+    stdout = f"[build] x\n{prebuild.KEYS_MARK}{json.dumps(keys)}\n{prebuild.STATS}3 from cache\n"
+    assert prebuild.job_output(stdout) == ("3 from cache", keys)
+    assert prebuild.job_output("a job that failed early\n") == ("", [])
+    prebuild.write_keys(tmp_path / "logs" / "keys.json", {"b2b:64x256x64": keys, "b2b:576x64x128": []})
+    written = json.loads((tmp_path / "logs" / "keys.json").read_text())
+    assert list(written) == ["b2b:576x64x128", "b2b:64x256x64"] and written["b2b:64x256x64"] == keys

@@ -48,6 +48,7 @@ def test_a_run_records_builds_edits_and_the_first_error(tmp_path):
     entry = workshop.run_notebook("9_tiny", root=root)
     assert entry.error == ""
     assert [name for name, _ in entry.builds] == ["fake_kernel"]
+    assert entry.course_links == [] and entry.course_link_keys == []
     assert 0.3 <= entry.longest_build_s <= entry.build_wait_s + 0.05 and entry.wall_s >= 0.3
     assert entry.longest_check_after_edit_s >= 0.0
 
@@ -136,3 +137,20 @@ def test_a_run_through_is_recorded_as_the_filled_exercise_row_of_the_ledger(tmp_
     assert rows["2a_epilogue_fusion"]["commit"] == "abc123"
     assert not rows["3d_ozaki_fused"]["passed"] and "CheckFailure" in rows["3d_ozaki_fused"]["error"]
     assert "\n" not in rows["3d_ozaki_fused"]["error"]
+
+
+def test_each_course_link_is_recorded_with_its_key_and_what_the_key_was_made_of(monkeypatch):
+    """The builds cell's line: a course kernel that was linked comes with its key and recipe, to hold beside the
+    prebuild's (``--keys``); a line of the older cell, without them, still reads."""
+    from utilities.machinery.buildcache import linking, progress
+
+    record = {"kernel": "utilities.m.k", "key": "ab", "recipe": {"ir": "cd", "linked": ["recipe:ef"]}}
+    monkeypatch.setattr(progress, "BUILDS", [["k", 1.234]])
+    monkeypatch.setattr(linking, "COURSE_LINKED", ["utilities.m.k"])
+    monkeypatch.setattr(linking, "COURSE_LINKED_KEYS", ["ab"])
+    monkeypatch.setattr(linking, "RECIPES", {"ab": record["recipe"], "other": {}})
+    namespace = {}
+    exec(workshop.BUILDS_CELL.replace("print(", "_line = ("), namespace)  # the cell as the notebook's kernel runs it
+    assert workshop.parse_builds(namespace["_line"]) == ([("k", 1.23)], ["utilities.m.k"], [record])
+    older = workshop.BUILDS_MARK + json.dumps([[["k", 1.234]], ["utilities.m.k"]])
+    assert workshop.parse_builds(older) == ([("k", 1.23)], ["utilities.m.k"], [])

@@ -27,7 +27,9 @@ fi
 commit=$(git -C "$root" rev-parse --short=12 HEAD)
 cd "$root"
 start=$SECONDS
-"$venv/bin/python" -m utilities.prebuild --arch sm_90 --parallel "${CPU_BUILD_PARALLEL:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}"
 mkdir -p "$out"
+# each job's kernels and keys beside the bundle: a GPU proof's prebuild-keys.json holds the GPU's, to compare
+"$venv/bin/python" -m utilities.prebuild --arch sm_90 --parallel "${CPU_BUILD_PARALLEL:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}" \
+    --keys "$out/course-sm90-cpu-$commit.keys.json"
 "$venv/bin/python" -m utilities.prebuild --arch sm_90 --export "$out/course-sm90-cpu-$commit.bundle"
 echo "cpu_bundle: $out/course-sm90-cpu-$commit.bundle in $(((SECONDS - start) / 60)) min"

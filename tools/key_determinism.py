@@ -10,9 +10,9 @@ key in both, and the same whatever order numba gives its modules (each process a
     python tools/key_determinism.py --typing-only            # kernels typed, no code generated, nothing linked
     python tools/key_determinism.py --jobs multipass:int8:1 --typing-only
 
-It needs the GPU stack as pinned and a C compiler (not a GPU). With ``--typing-only`` libmathdx generates no code
-and a piece of it stands in the key as its recipe's key: what varies with the process's history is in the kernel's
-IR and the recipes, not in the code a recipe makes. Prints one line a job and exits 1 if any key differed.
+It needs the GPU stack as pinned and a C compiler (not a GPU). With ``--typing-only`` libmathdx generates no code;
+a linked kernel's key names each piece of its code by the piece's recipe too, so the typed keys are the keys a link
+looks up. Prints one line a job and exits 1 if any key differed.
 """
 
 from __future__ import annotations

@@ -323,7 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.bundle and not runner.done("import"):
         runner.wait(runner.start("import", [py, "-m", "utilities.prebuild", "--import", args.bundle]))
     if not args.no_prebuild and not runner.done("prebuild"):
-        runner.wait(runner.start("prebuild", [py, "-m", "utilities.prebuild"]))
+        # each job's kernels and keys, to hold beside the bundle's (tools/cpu_bundle.sh) and the run-through's links
+        runner.wait(
+            runner.start("prebuild", [py, "-m", "utilities.prebuild", "--keys", str(logs / "prebuild-keys.json")])
+        )
     done_before = [f"an import of {Path(args.bundle).name}"] if args.bundle else []
     cache = " and ".join(done_before + ([] if args.no_prebuild else ["./course prebuild"])) or "the cache as it was"
 

@@ -11,6 +11,7 @@ then find every kernel in the cache (``utilities.machinery.buildcache``)::
     python -m utilities.prebuild --import course.bundle                      # ... on another machine, instead
     python -m utilities.prebuild --arch sm_90 [--jobs ...]                   # on a CPU, without a GPU
     python -m utilities.prebuild --arch sm_90 --export course.bundle         # ... and its bundle
+    python -m utilities.prebuild --keys keys.json    # ... and each job's kernels, keys and what each key holds
 
 The checks build an attendee's kernel at every block of their contract (issue 41); the jobs include the course's twin
 of each (:func:`check_jobs`, read from the check modules), so that a check only links the attendee's kernel against
@@ -572,6 +573,32 @@ def progress_line(
 
 
 STATS = "prebuild-stats: "  # a job's last line: its build cache counts, for the progress line
+KEYS_MARK = "prebuild-keys: "  # a job's line before it: each kernel it looked up, its key, recipe and whether it linked
+
+
+def job_keys() -> list[dict]:
+    """Each kernel this process looked up in the build cache, in order: ``buildcache.linking.key_record`` and
+    ``linked`` (not served: linked here)."""
+    from .machinery.buildcache import linking
+
+    linked = set(linking.COURSE_LINKED_KEYS)
+    return [{**linking.key_record(name, key), "linked": key in linked} for name, key in linking.KEYS]
+
+
+def job_output(stdout: str) -> tuple[str, list[dict]]:
+    """What a job's process printed: its build cache counts (for the progress line; "" if none) and its kernels'
+    keys (:func:`job_keys`; [] if none)."""
+    lines = stdout.splitlines()
+    said = [line.removeprefix(STATS) for line in lines if line.startswith(STATS)]
+    told = [line.removeprefix(KEYS_MARK) for line in lines if line.startswith(KEYS_MARK)]
+    return (said[-1] if said else ""), (json.loads(told[-1]) if told else [])
+
+
+def write_keys(path: Path, keys: dict[str, list[dict]]) -> None:
+    """``--keys``: every job's :func:`job_keys`, by job, as JSON (beside a GPU proof's logs, or a CPU bundle): the same
+    job's kernels keyed on two machines can be compared part by part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(sorted(keys.items())), indent=1))
 
 
 def build_workers(rank: int, cores: int, parallel: int) -> int:
@@ -759,6 +786,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-part-mb", type=float, default=None, help="--export: parts of at most this size")
     parser.add_argument("--compare", action="store_true", help="print what other compressions make of the cache")
     parser.add_argument(
+        "--keys",
+        metavar="FILE",
+        help="write each job's kernels, their keys and what each key was made of to FILE (JSON)",
+    )
+    parser.add_argument(
         "--arch",
         metavar="sm_90",
         help="build on this machine's CPU for that GPU architecture, without a GPU (kernels typed and linked, never "
@@ -794,6 +826,7 @@ def main(argv: list[str] | None = None) -> int:
         from .machinery import buildcache
 
         stats = buildcache.stats()
+        print(KEYS_MARK + json.dumps(job_keys()), flush=True)
         print(STATS + (stats.summary() if stats else "build cache off"), flush=True)
         return 0
     why = _cannot_build_here(arch)
@@ -811,6 +844,7 @@ def main(argv: list[str] | None = None) -> int:
     running: dict[str, float] = {}
 
     notes: dict[str, str] = {}
+    keys: dict[str, list[dict]] = {}
 
     def worker(job: str) -> tuple[str, float, bool]:
         began = time.perf_counter()
@@ -821,8 +855,7 @@ def main(argv: list[str] | None = None) -> int:
         running.pop(job, None)
         if done.returncode:
             print(f"prebuild: {job} failed:\n{done.stderr[-3000:]}", file=sys.stderr, flush=True)
-        said = [line for line in done.stdout.splitlines() if line.startswith(STATS)]
-        notes[job] = said[-1].removeprefix(STATS) if said else ""
+        notes[job], keys[job] = job_output(done.stdout)
         return job, time.perf_counter() - began, done.returncode == 0
 
     results: list[tuple[str, float, bool]] = []
@@ -842,6 +875,9 @@ def main(argv: list[str] | None = None) -> int:
             note = notes.get(job, "")
             print(progress_line(len(results), len(jobs), job, seconds, now - start, left, note), flush=True)
     _save_seconds({job: seconds for job, seconds, ok in results if ok})
+    if args.keys:
+        write_keys(Path(args.keys), keys)
+        print(f"prebuild: each job's kernels and keys in {args.keys}", flush=True)
     failed = [job for job, _, ok in results if not ok]
     print(report_table(results))
     print(

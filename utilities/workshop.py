@@ -18,7 +18,9 @@ notebook the entry records
   ``utilities.machinery.buildcache.progress``: every numba compilation in the kernel, cache hits included), and
   ``builds``, each (kernel, seconds); ``course_links``: the course's own kernels (none of the notebook's code in
   them: a course factory given the notebook's device function builds the notebook's kernel) that had to be linked,
-  not served from the build cache (after a prebuild or a bundle's import: none);
+  not served from the build cache (after a prebuild or a bundle's import: none), and ``course_link_keys``, each
+  one's key and what it was made of (``buildcache.linking.key_record``), to hold beside the keys the prebuild
+  logged (``python -m utilities.prebuild --keys``) when one was linked;
 - ``longest_check_after_edit_s``: the longest edit-and-check of its exercises;
 - ``error``: the first cell that raised (the run stops there), or a figure shown as text and not as an image;
   ``traceback``: the whole traceback of that cell.
@@ -57,27 +59,35 @@ class Entry:
     edit_builds: list[tuple[str, float]] = field(default_factory=list)
     course_links: list[str] = field(default_factory=list)
     core: bool = False  # stretch sections skipped
+    course_link_keys: list[dict] = field(default_factory=list)  # each course link's key and recipe
 
 
 # --- the run ---------------------------------------------------------------------------------------------------
 
 BUILDS_MARK = "course-builds: "
-# the hidden last cell: the kernel's builds so far, as one JSON line
+# the hidden last cell: the kernel's builds so far, the course's kernels it linked and their keys, as one JSON line
 BUILDS_CELL = (
     "import json as _json\nfrom utilities.machinery.buildcache import linking as _linking, progress as _progress\n"
-    f"print({BUILDS_MARK!r} + _json.dumps([_progress.BUILDS, _linking.COURSE_LINKED]))"
+    "_keys = [_linking.key_record(n, k) for n, k in zip(_linking.COURSE_LINKED, _linking.COURSE_LINKED_KEYS)]\n"
+    f"print({BUILDS_MARK!r} + _json.dumps([_progress.BUILDS, _linking.COURSE_LINKED, _keys]))"
 )
 
 
-def _builds(session: execution.Kernel) -> tuple[list[tuple[str, float]], list[str]]:
-    """The kernel's builds so far, each (kernel, seconds), and the course's own kernels it linked (``module.kernel``:
-    those with none of the notebook's code in them)."""
+def parse_builds(line: str) -> tuple[list[tuple[str, float]], list[str], list[dict]]:
+    """The builds cell's line: the builds, each (kernel, seconds), the course's own kernels linked (``module.kernel``:
+    those with none of the notebook's code in them) and each one's key record (none from an older cell)."""
+    builds, linked, *rest = json.loads(line[len(BUILDS_MARK) :])
+    keys = [dict(record) for record in rest[0]] if rest else []
+    return [(str(what), round(float(s), 2)) for what, s in builds], [str(name) for name in linked], keys
+
+
+def _builds(session: execution.Kernel) -> tuple[list[tuple[str, float]], list[str], list[dict]]:
+    """The kernel's builds so far (:func:`parse_builds`)."""
     run, cell = session.run(BUILDS_CELL)
     lines = [line for line in execution.stream_text(cell).splitlines() if line.startswith(BUILDS_MARK)]
     if run.error or not lines:
-        return [], []
-    builds, linked = json.loads(lines[-1][len(BUILDS_MARK) :])
-    return [(str(what), round(float(s), 2)) for what, s in builds], [str(name) for name in linked]
+        return [], [], []
+    return parse_builds(lines[-1])
 
 
 def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800, core: bool = False) -> Entry:
@@ -105,7 +115,7 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool) -> Entry:
         shown_as_text = execution.figures_without_images(session.notebook)
         if shown_as_text and not error:
             error = "a figure shows as text, not as an image: " + "; ".join(shown_as_text)
-        builds, linked = _builds(session)
+        builds, linked, keys = _builds(session)
         seconds: list[float] = []
         for cells in edits if not error else []:
             start = time.perf_counter()
@@ -130,6 +140,7 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool) -> Entry:
         edit_builds=edit_builds,
         course_links=linked,
         core=core,
+        course_link_keys=keys,
     )
 
 

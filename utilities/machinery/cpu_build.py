@@ -402,17 +402,22 @@ TYPED: list[tuple[str, str]] = []
 
 def typed_key(library: Any) -> tuple[str, bool]:
     """The build cache's key of a kernel that was typed and not linked, and whether its modules gave the same key in
-    other orders: what the key is made of (``buildcache.linking.cubin_key``), with each piece of libmathdx code
-    standing as its recipe's key instead of its digest (no code was generated)."""
+    other orders: what the key is made of (``buildcache.linking.cubin_key``), each piece of libmathdx code standing
+    as its recipe's key, as in a linked kernel's key (no code was generated): the key a link would look up."""
     import random
 
-    from .buildcache import canonical, generator_environment, linking
-    from .codegen_workers import is_placeholder
+    from .buildcache import canonical, generator_environment, linking, make_key
+    from .buildcache.interposer import recipe_digest
+    from .codegen_workers import PENDING, is_placeholder
 
     def digest(data: bytes) -> str:  # a placeholder names the recipe's cache key
-        return bytes(data).decode() if is_placeholder(data) else hashlib.sha256(data).hexdigest()
+        if is_placeholder(data):
+            return recipe_digest(bytes(data[len(PENDING) :]).decode())
+        return hashlib.sha256(data).hexdigest()
 
-    key = linking.cubin_key(library, link_cc(), generator_environment(), digest)
+    recipe = linking.cubin_recipe(library, link_cc(), digest)
+    key = make_key("cubin-named", recipe, generator_environment())
+    linking.RECIPES[key] = recipe
     want = canonical.canonical_ir(library.llvm_strs, library._entry_name)
     same = True
     for seed in range(2):  # numba's order of the modules follows addresses: try two others

@@ -82,12 +82,26 @@ class Extents(NamedTuple):
 
 
 def extents(shape: tuple[int, ...], strides: tuple[int, ...]) -> Extents:
-    """An operand's :class:`Extents`, refused with the reason if a pipeline cannot take it."""
+    """An operand's :class:`Extents` (:func:`settled_strides`), refused with the reason if a pipeline cannot take it."""
     if len(shape) != len(strides):
         raise ValueError(f"shape {shape} and strides {strides} differ in rank")
+    strides = settled_strides(shape, strides)
     if 1 not in strides:
         raise ValueError(f"a pipeline operand needs one unit stride (a contiguous dimension), got strides {strides}")
     return Extents(tuple(int(e) for e in shape), tuple(int(s) for s in strides))
+
+
+def settled_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
+    """``strides`` with the stride of each dimension of extent 1 replaced by the span of the others (the stride it
+    would have in a batch of more): no index ever multiplies it, and array exporters write it differently. NumPy's
+    DLPack reports no strides for A0 (1, M, K0) seen as (M, K0, 1), which is C-contiguous once extents of one are
+    ignored, so :func:`contiguous_strides` made the batch stride 1, a second unit stride, where an exporter that
+    keeps the array's own strides gives M K0: two marked tensors, two recipes, two kernels, one built on the CPU for
+    the bundle and another on the GPU. Settled, a batch of one is marked as a batch of many and builds its kernel."""
+    if len(shape) != len(strides):
+        raise ValueError(f"shape {shape} and strides {strides} differ in rank")
+    span = max((int(s) * int(e) for s, e in zip(strides, shape, strict=True) if e != 1), default=1)
+    return tuple(int(s) if e != 1 else span for s, e in zip(strides, shape, strict=True))
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

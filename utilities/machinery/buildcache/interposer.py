@@ -9,9 +9,15 @@ result. Code that misses is generated in worker processes (``utilities.machinery
 goes on lowering the kernel: numba gets a placeholder, which :meth:`LazyMathdx.resolve` turns into the real
 LTO-IR at link time.
 
+A linked kernel's key names each piece of libmathdx code by its recipe's key (:meth:`LazyMathdx.digest`), not by
+its bytes: libmathdx's LTO-IR differs byte for byte each time it is generated (NVVM's container is written anew:
+the same recipe, generated twice on one CPU, gave two blobs of one size that differ in nearly every byte). Keyed by
+the bytes, a kernel built after code it shares was generated again (an attendee's kernel, linked from a launch-only
+bundle, regenerates the pieces it shares with the course's) got a new key and was linked again.
+
 A cache imported from a launch-only bundle holds the LTO-IR's digests but not the LTO-IR: numba gets a placeholder
-too, the linked kernel's key is made from the digest (:meth:`LazyMathdx.digest`), and the code is generated only if
-that kernel was not linked before (:meth:`LazyMathdx.resolve`).
+too, the linked kernel's key names the recipe, and the code is generated only if that kernel was not linked before
+(:meth:`LazyMathdx.resolve`).
 """
 
 from __future__ import annotations
@@ -100,6 +106,12 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"build cache: cannot key an argument of type {type(value).__name__}")
 
 
+def recipe_digest(key: str) -> str:
+    """A piece of libmathdx code in a linked kernel's key: the cache key of its recipe (which holds the versions of
+    everything that generates code), marked as such."""
+    return "recipe:" + key
+
+
 @dataclass
 class _Code:
     """What a served code descriptor would have returned: its LTO-IR and ISA version."""
@@ -145,6 +157,7 @@ class LazyMathdx:
         self.kinds: dict[int, str] = {}
         self.pending: dict[int, str] = {}
         self.served: dict[int, _Code] = {}
+        self.recipe_of: dict[str, str] = {}  # SHA-256 of LTO-IR this process was handed -> its recipe's cache key
         self.real: dict[str, Callable[..., Any]] = {}
         self.stage = ""
         # False: code that the cache does not hold is never generated; numba is handed a placeholder that nothing
@@ -362,6 +375,7 @@ class LazyMathdx:
         if blob is not None:
             self.cache.stats.hits += 1
             isa, ltoir = int.from_bytes(blob[:8], "little", signed=True), blob[8:]
+            self.remember(key, ltoir)
             self.served[code] = _Code(ltoir, isa, regenerate)
             return None
         known = CodeDigest.unpack(self.cache.get(digest_key(key), count=False))
@@ -462,7 +476,12 @@ class LazyMathdx:
                 ) from None
             return self._generate_here(name, args, code, targets)
 
+    def remember(self, key: str, ltoir: bytes) -> None:
+        """Note that ``ltoir`` is the code of recipe ``key``: :meth:`digest` names it by the recipe."""
+        self.recipe_of[hashlib.sha256(ltoir).hexdigest()] = key
+
     def _store(self, key: str, result: Result) -> None:
+        self.remember(key, result.ltoir)
         self.cache.stats.seconds_generating += result.seconds
         self.cache.put(key, result.isa.to_bytes(8, "little", signed=True) + result.ltoir)
         self.cache.put(digest_key(key), CodeDigest.of(result.isa, result.ltoir).pack())
@@ -515,6 +534,7 @@ class LazyMathdx:
                 return self._result(key).ltoir
         blob = self.cache.get(key)
         if blob is not None:
+            self.remember(key, blob[8:])
             return blob[8:]
         if key in self.absent:
             return self._generate_absent(key).ltoir
@@ -541,16 +561,15 @@ class LazyMathdx:
             return self._result(key)
 
     def digest(self, data: bytes) -> str:
-        """SHA-256 (hex) of the LTO-IR that ``data`` is or stands for: a linked kernel's key needs no more, so a
-        kernel that was linked before is served without its code (a launch-only cache)."""
-        if not is_placeholder(data):
-            return hashlib.sha256(data).hexdigest()
-        key = bytes(data[len(PENDING) :]).decode()
-        if key not in self.futures:
-            known = CodeDigest.unpack(self.cache.get(digest_key(key), count=False))
-            if known is not None:
-                return known.sha256
-        return hashlib.sha256(self.resolve(data)).hexdigest()
+        """What stands for a piece of LTO-IR in a linked kernel's key: :func:`recipe_digest` of its recipe's cache key
+        (a placeholder names it; real bytes are looked up among the code this process was handed), never the
+        bytes' digest, which changes each time libmathdx generates the code again (the module docstring). Bytes
+        that no recipe of this process made (not libmathdx's code): their SHA-256."""
+        if is_placeholder(data):
+            return recipe_digest(bytes(data[len(PENDING) :]).decode())
+        sha = hashlib.sha256(data).hexdigest()
+        key = self.recipe_of.get(sha)
+        return recipe_digest(key) if key is not None else sha
 
     def _label(self, handles: Iterable[int]) -> str:
         names = []

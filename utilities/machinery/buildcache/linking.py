@@ -1,8 +1,9 @@
 """The build cache at link time: nvJitLink's cubins from the store, and placeholders resolved before any link.
 
 numba-cuda links a kernel in ``CUDACodeLibrary.get_cubin`` (patched by :func:`patch_cubin`, keyed by the kernel's
-own IR and the digests of every module linked into it); nvmath links its device pipelines' init and destroy
-kernels itself through cuda.core (:class:`ResolvingObjectCode`, :class:`CachingLinker`).
+own IR and every module linked into it: libmathdx's code by its recipe, since its bytes differ each time it is
+generated, other code by its bytes' digest); nvmath links its device pipelines' init and destroy kernels itself
+through cuda.core (:class:`ResolvingObjectCode`, :class:`CachingLinker`).
 
 A kernel's IR as numba prints it depends on what the process compiled before (numba's compilation numbers, the
 order of its modules, the struct types llvmlite declares, libmathdx's tensor UIDs): the same kernel built in a
@@ -43,6 +44,10 @@ LINKED: list[str] = []  # ``module.kernel`` of every kernel this process linked 
 # prebuild or a bundle should have served. A course factory given a notebook's device function builds the notebook's.
 COURSE_LINKED: list[str] = []
 KEYS: list[tuple[str, str]] = []  # (``module.kernel``, key) of every kernel this process looked up, linked or served
+COURSE_LINKED_KEYS: list[str] = []  # the key of each of COURSE_LINKED, in its order
+# what each key of KEYS was made of (:func:`cubin_recipe`): a kernel keyed differently on two machines or in two
+# processes can be compared part by part (``utilities.prebuild --keys``, the run-through's ``course_link_keys``)
+RECIPES: dict[str, dict[str, Any]] = {}
 _SCRIPT_CODE = re.compile(r"_ZN(?:6cudapy)?8__main__")
 
 
@@ -55,14 +60,12 @@ def qualified_name(mangled: str) -> str:
     return ".".join(parts) if parts else mangled
 
 
-def cubin_key(
-    library: Any, cc: tuple[int, int], environment: dict[str, str], digest: Callable[[bytes], str] | None = None
-) -> str:
-    """Key of a linked kernel: its own LLVM IR (as :func:`~.canonical.canonical_ir` writes it) and entry
-    name, NVVM options, every linked module's digest (``digest``: :meth:`LazyMathdx.digest`, which knows the
-    digest of code a placeholder stands for), target and versions."""
+def cubin_recipe(library: Any, cc: tuple[int, ...], digest: Callable[[bytes], str] | None = None) -> dict[str, Any]:
+    """What a linked kernel's key is made of: its own LLVM IR (the SHA-256 of :func:`~.canonical.canonical_ir`'s
+    text) and entry name, NVVM options, what stands for every linked module (``digest``: :meth:`LazyMathdx.digest`,
+    which names libmathdx's code by its recipe), and the target."""
     ir, entry = canonical_ir(library.llvm_strs, getattr(library, "_entry_name", None))
-    recipe = {
+    return {
         "ir": hashlib.sha256(ir.encode()).hexdigest(),
         "entry": entry,
         "nvvm": sorted((str(k), str(v)) for k, v in library._nvvm_options.items()),
@@ -72,7 +75,18 @@ def cubin_key(
         "lto": bool(library._lto),
         "cc": list(cc),
     }
-    return make_key("cubin-named", recipe, environment)
+
+
+def cubin_key(
+    library: Any, cc: tuple[int, ...], environment: dict[str, str], digest: Callable[[bytes], str] | None = None
+) -> str:
+    """Key of a linked kernel: :func:`cubin_recipe` and the versions of everything that generates or links code."""
+    return make_key("cubin-named", cubin_recipe(library, cc, digest), environment)
+
+
+def key_record(name: str, key: str) -> dict[str, Any]:
+    """A kernel's key as the prebuild's and the run-through's logs keep it: name, key and :data:`RECIPES`' entry."""
+    return {"kernel": name, "key": key, "recipe": RECIPES.get(key)}
 
 
 def _named(entry: str | None, cubin: bytes) -> bytes:
@@ -93,7 +107,9 @@ def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy:
         cc = self._ensure_cc(cc)
         if self._cubin_cache.get(cc):
             return self._cubin_cache[cc]
-        key = cubin_key(self, cc, env, lazy.digest)
+        recipe = cubin_recipe(self, cc, lazy.digest)
+        key = make_key("cubin-named", recipe, env)
+        RECIPES[key] = recipe
         KEYS.append((qualified_name(self._entry_name or ""), key))
         data = cache.get(key)
         if data is None:
@@ -104,6 +120,7 @@ def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy:
             LINKED.append(qualified_name(self._entry_name or ""))
             if not any(_SCRIPT_CODE.search(text) for text in self.llvm_strs):
                 COURSE_LINKED.append(LINKED[-1])
+                COURSE_LINKED_KEYS.append(key)
             # numba-cuda 0.30 returns a cuda.core ObjectCode
             cache.put(key, _named(self._entry_name, bytes(getattr(cubin, "code", cubin))))
         else:
