@@ -154,3 +154,19 @@ def test_each_course_link_is_recorded_with_its_key_and_what_the_key_was_made_of(
     assert workshop.parse_builds(namespace["_line"]) == ([("k", 1.23)], ["utilities.m.k"], [record])
     older = workshop.BUILDS_MARK + json.dumps([[["k", 1.234]], ["utilities.m.k"]])
     assert workshop.parse_builds(older) == ([("k", 1.23)], ["utilities.m.k"], [])
+
+
+def test_the_race_runs_waits_are_read_from_the_checks_lines() -> None:
+    """Each edit's wait for its race runs (the checker's line after a pass), so that a slow check after an edit
+    says whether the race run or the check itself took the time."""
+    text = (
+        "✓ stage 'C': passed\n"
+        "✓ b2b_kernel: no race and no barrier error under compute-sanitizer racecheck and synccheck "
+        "(41 s, 23 s of it after the check)\n"
+        "✓ b2b_kernel: no race and no barrier error under compute-sanitizer racecheck and synccheck "
+        "(checked before, same code)\n"
+        "✓ other: no race and no barrier error under compute-sanitizer racecheck and synccheck (9 s, 0 s of it after "
+        "the check)\n"
+    )
+    assert workshop.race_wait_of(text) == 23.0
+    assert workshop.race_wait_of("… b2b_kernel: races not checked: no GPU\n") == 0.0

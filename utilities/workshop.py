@@ -21,7 +21,8 @@ notebook the entry records
   not served from the build cache (after a prebuild or a bundle's import: none), and ``course_link_keys``, each
   one's key and what it was made of (``buildcache.linking.key_record``), to hold beside the keys the prebuild
   logged (``python -m utilities.prebuild --keys``) when one was linked;
-- ``longest_check_after_edit_s``: the longest edit-and-check of its exercises;
+- ``longest_check_after_edit_s``: the longest edit-and-check of its exercises; ``edit_race_waits_s``: each edit's
+  seconds of waiting for its race runs after its checks passed (read from the checker's line);
 - ``error``: the first cell that raised (the run stops there), or a figure shown as text and not as an image;
   ``traceback``: the whole traceback of that cell.
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -60,6 +62,7 @@ class Entry:
     course_links: list[str] = field(default_factory=list)
     core: bool = False  # stretch sections skipped
     course_link_keys: list[dict] = field(default_factory=list)  # each course link's key and recipe
+    edit_race_waits_s: list[float] = field(default_factory=list)  # each edit: seconds its checks waited for races
 
 
 # --- the run ---------------------------------------------------------------------------------------------------
@@ -90,6 +93,15 @@ def _builds(session: execution.Kernel) -> tuple[list[tuple[str, float]], list[st
     return parse_builds(lines[-1])
 
 
+RACE_LINE = re.compile(r"under compute-sanitizer .*\((\d+) s, (\d+) s of it after the check\)")
+
+
+def race_wait_of(text: str) -> float:
+    """Seconds the checks that printed ``text`` waited for their race runs after passing (the checker's line "no race
+    and no barrier error under compute-sanitizer ... (N s, M s of it after the check)"; 0 when none ran)."""
+    return float(sum(int(m.group(2)) for m in RACE_LINE.finditer(text)))
+
+
 def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800, core: bool = False) -> Entry:
     """One notebook in a fresh Jupyter kernel (``timeout``: seconds a cell may take; ``core``: its stretch sections
     left out), then its edits; a kernel that dies or does not start gives an entry that says so."""
@@ -117,10 +129,13 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool) -> Entry:
             error = "a figure shows as text, not as an image: " + "; ".join(shown_as_text)
         builds, linked, keys = _builds(session)
         seconds: list[float] = []
+        race_waits: list[float] = []
         for cells in edits if not error else []:
             start = time.perf_counter()
+            race_waits.append(0.0)
             for source in cells:
-                cell_run, _ = session.run(source)
+                cell_run, cell = session.run(source)
+                race_waits[-1] += race_wait_of(execution.stream_text(cell))
                 if cell_run.error:
                     error, trace = f"after an edit: {cell_run.error}", cell_run.traceback
                     break
@@ -139,6 +154,7 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool) -> Entry:
         traceback=trace,
         edit_builds=edit_builds,
         course_links=linked,
+        edit_race_waits_s=[round(w, 1) for w in race_waits[: len(seconds)]],
         core=core,
         course_link_keys=keys,
     )
