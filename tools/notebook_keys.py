@@ -9,8 +9,8 @@ looks up. A course kernel whose key no job gets is a job missing or a key that f
     python tools/notebook_keys.py 1 2a 2c        # those notebooks (default: every one this tool drives)
 
 Prints one line a course kernel and exits 1 if one has no job's key. It needs the GPU stack as pinned and a C
-compiler (``cpu_build.unavailable()``). Drives notebooks 1, 2a, 2b and 2c; 2d and the Ozaki notebooks are not
-written yet.
+compiler (``cpu_build.unavailable()``). Drives notebooks 1, 2a, 2b, 2c and 2d; the Ozaki notebooks (3b, 3c, 3d, 4b) are
+not written yet.
 """
 
 from __future__ import annotations
@@ -164,6 +164,30 @@ def notebook_2b(build: Callable[[str, Callable[[], Any]], None]) -> None:
     build("lever", streaming((256, 576, 64, 128), cfg=lever))
 
 
+def notebook_2d(build: Callable[[str, Callable[[], Any]], None]) -> None:
+    import cupy as cp
+
+    from utilities.conv import check
+    from utilities.conv.benchmarks import B2B_TARGET
+    from utilities.conv.layout import PipeConfig
+    from utilities.conv.reference import B2BShape
+    from utilities.conv.tensorcore import Kernels
+    from utilities.conv.tensorcore_persistent import ConvB2B, UnfusedConvB2B, make_conv_b2b_kernel
+
+    def ops(s: B2BShape) -> list[Any]:
+        sizes = ((s.batch, s.height, s.width, s.c_in), (3, 3, s.c_in, s.c_mid), (s.c_mid, s.c_out), (s.c_out,))
+        return [cp.zeros(size, cp.float16) for size in sizes]
+
+    mine = Kernels(conv_b2b=main_copy(make_conv_b2b_kernel))
+    s = check.B2B_SHAPE
+    for fields in check.CONV_B2B_CONFIGS:  # the check: the contract's block, then the plan's default
+        cfg = PipeConfig(tile_n=s.c_mid, **fields) if fields else None
+        build(f"yours {fields}", lambda cfg=cfg: ConvB2B(s, cfg=cfg, keep_d0=True, kernels=mine)(*ops(s)))
+    t = B2B_TARGET  # b2b_records
+    build("fused", lambda: ConvB2B(t)(*ops(t)))
+    build("unfused: pipelined 3x3, then 1x1", lambda: UnfusedConvB2B(t)(*ops(t)))
+
+
 # notebook -> (what it builds, the prebuild jobs that should serve its course kernels)
 NOTEBOOKS: dict[str, tuple[Callable[..., None], str]] = {
     "1": (
@@ -176,6 +200,7 @@ NOTEBOOKS: dict[str, tuple[Callable[..., None], str]] = {
         "b2b:576x64x128,b2b:64x256x64,b2b_keep:576x64x128,b2b_keep:64x256x64,b2b_persistent:64x256x64@32x128x3,"
         "b2b_persistent:576x64x128@128x256x3,b2b_pipelined:2560x64x256x64@64x128x32x2,b2b:576x64x128@64x128",
     ),
+    "2d": (notebook_2d, "conv_b2b:64x64x64,conv_b2b_keep:64x64x128,conv_pipe:64x64,conv_1x1:64x64"),
     "2a": (notebook_2a, "gemm_bias_relu:512x128x256,gemm_bias_relu:256x256x256@64x128x64x128"),
     "2c": (
         notebook_2c,
