@@ -27,12 +27,17 @@ def direct_chain(x: np.ndarray, w0: np.ndarray, w1: np.ndarray, bias1: np.ndarra
 
 @pytest.mark.parametrize("case", ref.B2B_CASES)
 def test_chain_reference_is_two_direct_convolutions_and_bounds_hold(case):
-    x = ref.b2b_inputs(SHAPE, case, 11)
+    assert_chain_reference_and_bounds(SHAPE, case, 11)
+
+
+def assert_chain_reference_and_bounds(shape, case: str, seed: int) -> None:
+    """The chain's reference is two direct convolutions, and its FP16 semantics stay within the reference's bounds."""
+    x = ref.b2b_inputs(shape, case, seed)
     r = ref.conv_b2b_ref(*x.args())
-    np.testing.assert_allclose(r.d1, direct_chain(*x.args()).reshape(SHAPE.m, -1), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(r.d1, direct_chain(*x.args()).reshape(shape.m, -1), rtol=0, atol=1e-9)
     d0, d1 = ref.conv_b2b_fp16(*x.args())
-    assert np.all(np.abs(d0.reshape(SHAPE.m, -1).astype(np.float64) - r.d0) <= r.bound_d0)
-    assert np.all(np.abs(d1.reshape(SHAPE.m, -1).astype(np.float64) - r.d1) <= r.bound_d1)
+    assert np.all(np.abs(d0.reshape(shape.m, -1).astype(np.float64) - r.d0) <= r.bound_d0)
+    assert np.all(np.abs(d1.reshape(shape.m, -1).astype(np.float64) - r.d1) <= r.bound_d1)
 
 
 def test_corner_cases_do_what_they_say():
@@ -223,12 +228,7 @@ def test_the_run_prints_the_model_beside_its_measured_times():
 def test_the_wide_chain_reference_and_its_fp16_semantics_within_bounds(case):
     s = check.B2B_WIDE_SHAPE
     assert (s.c_in, s.c_mid, s.c_out) == (WIDE.c_in, WIDE.c_mid, WIDE.c_out)
-    x = ref.b2b_inputs(s, case, 12)
-    r = ref.conv_b2b_ref(*x.args())
-    np.testing.assert_allclose(r.d1, direct_chain(*x.args()).reshape(s.m, -1), rtol=0, atol=1e-9)
-    d0, d1 = ref.conv_b2b_fp16(*x.args())
-    assert np.all(np.abs(d0.reshape(s.m, -1).astype(np.float64) - r.d0) <= r.bound_d0)
-    assert np.all(np.abs(d1.reshape(s.m, -1).astype(np.float64) - r.d1) <= r.bound_d1)
+    assert_chain_reference_and_bounds(s, case, 12)
 
 
 def test_the_checker_passes_the_wide_semantics_and_names_each_mistake():

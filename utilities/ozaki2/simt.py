@@ -200,11 +200,12 @@ def make_residue_rows_kernel(
     ``count`` moduli, four to an int32 word of ``words``, the int32 view (count, m, kp/4) of the int8 residues
     (count, m, kp); columns k..kp-1 get zeros.
     """
-    N, THREADS, WORDS = count, threads, kp // 4
+    THREADS, WORDS = threads, kp // 4
     ITEMS = items_per_thread(kp, threads)
     row_statistics = make_row_statistics(k, kp, threads)
     exponent = make_exponent(count)
     split_residue = make_split_residue(count, residue_factory)
+    store_words = make_store_row_words(count, ITEMS, THREADS, WORDS, split_residue)
 
     @row_kernel
     def residue_rows_kernel(x, words, mu):
@@ -220,6 +221,19 @@ def make_residue_rows_kernel(
         if bad != 0:  # a row with a NaN or an Inf gets zero residues
             for j in range(ITEMS):
                 vals[j] = 0.0
+        store_words(vals, shift, words, row, tid)
+
+    return residue_rows_kernel
+
+
+def make_store_row_words(count: int, items: int, threads: int, words_per_row: int, split_residue: Any) -> Any:
+    """A device function ``store_words(vals, shift, words, row, tid)``: a thread's ``items`` values of one row
+    (entry ``4 (tid + (j // 4) threads) + j % 4`` in ``vals[j]``), shifted by 2^shift, as residues: for each of the
+    ``count`` moduli, four of them packed into one 4-byte word of ``words`` (count, m, kp / 4)."""
+    N, ITEMS, THREADS, WORDS = count, items, threads, words_per_row
+
+    @cuda.jit(device=True)
+    def store_words(vals, shift, words, row, tid):
         for j in range(0, ITEMS, 4):
             word = tid + (j // 4) * THREADS
             if word < WORDS:
@@ -235,7 +249,7 @@ def make_residue_rows_kernel(
                         split_residue(h3, l3, t),
                     )
 
-    return residue_rows_kernel
+    return store_words
 
 
 @functools.cache
@@ -248,10 +262,11 @@ def make_residue_known_rows_kernel(
     and no barrier. Same layout, same mu, same residues (S is an exact integer sum over the same 128-entry chunks,
     whatever the block's width), so the plan with ``moduli="auto"`` need not find A's statistics twice.
     """
-    N, THREADS, WORDS, K = count, threads, kp // 4, k
+    THREADS, WORDS, K = threads, kp // 4, k
     ITEMS = items_per_thread(kp, threads)
     exponent = make_exponent(count)
     split_residue = make_split_residue(count, residue_factory)
+    store_words = make_store_row_words(count, ITEMS, THREADS, WORDS, split_residue)
 
     @row_kernel
     def residue_known_rows_kernel(x, istats, words, mu):
@@ -264,20 +279,7 @@ def make_residue_known_rows_kernel(
         for j in range(ITEMS):  # all loads first; a row with a NaN or an Inf gets zero residues
             col = 4 * (tid + (j // 4) * THREADS) + j % 4
             vals[j] = x[row, col] if col < K and bad == 0 else 0.0
-        for j in range(0, ITEMS, 4):
-            word = tid + (j // 4) * THREADS
-            if word < WORDS:
-                h0, l0 = split(vals[j], shift)
-                h1, l1 = split(vals[j + 1], shift)
-                h2, l2 = split(vals[j + 2], shift)
-                h3, l3 = split(vals[j + 3], shift)
-                for t in range(N):  # four residues of one modulus, one 4-byte store
-                    words[t, row, word] = pack_digits(
-                        split_residue(h0, l0, t),
-                        split_residue(h1, l1, t),
-                        split_residue(h2, l2, t),
-                        split_residue(h3, l3, t),
-                    )
+        store_words(vals, shift, words, row, tid)
 
     return residue_known_rows_kernel
 
