@@ -138,7 +138,7 @@ def tool(monkeypatch):
 
 def _b2b_factory(tmp_path, mistake: mutants.Mistake | None = None):
     """2b's kernel factory from its source (with ``mistake`` applied), defined in a file of its own so that the race
-    run's script can read it back, in the course module's namespace."""
+    run's script can read it back, with the course module's names."""
     from utilities.fusion import tensorcore
 
     source = textwrap.dedent(inspect.getsource(inspect.unwrap(tensorcore.make_b2b_kernel)))
@@ -146,7 +146,10 @@ def _b2b_factory(tmp_path, mistake: mutants.Mistake | None = None):
         source = mistake.apply(source)
     path = tmp_path / "b2b_exercise.py"
     path.write_text(source)
-    namespace = dict(vars(tensorcore))
+    # in ``__main__``, as a notebook's cell defines it: the race run's script defines it there too, so that both
+    # processes give the kernel one key and the script loads the cubin the check linked (another module name
+    # links it again under the sanitizer: past a minute beside the proof's other runs, 2026-11-29)
+    namespace = {**vars(tensorcore), "__name__": "__main__"}
     exec(compile(source, str(path), "exec"), namespace)
     return namespace["make_b2b_kernel"]
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from utilities import gpu_proof
@@ -199,3 +200,12 @@ def test_a_run_cut_short_is_reported_from_its_logs_on_any_machine(tmp_path: Path
     assert "2b_back_to_back: m.k" in text
     whole = json.loads((out / "nvidia-h200-workshop.json").read_text())["notebooks"]
     assert [e["notebook"] for e in whole] == ["2b_back_to_back"]
+
+
+def test_the_results_are_dated_today_or_by_the_logs_last_step(tmp_path: Path) -> None:
+    marker = tmp_path / "tests-0.done"
+    marker.write_text("0")
+    os.utime(marker, (86400 * 3, 86400 * 3))  # 1970-01-04
+    assert gpu_proof.report_date(tmp_path, from_logs=True) == "1970-01-04"
+    assert gpu_proof.report_date(tmp_path, from_logs=False) == time.strftime("%Y-%m-%d", time.gmtime())
+    assert gpu_proof.report_date(tmp_path / "none", from_logs=True) == time.strftime("%Y-%m-%d", time.gmtime())

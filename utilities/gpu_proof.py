@@ -275,6 +275,12 @@ class Runner:
         return [codes[step] for step, _, _ in started]
 
 
+
+def report_date(logs: Path, from_logs: bool) -> str:
+    """The day of the results: today, or for a report of logs the day their last step finished (UTC)."""
+    finished = [m.stat().st_mtime for m in logs.glob("*.done")] if from_logs else []
+    return time.strftime("%Y-%m-%d", time.gmtime(max(finished) if finished else None))
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m utilities.gpu_proof", description=__doc__.splitlines()[0])
     parser.add_argument("--bundle", default=None, help="import this bundle (or its first part) before the prebuild")
@@ -403,9 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     runner.wait(*started)
 
     # the results
-    markers = list(logs.glob("*.done"))
-    ran = max((m.stat().st_mtime for m in markers), default=None) if args.report_only else None
-    date = time.strftime("%Y-%m-%d", time.gmtime(ran) if ran else None)  # a report of logs: the day they were written
+    date = report_date(logs, bool(args.report_only))
     parts = [
         junit_counts(logs / f"tests-{i}.xml") for i in range(len(test_groups)) if (logs / f"tests-{i}.xml").exists()
     ]
