@@ -275,11 +275,11 @@ class Runner:
         return [codes[step] for step, _, _ in started]
 
 
-
 def report_date(logs: Path, from_logs: bool) -> str:
     """The day of the results: today, or for a report of logs the day their last step finished (UTC)."""
     finished = [m.stat().st_mtime for m in logs.glob("*.done")] if from_logs else []
     return time.strftime("%Y-%m-%d", time.gmtime(max(finished) if finished else None))
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m utilities.gpu_proof", description=__doc__.splitlines()[0])
