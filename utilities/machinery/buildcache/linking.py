@@ -132,6 +132,7 @@ def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy:
             cubin = ObjectCode.from_cubin(code)
         self._cubin_cache[cc] = cubin
         self._linkerinfo_cache.setdefault(cc, "")
+        self._course_key = key  # where its cubin is stored: a record of the kernel names it (``dispatch``)
         return cubin
 
     library_class.get_cubin = get_cubin
