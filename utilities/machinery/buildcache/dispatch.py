@@ -296,11 +296,16 @@ def _refuse(v: Any) -> Any:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def record(kernel: Any, key: str) -> bytes | None:
+def record(kernel: Any, key: str, extensions: list[Any]) -> bytes | None:
     """What rebuilding ``kernel`` needs besides its cubin (stored under ``key``), or None when it cannot be
-    rebuilt so (a launch-config-sensitive kernel, one that sets up its module or needs numba's runtime)."""
+    rebuilt so (a launch-config-sensitive kernel, one that sets up its module or needs numba's runtime).
+    ``extensions``: its dispatcher's (nvmath's device-pipeline argument handler): a rebuilt kernel takes them from
+    its dispatcher, whose options the fingerprint holds, so the kernel's must be those."""
     library = kernel._codelibrary
-    if getattr(kernel, "launch_config_sensitive", False) or kernel.extensions or kernel.cooperative:
+    if getattr(kernel, "launch_config_sensitive", False) or kernel.cooperative:
+        return None
+    mine = list(kernel.extensions)
+    if len(mine) != len(extensions) or any(a is not b for a, b in zip(mine, extensions, strict=True)):
         return None
     if getattr(library, "_setup_functions", None) or getattr(library, "_teardown_functions", None):
         return None
@@ -308,8 +313,8 @@ def record(kernel: Any, key: str) -> bytes | None:
         return None
     state = {
         "key": key,
-        "kernel": {
-            "signature": kernel.signature,
+        "kernel": {  # the signature is the one asked for (its argument types: nvmath's pipeline types do not pickle)
+            "return": kernel.signature.return_type,
             "debug": kernel.debug,
             "lineinfo": kernel.lineinfo,
             "call_helper": kernel.call_helper,
@@ -326,13 +331,23 @@ def record(kernel: Any, key: str) -> bytes | None:
     }
     try:
         return pickle.dumps(state)
-    except Exception:  # something numba made that does not pickle: no record, the normal build next time
+    except Exception as error:  # something numba made that does not pickle: no record, the normal build next time
+        MISSED.append(f"{library.name}: no record: {type(error).__name__}: {error}")
         return None
 
 
-def rebuild(state: dict[str, Any], entry: str, cubin: Any, cc: Any, codegen: Any) -> Any:
-    """A kernel object from a record's ``state``, the entry name its cubin was linked with, and the cubin (a
-    cuda.core ``ObjectCode``), as numba-cuda's own disk cache rebuilds one."""
+def rebuild(
+    state: dict[str, Any],
+    argtypes: tuple[Any, ...],
+    entry: str,
+    cubin: Any,
+    cc: Any,
+    codegen: Any,
+    extensions: list[Any],
+) -> Any:
+    """A kernel object for ``argtypes`` from a record's ``state``, the entry name its cubin was linked with, the
+    cubin (a cuda.core ``ObjectCode``) and its dispatcher's ``extensions``, as numba-cuda's disk cache rebuilds one."""
+    from numba.core import typing
     from numba.cuda import codegen as cuda_codegen
     from numba.cuda import dispatcher
 
@@ -356,12 +371,12 @@ def rebuild(state: dict[str, Any], entry: str, cubin: Any, cc: Any, codegen: Any
     return dispatcher._Kernel._rebuild(
         False,
         entry,
-        k["signature"],
+        typing.signature(k["return"], *argtypes),
         library,
         k["debug"],
         k["lineinfo"],
         k["call_helper"],
-        [],
+        list(extensions),
         k["shared_memory_carveout"],
         False,
     )
@@ -385,6 +400,9 @@ def patch_dispatch(
     original = dispatcher_class.compile
     failed: list[str] = []
 
+    def extensions(dispatcher: Any) -> list[Any]:
+        return list(dispatcher.targetoptions.get("extensions") or [])
+
     def compile(self: Any, sig: Any) -> Any:
         argtypes, _ = sigutils.normalize_signature(sig)
         if self.specialized or argtypes in self.overloads or not enabled():
@@ -406,7 +424,9 @@ def patch_dispatch(
                     from cuda.core import ObjectCode
 
                     entry, code = _unnamed(payload)
-                    kernel = rebuild(recorded, entry, ObjectCode.from_cubin(code), target, self.targetctx.codegen())
+                    cubin = ObjectCode.from_cubin(code)
+                    codegen = self.targetctx.codegen()
+                    kernel = rebuild(recorded, tuple(argtypes), entry, cubin, target, codegen, extensions(self))
                 except Exception as error:  # never the attendee's failure: the normal build serves instead
                     if not failed:
                         print(f"build cache: a kernel could not be rebuilt from its record ({error}); built instead")
@@ -420,7 +440,7 @@ def patch_dispatch(
         kernel = original(self, sig)
         key = getattr(kernel._codelibrary, "_course_key", None)
         if where is not None and key is not None:
-            data = record(kernel, key)
+            data = record(kernel, key, extensions(self))
             if data is not None:
                 cache.put(where, data)
         return kernel
