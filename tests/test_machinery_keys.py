@@ -60,6 +60,27 @@ def test_a_cycle_of_identical_modules_gets_one_text_in_every_order():
     assert len(texts) == 1
 
 
+def test_orders_that_share_their_first_modules_give_what_each_order_renumbered_alone_gives():
+    """``canonical_ir`` renumbers a beginning that several orders share once: its text must be the smallest of the
+    texts each order gives renumbered from nothing, as a plain loop over the orders makes them."""
+
+    def ring(uid: int, nxt: int) -> str:
+        call = f'call void @"_ZN8__main__1f{tag(nxt)}E"()'
+        return f'; ModuleID = "f${uid}"\ndefine void @"_ZN8__main__1f{tag(uid)}E"() {{ {call} }}'
+
+    modules = [kern(40, 3, 4), dev(3, 1), dev(4, 2), leaf(1, 10), leaf(2, 20), ring(5, 6), ring(6, 7), ring(7, 5)]
+    entry = f"_ZN6cudapy8__main__4kern{tag(40)}E"
+    texts = [canonical.relabel_blocks(canonical.used_types(m.strip())) for m in modules]
+    orders = canonical.canonical_orders(texts)
+    assert len(orders) > 1 and len({o[0] for o in orders}) == 1, "the case needs orders with a shared beginning"
+
+    def alone(order: list[int]) -> tuple[str, str]:
+        numbering = canonical._Numbering()
+        return "\n".join(numbering.renumber(texts[i]) for i in order), numbering.renumber(entry)
+
+    assert canonical.canonical_ir(modules, entry) == min(alone(o) for o in orders)
+
+
 def test_struct_types_that_nothing_uses_are_left_out_and_the_rest_sorted():
     body = 'define void @"_ZN6cudapy8__main__4kernB2v1E"(%"struct.libmathdx_b"* %p) { ret void }'
     header = '; ModuleID = "kern$1"\ntarget triple = "nvptx64-nvidia-cuda"\n'
