@@ -277,7 +277,7 @@ _MAX_ORDERS = 64  # orders tried for modules that refinement cannot tell apart (
 class _Prefixed:
     """:func:`_digest` of tuples that begin with one long text: the text's ``repr`` hashed once, each digest taken
     from a copy (the same digests; a module's skeleton is tens of kilobytes, and refinement digests it again at every
-    round of every order tried: 4.5 of conv_b2b's 12 s on a CPU)."""
+    round of every order tried)."""
 
     def __init__(self, text: str) -> None:
         self._head = hashlib.sha256(("(" + repr(text) + ", ").encode())
@@ -361,8 +361,8 @@ class _Numbering:
 
 def canonical_ir(modules: Iterable[str], entry: str | None = None) -> tuple[str, str | None]:
     """The kernel's modules as one text that does not depend on the process's history (the module docstring), and
-    the entry name renumbered alike. The orders tried share their first modules (those refinement placed: 49 of
-    conv_b2b's 69 in all 64 orders), so each shared beginning is renumbered once and its numbering copied."""
+    the entry name renumbered alike. The orders tried share their first modules (those refinement placed), so each
+    shared beginning is renumbered once and its numbering copied."""
     texts = [relabel_blocks(used_types(m.strip())) for m in modules]
     results: list[tuple[str, str | None]] = []
 

@@ -1,9 +1,9 @@
 """A kernel the cache holds, served before numba types it: a fingerprint of its Python code, and what it built.
 
 The linked-kernel key (``linking``) is made from the kernel's LLVM IR, so a kernel the cache holds still costs its
-process numba's typing and lowering, and numba-cuda's NVVM pass to PTX, before the cubin can be looked up: 2-16 s
-for a cuBLASDx kernel on an H200 host running six notebooks (the proof of 2026-11-29: 266 s of such waits over the
-run-through), and once more in each process of a check's race run, which defines the attendee's code again.
+process numba's typing and lowering, and numba-cuda's NVVM pass to PTX, before the cubin can be looked up (most of
+the run-through's build waits: ``instructor-notes/machinery.md``), and once more in each process of a check's race
+run, which defines the attendee's code again.
 
 :func:`fingerprint` names what decides that IR before any of it runs: the kernel's code (bytecode, constants, names,
 recursively through the functions, device functions and intrinsics it calls), the values it closes over and the
