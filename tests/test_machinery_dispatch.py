@@ -272,3 +272,46 @@ def test_every_planted_mistake_and_mutant_of_a_gpu_exercise_changes_its_code_fin
             if dispatch.Fingerprint(lines=False).code(code) == original:
                 same.append(f"{name}: {p.kind}: {p.what}")
     assert not same, same
+
+
+MATMUL_SCRIPT = """
+from utilities.machinery import cpu_build
+cpu_build.enter(link=False)
+from numba import cuda
+from numba.core import types as nb
+from utilities.machinery.buildcache import dispatch
+from utilities.fusion.tensorcore import fp16_matmul
+
+mm0 = fp16_matmul(128, 64, 64, 128)
+
+@cuda.jit
+def kernel(a):
+    a[0] = mm0.size[0]
+
+def fingerprint():
+    return dispatch.fingerprint(kernel.py_func, (nb.float32[::1],), dict(kernel.targetoptions), {})
+
+fresh = fingerprint()
+mm0.get_shared_storage_size()  # a trait, as a factory asks of its Matmul: nvmath caches it and the sizes on it
+print("fingerprints:", fresh, fingerprint(), sorted(vars(mm0)))
+"""
+
+
+def test_a_matmul_used_before_gives_the_fingerprint_of_a_fresh_one():
+    """The course's factories share one Matmul between kernels (``functools.cache``) and nvmath caches its traits on
+    it at first use: a kernel built after another that used it must get the fingerprint it gets built first (as a
+    prebuild job builds it). On the CPU (``cpu_build``: nvmath without a GPU), in a fresh process."""
+    from utilities.machinery import cpu_build
+
+    why = cpu_build.unavailable()
+    if why:
+        pytest.skip(f"no CPU build of kernels here: {why}")
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
+    env.update(COURSE_CPU_BUILD="9.0", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", MATMUL_SCRIPT], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fresh, used, attributes = [ln for ln in done.stdout.splitlines() if ln.startswith("fingerprints:")][-1].split(
+        " ", 3
+    )[1:]
+    assert "_traits" in attributes, "the Matmul was not used: the case shows nothing"
+    assert fresh != "None" and fresh == used
