@@ -289,14 +289,12 @@ class _Prefixed:
         return h.hexdigest()
 
 
-def _refine(
-    skeletons: list[str], tokens: list[list[tuple[str, str]]], marks: dict[int, int], heads: list[_Prefixed]
-) -> list[str]:
-    """Each module's signature after colour refinement, from its skeleton and ``marks`` (modules placed by hand);
-    ``heads``: each skeleton's :class:`_Prefixed`."""
+def _refine(tokens: list[list[tuple[str, str]]], marks: dict[int, int], heads: list[_Prefixed]) -> list[str]:
+    """Each module's signature after colour refinement, from its skeleton (``heads``: each skeleton's
+    :class:`_Prefixed`), its tokens and ``marks`` (modules placed by hand)."""
     colour: dict[tuple[str, str], str] = {tok: "" for toks in tokens for tok in toks}
-    signature = [heads[i].digest(marks.get(i)) for i in range(len(skeletons))]
-    for _ in range(len(skeletons) + 1):
+    signature: list[str] = []
+    for _ in range(len(heads) + 1):
         signature = [heads[i].digest(marks.get(i), [colour[t] for t in toks]) for i, toks in enumerate(tokens)]
         seen: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
         for sig, toks in zip(signature, tokens, strict=True):
@@ -319,7 +317,7 @@ def canonical_orders(texts: list[str]) -> list[list[int]]:
     found: list[list[int]] = []
 
     def place(marks: dict[int, int]) -> None:
-        signature = _refine(skeletons, tokens, marks, heads)
+        signature = _refine(tokens, marks, heads)
         order = sorted(range(len(texts)), key=lambda i: (skeletons[i], signature[i]))
         counts = Counter(signature)
         alike = [i for i in order if counts[signature[i]] > 1]

@@ -270,7 +270,7 @@ def fingerprint(
     py_func: Any, argtypes: tuple[Any, ...], options: dict[str, Any], context: dict[str, Any]
 ) -> str | None:
     """The fingerprint of kernel ``py_func`` for ``argtypes`` and numba's ``options``, or None when something it
-    reaches cannot be named for certain. ``context``: the target and the code generators' versions."""
+    reaches cannot be named for certain. ``context``: what else decides the code (the target)."""
     if not isinstance(py_func, types.FunctionType):
         return None
     walk = Fingerprint(lines=bool(options.get("debug") or options.get("lineinfo")))
@@ -416,9 +416,8 @@ def patch_dispatch(
         argtypes, _ = sigutils.normalize_signature(sig)
         if self.specialized or argtypes in self.overloads or not enabled():
             return original(self, sig)
-        target = cc()
-        context = {**env, "cc": str(target)}
-        found = fingerprint(self.py_func, tuple(argtypes), dict(self.targetoptions), context)
+        target = cc()  # the code generators' versions enter by make_key
+        found = fingerprint(self.py_func, tuple(argtypes), dict(self.targetoptions), {"cc": str(target)})
         where = make_key("dispatch", found, env) if found else None
         if where is not None and gpu():
             state, payload = cache.get(where), None
