@@ -4,7 +4,6 @@ padding), and the asynchronous copy compiled to PTX (assembled by ptxas where it
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 
 from utilities.conv import layout, simt
 from utilities.conv import reference as ref
+from utilities.execution import python_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -184,8 +184,7 @@ print("ok")
 
 
 def test_the_gather_compiles_to_cp_async_and_assembles(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["PYTHONPATH"] = str(ROOT)
+    env = python_env(simulator=False)
     done = subprocess.run(
         [sys.executable, "-c", GATHER_KERNEL, str(tmp_path)],
         cwd=ROOT,

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from utilities.execution import python_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +40,7 @@ print("ok")
     reason="Triton or PyTorch is not installed (the Triton peer is optional)",
 )
 def test_the_triton_peer_passes_the_course_checker_in_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = python_env(TRITON_INTERPRET="1")
     done = subprocess.run([sys.executable, "-c", PEER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout[-2000:] + done.stderr[-3000:]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import io
-import os
 import re
 import subprocess
 import sys
@@ -14,6 +13,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
+from utilities.execution import python_env
 
 ROOT = Path(__file__).resolve().parent.parent
 UTILITIES = ROOT / "utilities"
@@ -285,8 +286,7 @@ def test_the_stack_is_pinned_once() -> None:
 
 @pytest.mark.parametrize("tool", sorted(p.name for p in (ROOT / "tools").glob("*.py")))
 def test_every_tool_answers_help_without_a_gpu(tool):
-    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
-    env["PYTHONPATH"] = str(ROOT)
+    env = python_env(simulator=False)
     done = subprocess.run(
         [sys.executable, str(ROOT / "tools" / tool), "--help"],
         cwd=ROOT,
@@ -296,3 +296,12 @@ def test_every_tool_answers_help_without_a_gpu(tool):
         timeout=120,
     )
     assert done.returncode == 0 and "usage" in done.stdout.lower(), done.stderr[-2000:]
+
+
+def test_a_test_that_starts_python_keeps_the_path_it_found() -> None:
+    """Tests start Python with ``execution.python_env``, which puts the course first on ``PYTHONPATH`` and keeps the
+    rest: on the GPU machine nvmath lives there, and the two tests that set the path to the course alone failed on
+    their first GPU run (2026-11-29, ``No module named 'nvmath'``)."""
+    setting = re.compile(r"""\[["']PYTHONPATH["']\]\s*=[^=]|["']PYTHONPATH["']\s*:|\bPYTHONPATH\s*=[^=]""")
+    offenders = [p.name for p in (ROOT / "tests").glob("*.py") if setting.search(p.read_text())]
+    assert not offenders, f"set PYTHONPATH with utilities.execution.python_env: {offenders}"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from utilities.execution import python_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -13,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_pytest(tmp_path: Path, body: str, limit: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_waiting.py").write_text(f"import time\n\n\ndef test_waits():\n    {body}\n")
-    env = {**os.environ, "COURSE_TEST_LIMIT_S": limit, "PYTHONPATH": str(ROOT)}
+    env = python_env(COURSE_TEST_LIMIT_S=limit)
     command = [sys.executable, "-m", "pytest", "-p", "conftest", "-q", "test_waiting.py"]
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 

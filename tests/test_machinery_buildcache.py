@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from utilities.execution import python_env
 from utilities.machinery import buildcache
 from utilities.machinery.buildcache import DiskCache, LazyMathdx, cubin_key, interposer, linking, make_key
 
@@ -663,8 +664,7 @@ print(json.dumps({"compiled_as": compiled_as, "served_as": library._entry_name, 
 
 @pytest.mark.slow
 def test_a_kernel_compiled_after_other_kernels_gets_the_cubin_linked_before(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = python_env(simulator=False)
     script = tmp_path / "link_twice.py"
     script.write_text(LINK_TWICE)
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from numba.core import types as nb
 
+from utilities.execution import python_env
 from utilities.machinery.buildcache import dispatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -306,8 +307,7 @@ def test_a_matmul_used_before_gives_the_fingerprint_of_a_fresh_one():
     why = cpu_build.unavailable()
     if why:
         pytest.skip(f"no CPU build of kernels here: {why}")
-    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
-    env.update(COURSE_CPU_BUILD="9.0", PYTHONPATH=str(ROOT))
+    env = python_env(simulator=False, COURSE_CPU_BUILD="9.0")
     done = subprocess.run([sys.executable, "-c", MATMUL_SCRIPT], capture_output=True, text=True, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     fresh, used, attributes = [ln for ln in done.stdout.splitlines() if ln.startswith("fingerprints:")][-1].split(

@@ -10,7 +10,6 @@ prebuild its cubin is there, and a build of it takes seconds).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from utilities.execution import python_env
 
 pytestmark = pytest.mark.gpu
 
@@ -66,7 +67,7 @@ print("served:", json.dumps(dispatch.SERVED))
 
 def run(source: str, out: Path, **env: str) -> list[str]:
     script = source + textwrap.dedent(REPORT).format(out=str(out))
-    environ = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    environ = python_env(simulator=False, **env)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, env=environ)
     assert done.returncode == 0, done.stderr[-3000:]
     line = [ln for ln in done.stdout.splitlines() if ln.startswith("served:")][-1]

@@ -7,19 +7,19 @@ with numba-cuda's NVVM, in a separate process (the test session may have the sim
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from utilities.execution import python_env
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_plain_kernels_compile_for_sm80_and_sm90():
-    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = python_env(simulator=False)
     done = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "compile_kernels.py")],
         env=env,

@@ -59,3 +59,14 @@ def test_a_cell_tagged_raises_exception_may_raise(tmp_path: Path) -> None:
     nb.cells[0].metadata["tags"] = [execution.RAISES_TAG]
     run = execution.execute(nb, tmp_path)
     assert run.passed and [c.error for c in run.cells] == ["", ""]
+
+
+def test_a_started_python_finds_the_course_first_and_keeps_the_path_it_was_given(monkeypatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/tmp/site")
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    env = execution.python_env(Path("/course"), simulator=False, EXTRA="1")
+    assert env["PYTHONPATH"].split(":") == ["/course", "/tmp/site"]
+    assert "NUMBA_ENABLE_CUDASIM" not in env and env["EXTRA"] == "1"
+    assert execution.python_env(Path("/course"))["NUMBA_ENABLE_CUDASIM"] == "1"
+    monkeypatch.delenv("PYTHONPATH")
+    assert execution.python_env(Path("/course"))["PYTHONPATH"] == "/course"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from utilities import prebuild
+from utilities.execution import python_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,8 +56,7 @@ def test_measured_seconds_survive_a_run_and_a_corrupt_file(tmp_path, monkeypatch
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")}
-    env["PYTHONPATH"] = str(ROOT)
+    env = python_env(simulator=False)
     return subprocess.run(
         [sys.executable, "-m", "utilities.prebuild", *args],
         cwd=ROOT,

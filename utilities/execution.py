@@ -68,10 +68,22 @@ def _error_text(output: Any) -> tuple[str, str]:
     return head + "\n" + "\n".join(lines[-6:]), "\n".join(lines) or head
 
 
+SIMULATOR_SWITCHES = ("NUMBA_ENABLE_CUDASIM", "COURSE_SIMULATOR_AUTO")
+
+
+def python_env(root: Path = REPO_ROOT, *, simulator: bool = True, **extra: str) -> dict[str, str]:
+    """The environment of a Python process started from here: this one, with ``root`` first on ``PYTHONPATH`` (its
+    ``utilities`` is imported) and what the path held kept after it (a GPU machine's packages may live there:
+    ``../shared/gpu/setup.sh`` puts nvmath under /tmp/site), numba's simulator switches left out unless
+    ``simulator``, then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if simulator or k not in SIMULATOR_SWITCHES}
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in (str(root), env.get("PYTHONPATH", "")) if p))
+    return {**env, **extra}
+
+
 def kernel_env(root: Path = REPO_ROOT) -> dict[str, str]:
-    """The kernel's environment: this one, with ``root`` first on ``PYTHONPATH`` (its ``utilities`` is imported)."""
-    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+    """A Jupyter kernel's environment: :func:`python_env`, unbuffered."""
+    return python_env(root, PYTHONUNBUFFERED="1")
 
 
 @contextmanager
