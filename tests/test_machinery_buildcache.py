@@ -452,6 +452,37 @@ def test_a_launch_only_bundle_serves_a_kernel_by_the_key_a_launch_computes(tmp_p
     assert other == built, "the same code linked (the fake link ignores the IR)"
 
 
+@pytest.mark.parametrize("pool", [False, True], ids=["in place", "pool"])
+def test_a_job_that_keeps_code_stores_what_a_launch_only_bundle_left_out(tmp_path, pool):
+    """After a launch-only import, a check twin's prebuild job (``keep_code``) is served its kernel without a link,
+    yet leaves the libmathdx code in the cache: an edited kernel (another IR) is then linked without generating."""
+    from utilities.machinery.buildcache import bundle
+
+    FakeLibrary.links.clear()
+    built, _, _, lazy = launch_process(tmp_path / "built", pool)
+    if lazy.pool is not None:
+        lazy.pool.shutdown()
+    machine = {"compute_capability": "9.0", "environment": ENV}
+    bundle.export(lazy.cache, tmp_path / "course.bundle", machine)
+    bundle.import_(DiskCache(tmp_path / "fresh"), tmp_path / "course.bundle", machine)
+
+    m, lazy = pooled(tmp_path / "fresh") if pool else (fake_mathdx(), None)
+    if lazy is None:
+        lazy = LazyMathdx(m, DiskCache(tmp_path / "fresh"), ENV, CODE_ISA)
+        lazy.install()
+    lazy.keep_code = True
+    build_two(m)
+    lazy.keep()
+    assert m.calls["compile"] == 2, "both pieces generated, though no link asked for them"
+    if lazy.pool is not None:
+        lazy.pool.shutdown()
+
+    edited, library, calls, _ = launch_process(tmp_path / "fresh", pool, ir="; ModuleID = 'edited'\n")
+    assert len(FakeLibrary.links) == 2, "the edit is linked"
+    assert calls["compile"] == 0, "with the code the job kept: nothing generated"
+    assert library._linking_files[0].data == build_two(fake_mathdx())[1][0] and edited == built
+
+
 def test_nvmaths_pipeline_links_are_keyed_by_the_digest_of_code_a_bundle_left_out(tmp_path):
     """A pipeline init kernel whose libmathdx code the cache knows only by its digest: served without the code; a
     link that misses resolves it first."""

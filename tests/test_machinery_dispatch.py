@@ -315,3 +315,59 @@ def test_a_matmul_used_before_gives_the_fingerprint_of_a_fresh_one():
     )[1:]
     assert "_traits" in attributes, "the Matmul was not used: the case shows nothing"
     assert fresh != "None" and fresh == used
+
+
+CONTRACT_SCRIPT = """
+import inspect, subprocess, sys
+from utilities.machinery import cpu_build
+cpu_build.enter(link=False)
+import utilities.primer.tensorcore as course
+from utilities import contract_builds, sanitizer
+from utilities.primer import check
+
+role, folder = sys.argv[1], sys.argv[2]
+source = inspect.getsource(course.make_tile_gemm_kernel).replace("* TM,", "* TM + 0,")  # an edit
+path = f"{folder}/{role}_cell.py"  # the notebook's cell and the script live in two files
+open(path, "w").write(source)
+namespace = {**vars(course), "__name__": "__main__"}
+exec(compile(source, path, "exec"), namespace)
+mine = namespace["make_tile_gemm_kernel"]
+first = {"shape": (256, 384, 64), "tile": (128, 128), "block": check.CONFIGS[1]}
+if role == "script":  # the first check's contract builds: the other block's script, run as the check runs it
+    texts = [check.check_tile_gemm.driver([mine], *a, **k) for a, k in check._contract((), first)]
+    _, scripts = contract_builds.scripts_for([mine], texts, check.check_tile_gemm.driver([mine], **first))
+    open(f"{folder}/ahead.py", "w").write("from utilities.machinery import cpu_build\\ncpu_build.enter(link=False)\\n"
+                                          + scripts[0])
+    done = subprocess.run([sys.executable, f"{folder}/ahead.py"], env=sanitizer.script_environment())
+    sys.exit(done.returncode)
+import cupy as cp  # the notebook's later check: its plan at the other block, built from the cell's code
+from utilities.machinery import buildcache
+buildcache.install(quiet=True)
+from utilities.plans import TileConfig
+from utilities.primer.tensorcore import Kernels, TileGemm
+plan = TileGemm(256, 384, cfg=TileConfig(**check.CONFIGS[0]), kernels=Kernels(tile_gemm=mine))
+plan(cp.zeros((256, plan.k), cp.float16), cp.zeros((plan.k, 384), cp.float16))
+"""
+
+
+def test_a_kernel_built_beside_a_check_has_the_fingerprint_of_the_notebooks_own(tmp_path):
+    """The contract's other block, built by its script (``utilities.contract_builds``), and the notebook's plan at
+    that block, built from the notebook's cell: one fingerprint, so the notebook is served what the script built.
+    On the CPU (``cpu_build``), typing only; each process dumps its fingerprints (``COURSE_FAST_DISPATCH_DUMP``)."""
+    from utilities.machinery import cpu_build
+
+    why = cpu_build.unavailable()
+    if why:
+        pytest.skip(f"no CPU build of kernels here: {why}")
+    dumps = {}
+    for role in ("script", "notebook"):
+        dump = tmp_path / f"{role}-fingerprints"
+        env = python_env(simulator=False, COURSE_CPU_BUILD="9.0", COURSE_FAST_DISPATCH_DUMP=str(dump),
+                         COURSE_BUILD_CACHE=str(tmp_path / "cache"))  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", CONTRACT_SCRIPT, role, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+            env=env, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        dumps[role] = sorted(p.name for p in dump.glob("tile_gemm_kernel-*.json"))
+    assert len(dumps["script"]) == 1 and dumps["script"] == dumps["notebook"]

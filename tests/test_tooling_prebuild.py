@@ -211,3 +211,32 @@ def test_each_jobs_kernels_and_keys_are_written_with_what_each_key_was_made_of(t
     prebuild.write_keys(tmp_path / "logs" / "keys.json", {"b2b:64x256x64": keys, "b2b:576x64x128": []})
     written = json.loads((tmp_path / "logs" / "keys.json").read_text())
     assert list(written) == ["b2b:576x64x128", "b2b:64x256x64"] and written["b2b:64x256x64"] == keys
+
+
+@pytest.mark.parametrize(("job", "twin"), [("conv_b2b_keep:64x64x128", True), ("conv_b2b:64x64x64", False)])
+def test_a_checks_twin_is_typed_and_keeps_the_code_it_links(job, twin, monkeypatch):
+    """A twin of a check's kernel is built with fast dispatch off, inside ``keeping_code`` (after a launch-only import
+    the code an attendee's edit links is then in the cache); another job is served as it comes."""
+    import types
+
+    from utilities.machinery import buildcache
+    from utilities.machinery.buildcache import dispatch
+
+    seen = []
+
+    class Keeping:
+        def __enter__(self):
+            seen.append("keep")
+
+        def __exit__(self, *exc):
+            seen.append("kept")
+
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(synchronize=dict)))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setenv(dispatch.ENV, "on")  # restored after the test: build_one sets it in os.environ
+    monkeypatch.setattr(buildcache, "install", lambda: None)
+    monkeypatch.setattr(buildcache, "keeping_code", Keeping)
+    kind = job.partition(":")[0]
+    monkeypatch.setitem(prebuild.BUILDERS, kind, lambda *a: seen.append(("build", dispatch.enabled())))
+    prebuild.build_one(job, 7)
+    assert seen == (["keep", ("build", False), "kept"] if twin else [("build", True)])

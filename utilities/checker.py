@@ -487,11 +487,15 @@ def _exercises(fn: Any, exercise: Any) -> list[Any]:
     return [fn, *(exercise if isinstance(exercise, list | tuple) else [exercise])]
 
 
+Contract = Callable[[tuple, dict], Sequence[tuple[tuple, dict]]]
+
+
 def checker(
     name: str,
     needs: Mapping[str, Any] | None = None,
     driver: Callable[..., str] | None = None,
     shared: bool = False,
+    contract: Contract | None = None,
 ) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
     """Declare a checker: it gains an ``exercise=`` keyword (the attendee's functions, in pipeline order), and with a
     ``driver`` the keywords ``sanitize=`` and ``races=``.
@@ -508,9 +512,12 @@ def checker(
     - ``shared=True`` (the exercise is a kernel whose threads share memory; with a ``driver``): without being asked,
       ``driver(exercise, *args, small=True, **kwargs)``, the check's smallest case, runs under racecheck and
       synccheck beside the check (:class:`RaceCheck`); ``races=False`` skips it for one call.
+    - ``contract(args, kwargs)`` (with a ``driver``): the arguments of the driver at every block the notebook checks
+      the exercise at, given one check's. On a GPU, the first check of new code builds the others' kernels beside it
+      (``utilities.contract_builds``); a later check of the same code waits for them and finds its kernel built.
     """
-    if shared and driver is None:
-        raise TypeError(f"{name}: shared=True needs a driver (the code that runs the exercise's kernel)")
+    if (shared or contract is not None) and driver is None:
+        raise TypeError(f"{name}: shared=True or a contract needs a driver (the code that runs the exercise's kernel)")
 
     def wrap(body: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
         @functools.wraps(body)
@@ -523,13 +530,16 @@ def checker(
             race = None
             if shared and races and not sanitize and given:
                 race = RaceCheck(name, lambda: driver(given, *args, small=True, **kwargs), given)
+            code = _build_ahead(name, driver, contract, given, args, kwargs) if contract and not sanitize else None
             try:
                 result = _run(race.after_first_call(fn) if race else fn, *args, exercise=exercise, **kwargs)
             except BaseException:
                 if race:
                     race.cancel()
+                _cancel_builds(code)
                 raise
             if result.status != "passed":
+                _cancel_builds(code)
                 if race:
                     race.cancel()
             elif sanitize and given:
@@ -563,10 +573,39 @@ def checker(
                 )
             return result
 
-        run.driver, run.shared = driver, shared  # type: ignore[attr-defined]  # what the checker runs races on
+        run.driver, run.shared, run.contract = driver, shared, contract  # type: ignore[attr-defined]
         return run
 
     return wrap
+
+
+def _build_ahead(name: str, driver: Any, contract: Contract, given: list[Any], args: tuple, kwargs: dict) -> str | None:
+    """The first check of new code starts the builds of the contract's other blocks; a later one waits for them.
+    Returns the code's key (None: nothing built ahead here, or code still holding a placeholder)."""
+    from . import contract_builds, sanitizer
+
+    if not given or contract_builds.skipped() or untouched_exercise(*given) is not None:
+        return None
+    try:
+        texts = [driver(given, *a, **kw) for a, kw in contract(args, kwargs)]
+        code, scripts = contract_builds.scripts_for(given, texts, driver(given, *args, **kwargs))
+    except (sanitizer.NotRebuilt, OSError, TypeError):
+        return None  # the race run says why, where it matters
+    builds = contract_builds.BUILDS
+    if code not in builds.by_code:
+        builds.start(code, scripts)
+    elif builds.running(code):
+        waited = builds.wait(code)
+        if waited >= 1.0:
+            print(f"… {name}: {waited:.0f} s waiting for your kernel at this block, built beside the first check")
+    return code
+
+
+def _cancel_builds(code: str | None) -> None:
+    if code is not None:
+        from . import contract_builds
+
+        contract_builds.BUILDS.cancel(code)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ compressions would make of the cache.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -504,9 +506,20 @@ CHECK_JOBS = ",".join(missing_twins(NOTEBOOK_JOBS))
 COURSE_JOBS = f"{NOTEBOOK_JOBS},{CHECK_JOBS}" if CHECK_JOBS else NOTEBOOK_JOBS
 
 
+@functools.cache
+def check_kernels() -> frozenset[str]:
+    """:func:`kernel_of` every job of :func:`check_jobs`: the kernels an attendee's edit is linked beside."""
+    return frozenset(kernel_of(job) for job in check_jobs())
+
+
 def build_one(job: str, slices: int) -> None:
     """Build one job (``kind:spec``) into the build cache, in this process (on the CPU when ``$COURSE_CPU_BUILD``
-    names a GPU architecture: ``utilities.machinery.cpu_build``)."""
+    names a GPU architecture: ``utilities.machinery.cpu_build``).
+
+    A check's twin (:func:`check_kernels`) is typed even when the cache holds it (fast dispatch off), and the
+    libmathdx code it links is kept in the cache (``buildcache.keeping_code``): after a launch-only import only its
+    digest is there, and an attendee's edited kernel, which links the same code, would generate it first (minutes
+    in a check). Elsewhere the cache holds the code already, and the job costs its typing."""
     from .machinery import cpu_build
 
     if cpu_build.target():
@@ -514,13 +527,18 @@ def build_one(job: str, slices: int) -> None:
     import cupy as cp
 
     from .machinery import buildcache
+    from .machinery.buildcache import dispatch
 
     kind, _, spec = job.partition(":")
     if kind not in BUILDERS:
         raise ValueError(f"unknown kernel kind {kind!r} in job {job!r}: one of {', '.join(BUILDERS)}")
+    twin = kernel_of(job) in check_kernels()
+    if twin:
+        os.environ[dispatch.ENV] = "off"
     buildcache.install()
-    BUILDERS[kind](kind, spec, slices)
-    cp.cuda.Device().synchronize()
+    with buildcache.keeping_code() if twin else contextlib.nullcontext():
+        BUILDERS[kind](kind, spec, slices)
+        cp.cuda.Device().synchronize()
 
 
 # --- scheduling, progress and the report ----------------------------------------------------------------------
@@ -758,7 +776,7 @@ def bundle_command(
     if into:
         started = time.perf_counter()
         try:
-            written, present = bundle.import_(cache, Path(into), machine())
+            written, present = bundle.import_(cache, Path(into), machine(arch))
         except bundle.BundleError as error:
             print(f"prebuild: not imported: {error}", file=sys.stderr)
             return 1

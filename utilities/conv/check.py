@@ -307,7 +307,12 @@ def _conv_driver(
         """
 
 
-@checker("3x3 convolution + bias + ReLU", driver=_conv_driver, shared=True)
+def _conv_contract(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
+    """The driver's arguments at each block of :data:`CONV_CONFIGS`, at the check's shape."""
+    return [(args, {**kwargs, "block": dict(c)}) for c in CONV_CONFIGS]
+
+
+@checker("3x3 convolution + bias + ReLU", driver=_conv_driver, shared=True, contract=_conv_contract)
 def check_conv(
     run: Callable[..., Any],
     *,
@@ -412,7 +417,12 @@ def _b2b_driver(
         """
 
 
-@checker("back-to-back convolutions", needs=B2B_NEEDS, driver=_b2b_driver, shared=True)
+def _b2b_contract(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
+    """The driver's arguments at each block of :data:`CONV_B2B_CONFIGS` (an empty one: the plan's default)."""
+    return [(args, {**kwargs, "block": dict(c) or None}) for c in CONV_B2B_CONFIGS]
+
+
+@checker("back-to-back convolutions", needs=B2B_NEEDS, driver=_b2b_driver, shared=True, contract=_b2b_contract)
 def check_conv_b2b(
     run: Callable[..., Any],
     *,

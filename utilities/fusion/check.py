@@ -234,7 +234,7 @@ def _b2b_driver(
     batch = kwargs.get("batch", BATCH) if kwargs.get("batched") else None
     if small:  # 128 rows, every K stage of GEMM 0; no batch (the batched plan runs the same kernel)
         shape, batch = (small_rows(int(shape[0])), *shape[1:]), None
-    keep = kwargs.get("stages") is not None
+    keep = kwargs.get("keep_d0", kwargs.get("stages") is not None)  # a check keeps D0 where it compares it
     return f"""
         import cupy as cp
         from utilities.fusion import reference as ref
@@ -250,7 +250,15 @@ def _b2b_driver(
         """
 
 
-@checker("back-to-back GEMM", needs=B2B_NEEDS, driver=_b2b_driver, shared=True)
+def _b2b_contract(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
+    """The driver's arguments at each plan of :data:`B2B_CONFIGS` (shape, block, whether D0 is kept), as 2b checks
+    them: the other plan with its block, the notebook's with its default."""
+    first, *rest = B2B_CONFIGS
+    plans = [{"shape": first["shape"], "block": dict(first["block"]), "keep_d0": first["keep_d0"]}]
+    return [((), p) for p in plans + [{"shape": c["shape"], "keep_d0": c["keep_d0"]} for c in rest]]
+
+
+@checker("back-to-back GEMM", needs=B2B_NEEDS, driver=_b2b_driver, shared=True, contract=_b2b_contract)
 def check_back_to_back(
     run: Callable[..., Any],
     *,
@@ -425,7 +433,12 @@ def _gemm_driver(
         """
 
 
-@checker("GEMM + bias + ReLU", driver=_gemm_driver, shared=True)
+def _gemm_contract(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
+    """The driver's arguments at each block of :data:`GEMM_CONFIGS`, at the check's shape."""
+    return [(args, {**kwargs, "block": dict(c)}) for c in GEMM_CONFIGS]
+
+
+@checker("GEMM + bias + ReLU", driver=_gemm_driver, shared=True, contract=_gemm_contract)
 def check_gemm_bias_relu(
     run: Callable[..., Any],
     *,

@@ -124,7 +124,15 @@ def _driver(functions: Sequence[Any], dtype: str = "int8", *args: Any, small: bo
         """
 
 
-@checker("multi-pass tile GEMM", driver=_driver, shared=True)
+def _contract(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
+    """The driver's arguments for each dtype of :data:`CONFIGS` (the notebook checks both, each at its block)."""
+    return [
+        ((dtype, *args[1:]), {"tile": (fields.get("tile_m", TILE[0]), fields.get("tile_n", TILE[1]))})
+        for dtype, fields in CONFIGS.items()
+    ]
+
+
+@checker("multi-pass tile GEMM", driver=_driver, shared=True, contract=_contract)
 def check_pass_gemm(
     run: Callable[[np.ndarray, np.ndarray], Any],
     dtype: str = "int8",

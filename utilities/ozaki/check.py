@@ -847,7 +847,13 @@ def check_epilogue(fn: Callable[..., Any], *, seed: int | None = None) -> CheckR
 _STAGE_ORDER = ["a_slices", "b_slices", "products", "diagonals"]
 
 
-@checker("Ozaki-I GEMM", needs=GEMM_NEEDS, driver=_gemm_driver, shared=True)
+def _gemm_contract(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
+    """The driver's arguments at the plan's own block and at :data:`OTHER_TILE` (3b-3d check that one at the last of
+    :data:`GEMM_SHAPES`, with 7 slices)."""
+    return [(args, {**kwargs, "block": None}), ((7,), {"shapes": [GEMM_SHAPES[-1]], "block": dict(OTHER_TILE)})]
+
+
+@checker("Ozaki-I GEMM", needs=GEMM_NEEDS, driver=_gemm_driver, shared=True, contract=_gemm_contract)
 def check_ozaki_gemm(
     run: Callable[..., Any],
     slices: int = 7,

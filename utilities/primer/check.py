@@ -93,7 +93,12 @@ def _driver(
         """
 
 
-@checker(NAME, driver=_driver, shared=True)
+def _contract(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
+    """The driver's arguments at each block of :data:`CONFIGS` (the notebook checks every one at one M x N)."""
+    return [(args, {**kwargs, "block": dict(c), "tile": (c["tile_m"], c["tile_n"])}) for c in CONFIGS]
+
+
+@checker(NAME, driver=_driver, shared=True, contract=_contract)
 def check_tile_gemm(
     run: Callable[[np.ndarray, np.ndarray], Any],
     *,

@@ -27,8 +27,10 @@ clears it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ __all__ = [
     "default_cache_dir",
     "generator_environment",
     "install",
+    "keeping_code",
     "make_key",
     "resolve_placeholders",
     "seconds",
@@ -124,6 +127,23 @@ def _served(name: str, key: str) -> None:
     """A kernel rebuilt from its record (``dispatch``): looked up, not linked, and no build to wait for."""
     linking.KEYS.append((name, key))
     progress.BUILDS.append((name.rsplit(".", 1)[-1], 0.0))
+
+
+@contextlib.contextmanager
+def keeping_code() -> Iterator[None]:
+    """Within the block, libmathdx code that a launch-only cache knows only by its digest is generated and stored
+    (``LazyMathdx.keep_code``), and waited for at its end: a prebuild job of a check's twin, after a bundle import,
+    so that an attendee's edited kernel is only linked (nothing generated) by the check. No cache: nothing to do."""
+    lazy = _STATE.get("lazy")
+    if lazy is None:
+        yield
+        return
+    lazy.keep_code = True
+    try:
+        yield
+        lazy.keep()
+    finally:
+        lazy.keep_code = False
 
 
 def workers() -> int:

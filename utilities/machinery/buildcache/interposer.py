@@ -163,6 +163,9 @@ class LazyMathdx:
         # False: code that the cache does not hold is never generated; numba is handed a placeholder that nothing
         # resolves (a CPU build that only types kernels to compare their keys: ``utilities.machinery.cpu_build``)
         self.generate_code = True
+        # True: code that a launch-only cache holds the digest of is generated and stored now, not left for a link
+        # that may never come (a prebuild job of a check's twin: an attendee's edit then only links; :meth:`keep`)
+        self.keep_code = False
         # seconds this process spent blocked in each kind of build work (the build report's breakdown)
         self.seconds: Counter[str] = Counter()
         self._lock = threading.RLock()
@@ -380,7 +383,7 @@ class LazyMathdx:
             return None
         known = CodeDigest.unpack(self.cache.get(digest_key(key), count=False))
         job = self._job(name, code, targets) if known is not None else None
-        if known is not None and job is not None:  # a launch-only cache: the code only if the link misses
+        if known is not None and job is not None and not self.keep_code:  # launch-only: the code if a link needs it
             self.cache.stats.hits += 1
             self.absent[key] = job
             self.served[code] = _Code(PENDING + key.encode(), known.isa, regenerate)
@@ -506,6 +509,14 @@ class LazyMathdx:
         symbols = tuple(self.symbols.get(h) for h in targets)
         code_step = Step(code, tuple(self.calls[code]))
         return Job(tuple(steps), code_step, name, tuple(targets), self.isa_option, symbols, self.symbol_trait)
+
+    def keep(self) -> None:
+        """Every piece of code this process's workers (or another process) are generating, waited for and stored:
+        the end of a job run with :attr:`keep_code`, whose kernels may all have been served without a link."""
+        for key in list(self.futures):
+            result = self._result(key)
+            if self.cache.get(key, count=False) is None:  # its worker's callback may not have stored it yet
+                self._store(key, result)
 
     def _result(self, key: str) -> Result:
         """The generated code of a pool job: waited for, or generated here if the worker failed."""

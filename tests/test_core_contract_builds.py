@@ -1,0 +1,194 @@
+"""The core: a check's other blocks built beside it (``utilities.contract_builds``), and each track's contract."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+
+import pytest
+
+from utilities import checker, contract_builds
+from utilities.checker import CheckFailure, CheckResult
+
+EXERCISE = '''
+def make_kernel(scale):
+    """The toy exercise: its source goes into every script."""
+    return scale * {value}
+'''
+
+
+class FakeProcess:
+    """A build process that runs until ``finish`` (or a kill)."""
+
+    def __init__(self, args, **kwargs):
+        self.script = open(args[-1]).read()
+        self.pid, self.returncode, self.waited = None, None, []
+
+    def poll(self):
+        return self.returncode
+
+    def wait(self, timeout=None):
+        self.waited.append(timeout)
+        if self.returncode is None:
+            self.returncode = 0  # it finished while the check waited
+        return self.returncode
+
+    def kill(self):
+        self.returncode = -9
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Builds started through a fake Popen (their scripts kept), as on a GPU machine."""
+    started: list[FakeProcess] = []
+
+    def popen(args, **kwargs):
+        started.append(FakeProcess(args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(contract_builds, "BUILDS", contract_builds.Builds(popen))
+    monkeypatch.setattr(contract_builds, "skipped", lambda environ=None, modules=None: "")
+    return started
+
+
+def toy(tmp_path, value: int = 2, fails: bool = False):
+    """A checker whose contract has three blocks (the call's own among them), and an exercise function."""
+    path = tmp_path / f"exercise_{value}.py"
+    path.write_text(EXERCISE.format(value=value))
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+
+    def driver(functions, *args, block=1, **kwargs):
+        return f"make_kernel({block})\n"
+
+    def contract(args, kwargs):
+        return [(args, {**kwargs, "block": b}) for b in (1, 2, 3)]
+
+    @checker.checker("toy", driver=driver, contract=contract)
+    def check_toy(run, *, block=1) -> CheckResult:
+        if fails:
+            raise CheckFailure("C", "stage 'C': wrong")
+        return checker.passed("toy", 1, 0)
+
+    return check_toy, namespace["make_kernel"]
+
+
+def test_the_first_check_of_new_code_builds_the_other_blocks_beside_it(tmp_path, builds):
+    check, fn = toy(tmp_path)
+    assert check(lambda: None, block=2, exercise=fn).status == "passed"
+    assert len(builds) == 2, "blocks 1 and 3: the check builds its own"
+    for process, block in zip(builds, (1, 3), strict=True):
+        assert "def make_kernel(scale)" in process.script and f"make_kernel({block})" in process.script
+        assert "buildcache.install(quiet=True)" in process.script
+    check(lambda: None, block=1, exercise=fn)
+    check(lambda: None, block=3, exercise=fn)
+    assert len(builds) == 2, "the same code: nothing started again"
+
+
+def test_a_later_check_waits_for_the_builds_of_its_code(tmp_path, builds, capsys):
+    check, fn = toy(tmp_path)
+    check(lambda: None, block=1, exercise=fn)
+    assert all(p.poll() is None for p in builds) and not any(p.waited for p in builds)
+    check(lambda: None, block=2, exercise=fn)
+    assert all(p.waited and p.poll() == 0 for p in builds), "waited for, then found in the cache"
+
+
+def test_a_failed_check_stops_the_builds_and_an_edit_stops_the_old_codes(tmp_path, builds):
+    check, fn = toy(tmp_path, fails=True)
+    with pytest.raises(CheckFailure):
+        check(lambda: None, block=1, exercise=fn)
+    assert len(builds) == 2 and all(p.returncode == -9 for p in builds)
+    check, first = toy(tmp_path, value=3)
+    check(lambda: None, block=1, exercise=first)
+    check, edited = toy(tmp_path, value=4)
+    check(lambda: None, block=1, exercise=edited)
+    assert [p.returncode for p in builds[2:]] == [-9, -9, None, None], "the edit's builds run, the old ones stop"
+    assert "* 4" in builds[-1].script
+
+
+def test_nothing_is_built_ahead_for_a_skeleton_a_sanitized_run_or_off_the_gpu(tmp_path, builds, monkeypatch):
+    check, fn = toy(tmp_path)
+    check(lambda: None, block=1, exercise=fn, sanitize=False, races=False)
+    assert len(builds) == 2
+    builds.clear()
+    monkeypatch.setattr(contract_builds, "BUILDS", contract_builds.Builds(lambda *a, **k: builds.append(a)))
+    path = tmp_path / "skeleton.py"
+    path.write_text(f"def make_kernel(scale):\n    return scale  {checker.PLACEHOLDER}\n")
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    check(lambda: None, block=1, exercise=namespace["make_kernel"])
+    assert not builds, "code that still holds a placeholder is not built"
+    monkeypatch.setattr(contract_builds, "skipped", lambda environ=None, modules=None: "no GPU")
+    check(lambda: None, block=1, exercise=fn)
+    assert not builds
+
+
+def test_builds_run_where_the_checks_kernels_run_on_a_gpu():
+    class Cuda:
+        def __init__(self, available):
+            self.available = available
+
+        def is_available(self):
+            return self.available
+
+    gpu = {"numba.cuda": Cuda(True)}
+    assert contract_builds.skipped({}, gpu) == ""
+    assert contract_builds.skipped({contract_builds.ENV: "off"}, gpu) == "COURSE_BUILD_AHEAD=off"
+    assert "simulator" in contract_builds.skipped({"NUMBA_ENABLE_CUDASIM": "1"}, gpu)
+    assert contract_builds.skipped({}, {"numba.cuda": Cuda(False)}) == "no GPU"
+    assert contract_builds.skipped({}, {}) == "numba.cuda was never imported"
+
+
+def test_a_build_past_its_wait_is_stopped(tmp_path):
+    process = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    builds = contract_builds.Builds()
+    builds.by_code["code"] = [contract_builds.Build(process, tmp_path)]
+    assert builds.wait("code", limit=0.2) < 5 and process.wait(timeout=10) != 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Each track's contract against the checks its notebook makes (the calls below are the solution notebooks')
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _texts(check, calls):
+    driver, contract = check.driver, check.contract
+    return [textwrap.dedent(driver([], *a, **kw)) for a, kw in calls], [
+        textwrap.dedent(driver([], *a, **kw)) for a, kw in contract(*calls[0])
+    ]
+
+
+def _notebook_calls():
+    from utilities.conv import check as conv
+    from utilities.fusion import check as fusion
+    from utilities.multipass import check as multipass
+    from utilities.ozaki import check as ozaki
+    from utilities.primer import check as primer
+
+    stages = {"stages": lambda: {}}
+    other, shape = fusion.B2B_CONFIGS[0], fusion.B2B_CONFIGS[1]["shape"]
+    tile = {dtype: (f.get("tile_m", 128), f.get("tile_n", 128)) for dtype, f in multipass.CONFIGS.items()}
+    return {
+        "0": (primer.check_tile_gemm, [((), {"shape": (256, 384, 64), "tile": (c["tile_m"], c["tile_n"]),
+                                             "block": c}) for c in primer.CONFIGS]),  # fmt: skip
+        "1": (multipass.check_pass_gemm, [((d,), {"phase_k": 64, "tile": tile[d]}) for d in multipass.CONFIGS]),
+        "2a": (fusion.check_gemm_bias_relu, [((), {"shape": (384, 256, 192), "block": c})
+                                             for c in fusion.GEMM_CONFIGS]),  # fmt: skip
+        "2b": (fusion.check_back_to_back, [((), {"shape": other["shape"], "block": other["block"]}),
+                                           ((), {"shape": shape, **stages})]),  # fmt: skip
+        "2c": (conv.check_conv, [((), {"shape": conv.CONV_SHAPE, "block": c}) for c in conv.CONV_CONFIGS]),
+        "2d": (conv.check_conv_b2b, [((), {"shape": conv.B2B_SHAPE, "block": c or None, **stages})
+                                     for c in conv.CONV_B2B_CONFIGS]),  # fmt: skip
+        "3d": (ozaki.check_ozaki_gemm, [((7,), {"shapes": [(256, 384, 384)], "block": None, **stages}),
+                                        ((7,), {"shapes": [(300, 136, 392)], "block": ozaki.OTHER_TILE, **stages})]),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("track", ["0", "1", "2a", "2b", "2c", "2d", "3d"])
+def test_the_contract_builds_every_block_the_notebook_checks_and_not_the_first_one_twice(track):
+    check, calls = _notebook_calls()[track]
+    wanted, contract = _texts(check, calls)
+    assert wanted[0] in contract, "the first check's own block is in the contract: it is not built beside it too"
+    for text in wanted[1:]:
+        assert text in contract, f"a later block of the notebook's is not built ahead:\n{text}"
+    assert len(set(contract)) == len(contract) >= 2

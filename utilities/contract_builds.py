@@ -1,0 +1,132 @@
+"""The kernels of a check's other blocks, built beside it: one build's wait after an edit, not one per block.
+
+A kernel exercise is checked at every block of its contract (two tile shapes, say: no size of one may sit in an
+index), and each block is a kernel of its own, so an edit used to cost one build after another. A checker declared
+with a ``contract`` (``checker.checker``) hands this module, on the first check of an edit, the code that builds and
+runs the attendee's kernel at each other block (its driver's script, ``utilities.sanitizer.script``); each runs in a
+process of its own while the check of the first block builds in the notebook's. A later check of the same code waits
+for those processes, then finds its kernel in the build cache: served by its fingerprint
+(``machinery.buildcache.dispatch``), neither typed nor linked.
+
+A build that fails or is stopped costs nothing but its time: the check then builds the kernel itself, as without
+this module. A failed check stops the builds of its code (the attendee edits again). It runs where the check's
+kernels run on a GPU; ``COURSE_BUILD_AHEAD=off`` turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV = "COURSE_BUILD_AHEAD"
+WAIT_S = 600.0  # seconds a check waits at most for the builds of its code started beside an earlier check
+PREAMBLE = """
+from utilities.machinery import buildcache
+
+buildcache.install(quiet=True)  # the kernel built here is stored where the notebook's check will look it up
+"""
+
+
+def skipped(environ: Mapping[str, str] | None = None, modules: Mapping[str, Any] | None = None) -> str:
+    """Why nothing is built ahead here ("" when it is): ``COURSE_BUILD_AHEAD=off``, numba's simulator, or no GPU."""
+    environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    if environ.get(ENV, "").strip().lower() in ("0", "off", "no", "false"):
+        return f"{ENV}={environ[ENV]}"
+    if environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        return "numba's CUDA simulator runs the kernels"
+    cuda = modules.get("numba.cuda")
+    if cuda is None:
+        return "numba.cuda was never imported"
+    try:
+        return "" if cuda.is_available() else "no GPU"
+    except Exception:  # a driver that cannot start
+        return "no GPU"
+
+
+@dataclass
+class Build:
+    """One block's build in a process of its own, its output in ``folder/log.txt``."""
+
+    process: Any
+    folder: Path
+    started: float = field(default_factory=time.monotonic)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (OSError, TypeError, AttributeError):  # no process group of its own (a stand-in in a test)
+                self.process.kill()
+
+
+class Builds:
+    """The builds under way, by the attendee's code (the sources of the exercise's functions): an edit is new code."""
+
+    def __init__(self, popen: Any = None) -> None:
+        self.popen = popen or subprocess.Popen
+        self.by_code: dict[str, list[Build]] = {}
+
+    def start(self, code: str, scripts: Sequence[str]) -> int:
+        """Start one process per script, once per ``code`` (a second call for the same code starts nothing);
+        builds of any other code are stopped (an edit made them useless). Returns the processes started."""
+        if code in self.by_code:
+            return 0
+        for other in [c for c in self.by_code if c != code]:
+            self.cancel(other)
+        started = []
+        for script in dict.fromkeys(scripts):
+            folder = Path(tempfile.mkdtemp(prefix="course-build-ahead-"))
+            path = folder / "built_ahead.py"
+            path.write_text(script)
+            from .sanitizer import script_environment
+
+            with (folder / "log.txt").open("w") as log:
+                try:
+                    process = self.popen(
+                        [sys.executable, str(path)], stdout=log, stderr=subprocess.STDOUT,
+                        env=script_environment(), start_new_session=True,
+                    )  # fmt: skip
+                except OSError:
+                    continue
+            started.append(Build(process, folder))
+        self.by_code[code] = started
+        return len(started)
+
+    def wait(self, code: str, limit: float = WAIT_S) -> float:
+        """Wait for the builds of ``code`` (at most ``limit`` seconds from now, then stop them); the seconds waited."""
+        begun = time.monotonic()
+        for build in self.by_code.get(code, []):
+            try:
+                build.process.wait(timeout=max(0.0, begun + limit - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                build.stop()
+        return time.monotonic() - begun
+
+    def running(self, code: str) -> int:
+        return sum(build.process.poll() is None for build in self.by_code.get(code, []))
+
+    def cancel(self, code: str) -> None:
+        """Stop the builds of ``code`` (its check failed: the attendee edits again)."""
+        for build in self.by_code.pop(code, []):
+            build.stop()
+
+
+BUILDS = Builds()
+
+
+def scripts_for(functions: Sequence[Any], driver_texts: Sequence[str], own: str) -> tuple[str, list[str]]:
+    """(the attendee's code, the scripts that build the other blocks): ``driver_texts`` are the driver's code for
+    every block of the contract; the one equal to this check's own (``own``) is built by the check itself."""
+    from .sanitizer import script
+
+    code = script(functions, "")
+    return code, [script(functions, text, PREAMBLE) for text in driver_texts if text != own]
