@@ -502,10 +502,10 @@ def test_a_shared_memory_check_finds_a_race_without_being_asked(tmp_path, monkey
     assert info.value.stage == "sanitizer" and "racecheck: Error: Race reported" in str(info.value)
     assert "smallest case" in str(info.value)
     assert record["drivers"] == [{"small": True, "shape": (512, 512)}], "the driver's smallest case"
-    assert record["started_after"] == [1], "started once the first run built the kernel, beside the rest"
+    assert record["started_after"] == [0], "started with the check (its kernel build waits for the check's)"
     with pytest.raises(CheckFailure, match="Race reported"):
         check_toy(run, shape=(512, 512), exercise=fn)  # the same code again: the verdict stands, no second run
-    assert record["started_after"] == [1]
+    assert record["started_after"] == [0]
 
 
 def test_a_clean_shared_memory_check_says_what_ran_and_how_long(tmp_path, monkeypatch, capsys, on_a_gpu):

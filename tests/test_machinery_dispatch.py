@@ -371,3 +371,69 @@ def test_a_kernel_built_beside_a_check_has_the_fingerprint_of_the_notebooks_own(
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         dumps[role] = sorted(p.name for p in dump.glob("tile_gemm_kernel-*.json"))
     assert len(dumps["script"]) == 1 and dumps["script"] == dumps["notebook"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# One build of a kernel across processes: a build claims its fingerprint; another process waits for its record
+# ------------------------------------------------------------------------------------------------------------
+
+
+def patched(tmp_path, monkeypatch):
+    """A dispatcher class in miniature, patched as ``buildcache.install`` patches numba-cuda's; ``rebuild`` (which
+    needs a GPU) stands in, and every build and service is recorded."""
+    from utilities.machinery.buildcache.store import DiskCache, make_key
+
+    cache, events = DiskCache(tmp_path / "cache"), []
+    kernel = define(KERNEL, tmp_path / "cell.py")["make"](1.0)
+
+    class Dispatcher:
+        specialized, overloads, targetoptions = False, {}, dict(kernel.targetoptions)
+        py_func = staticmethod(kernel.py_func)  # a function, not a method of the instance
+        targetctx = types.SimpleNamespace(codegen=lambda: None)
+
+        def compile(self, sig):
+            events.append(("built", cache.claimed(where)))  # the fingerprint is claimed while the build runs
+            return types.SimpleNamespace(_codelibrary=types.SimpleNamespace())
+
+        def add_overload(self, built, argtypes):
+            pass
+
+    monkeypatch.setattr(dispatch, "rebuild", lambda recorded, *args: "served kernel")
+    sigutils = types.SimpleNamespace(normalize_signature=lambda sig: (sig, None))
+    served = lambda name, key, waited: events.append(("served", waited))  # noqa: E731
+    dispatch.patch_dispatch(Dispatcher, cache, {}, sigutils, served=served, cc=lambda: (9, 0), gpu=lambda: True)
+    found = dispatch.fingerprint(kernel.py_func, F32, dict(kernel.targetoptions), {"cc": "(9, 0)"})
+    where = make_key("dispatch", found, {})
+    return Dispatcher(), cache, where, events
+
+
+def test_a_build_claims_its_kernel_and_another_process_waits_for_it(tmp_path, monkeypatch):
+    import pickle
+    import threading
+
+    dispatcher, cache, where, events = patched(tmp_path, monkeypatch)
+    dispatcher.compile(F32)
+    assert events == [("built", True)] and not cache.claimed(where), "claimed while it built, released after"
+
+    assert cache.claim(where)  # another process's build under way: it stores the record, then lets go
+
+    def finish():
+        cache.put("cubin", (0).to_bytes(4, "little") + b"\x7fELF")
+        cache.put(where, pickle.dumps({"key": "cubin"}))
+        cache.release(where)
+
+    threading.Timer(0.5, finish).start()
+    assert dispatcher.compile(F32) == "served kernel"
+    assert events[-1][0] == "served" and events[-1][1] >= 0.4, "waited for the other build, then served"
+
+
+def test_a_claim_let_go_without_a_record_is_built_here(tmp_path, monkeypatch):
+    dispatcher, cache, where, events = patched(tmp_path, monkeypatch)
+    assert cache.claim(where)
+    state, waited = dispatch.await_record(cache, where, limit=0.3, poll=0.05)
+    assert state is None and 0.3 <= waited < 5, "a claim held past the limit: given up"
+    import threading
+
+    threading.Timer(0.3, lambda: cache.release(where)).start()  # the other build failed: no record
+    dispatcher.compile(F32)
+    assert [e[0] for e in events] == ["built"]

@@ -532,7 +532,9 @@ def checker(
                 race = RaceCheck(name, lambda: driver(given, *args, small=True, **kwargs), given)
             code = _build_ahead(name, driver, contract, given, args, kwargs) if contract and not sanitize else None
             try:
-                result = _run(race.after_first_call(fn) if race else fn, *args, exercise=exercise, **kwargs)
+                if race:
+                    race.begin()
+                result = _run(fn, *args, exercise=exercise, **kwargs)
             except BaseException:
                 if race:
                     race.cancel()
@@ -657,8 +659,10 @@ def race_wait(environ: Mapping[str, str] | None = None) -> float:
 
 class RaceCheck:
     """The default race run of one check (:func:`checker` with ``shared=True``): racecheck and synccheck on the
-    check's smallest case, started in the background once the check's first run has built the kernel (the
-    sanitized script then loads it from the build cache), and read when the check has passed.
+    check's smallest case, started in the background with the check, and read when the check has passed. Its script
+    builds the attendee's kernel as the check does: while the check's process builds it, the script's waits for that
+    build and loads it from the build cache (``buildcache.dispatch``: a build claims the kernel's fingerprint), so
+    its imports and start-up run beside the check's build instead of after it.
 
     ``script()`` gives the driver's code; ``functions`` are the attendee's (their sources go into the script)."""
 
@@ -669,21 +673,15 @@ class RaceCheck:
         self.note = ""  # why nothing runs, when the check should say so
         self.started = False
 
-    def after_first_call(self, fn: Any) -> Any:
-        """``fn`` (the check's run), which starts the race run once its first call has returned."""
-
-        @functools.wraps(fn)
-        def first(*args: Any, **kwargs: Any) -> Any:
-            out = fn(*args, **kwargs)
-            if not self.started:
-                self.started = True
-                try:
-                    self.start()
-                except Exception as error:  # never the attendee's failure: the check goes on without it
-                    self.note = f"races not checked: {type(error).__name__}: {error}"
-            return out
-
-        return first
+    def begin(self) -> None:
+        """Start the race run; a failure to start is never the attendee's (the check goes on, saying so)."""
+        if self.started:
+            return
+        self.started = True
+        try:
+            self.start()
+        except Exception as error:
+            self.note = f"races not checked: {type(error).__name__}: {error}"
 
     def start(self) -> None:
         from . import sanitizer

@@ -123,10 +123,11 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
     return cache
 
 
-def _served(name: str, key: str) -> None:
-    """A kernel rebuilt from its record (``dispatch``): looked up, not linked, and no build to wait for."""
+def _served(name: str, key: str, waited: float = 0.0) -> None:
+    """A kernel rebuilt from its record (``dispatch``): looked up, not linked; ``waited``: the seconds it waited for
+    another process's build of it (a build wait as the run-through counts them)."""
     linking.KEYS.append((name, key))
-    progress.BUILDS.append((name.rsplit(".", 1)[-1], 0.0))
+    progress.BUILDS.append((name.rsplit(".", 1)[-1], round(waited, 2)))
 
 
 @contextlib.contextmanager

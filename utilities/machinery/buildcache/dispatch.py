@@ -29,12 +29,14 @@ import json
 import os
 import pickle
 import sys
+import time
 import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ENV = "COURSE_FAST_DISPATCH"
+WAIT_S = 600.0  # seconds a process waits at most for a kernel another process is building (then builds it)
 DUMP_ENV = "COURSE_FAST_DISPATCH_DUMP"  # a folder: each fingerprint's data written there as JSON
 FORMAT = 1
 SERVED: list[str] = []  # ``module.kernel`` of every kernel this process rebuilt from a record
@@ -391,18 +393,32 @@ def rebuild(
     )
 
 
+def await_record(cache: Any, where: str, limit: float = WAIT_S, poll: float = 0.2) -> tuple[bytes | None, float]:
+    """The record ``where`` once the process that claimed it stored it, and the seconds waited; None when that process
+    let go without one (its build failed) or ``limit`` seconds passed: the caller builds the kernel itself."""
+    begun = time.monotonic()
+    while True:
+        state = cache.get(where)
+        if state is not None or not cache.claimed(where) or time.monotonic() - begun > limit:
+            return state, time.monotonic() - begun
+        time.sleep(poll)
+
+
 def patch_dispatch(
     dispatcher_class: Any,
     cache: Any,
     env: dict[str, str],
     sigutils: Any,
-    served: Callable[[str, str], None],
+    served: Callable[[str, str, float], None],
     cc: Callable[[], Any],
     gpu: Callable[[], bool],
 ) -> None:
     """Wrap ``CUDADispatcher.compile``: a kernel whose fingerprint has a record and whose cubin is stored is rebuilt
-    from them (``served(name, key)`` is told); any other is built as before and, once linked, leaves a record.
-    ``cc()`` is the target numba links for; ``gpu()`` whether kernels run here (a CPU build leaves records only)."""
+    from them (``served(name, key, seconds)`` is told, with the seconds waited); any other is built as before and,
+    once linked, leaves a record. A process building a kernel claims its fingerprint for the build (the store's
+    claims), and another process that needs the same kernel meanwhile (a check's race run, the build of a contract's
+    other block) waits for its record instead of building it too. ``cc()`` is the target numba links for; ``gpu()``
+    whether kernels run here (a CPU build leaves records only, and neither claims nor waits)."""
     from .linking import _unnamed, qualified_name
     from .store import make_key
 
@@ -419,8 +435,11 @@ def patch_dispatch(
         target = cc()  # the code generators' versions enter by make_key
         found = fingerprint(self.py_func, tuple(argtypes), dict(self.targetoptions), {"cc": str(target)})
         where = make_key("dispatch", found, env) if found else None
+        waited = 0.0
         if where is not None and gpu():
             state, payload = cache.get(where), None
+            if state is None and cache.claimed(where):  # another process is building it: its record, not a 2nd build
+                state, waited = await_record(cache, where)
             if state is not None:
                 try:
                     recorded = pickle.loads(state)
@@ -443,14 +462,19 @@ def patch_dispatch(
                     self.add_overload(kernel, argtypes)
                     name = qualified_name(entry)
                     SERVED.append(name)
-                    served(name, recorded["key"])
+                    served(name, recorded["key"], waited)
                     return kernel
-        kernel = original(self, sig)
-        key = getattr(kernel._codelibrary, "_course_key", None)
-        if where is not None and key is not None:
-            data = record(kernel, key, extensions(self))
-            if data is not None:
-                cache.put(where, data)
+        claimed = where is not None and gpu() and cache.claim(where)  # a kernel built here: others wait for it
+        try:
+            kernel = original(self, sig)
+            key = getattr(kernel._codelibrary, "_course_key", None)
+            if where is not None and key is not None:
+                data = record(kernel, key, extensions(self))
+                if data is not None:
+                    cache.put(where, data)
+        finally:
+            if claimed:
+                cache.release(where)
         return kernel
 
     dispatcher_class.compile = compile
