@@ -336,10 +336,12 @@ def test_the_gpu_runs_estimate_comes_from_its_builds_and_the_last_run_through(tm
     name, measured = gpu.measured(tmp_path)
     assert name == "G" and measured["2a_epilogue_fusion"]["longest_build_s"] == 16.0
     seconds, how = gpu.estimate("2a gemm_bias_relu", 9, measured)
-    race = gpu.GUESS["race_s"]
-    assert seconds == 50.0 + 10 * (14.0 + 16.0 + race) and "2 builds a mutant" in how
-    seconds, _ = gpu.estimate("4b digit", 9, measured)  # no row: the guesses; one plain build, no race run
-    assert seconds == gpu.GUESS["setup_s"] + 10 * (gpu.GUESS["build_s"] + gpu.GUESS["check_s"])
+    assert seconds == 50.0 + 10 * 14.0 and "14 s a mutant" in how, "an edit's check holds its builds and races"
+    guess = gpu.GUESS
+    seconds, _ = gpu.estimate("4b reconstruct", 9, measured)  # no row: seven plain builds, no race run
+    assert seconds == guess["setup_s"] + 10 * (7 * guess["plain_build_s"] + guess["check_s"])
+    seconds, _ = gpu.estimate("2b b2b", 9, {})  # its blocks build side by side: one build's time, and a race run
+    assert seconds == guess["setup_s"] + 10 * (guess["build_s"] + guess["check_s"] + guess["race_s"])
     assert gpu.measured(tmp_path / "nothing") == ("", {})
 
 

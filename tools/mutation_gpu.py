@@ -188,20 +188,22 @@ def estimate(
 ) -> tuple[float, str]:
     """Seconds for exercise ``name`` with ``mutants`` mutants, and how they were reckoned: its notebook's setup and
     baseline (the run-through's wall time), then per mutant the check after an edit as the run-through measured it
-    (one build of the attendee's kernel, then the check), one more build for each other block of its contract (the
-    run-through's longest build), and the race run."""
+    (an edit and its check, as a mutant is run: every build of the edited kernel, the race run's wait). Without a
+    measurement, guesses: a cuBLASDx kernel's blocks build side by side (``utilities.contract_builds``), one plain
+    kernel after another."""
     exercise = GPU_EXERCISES[name]
     row = rows.get(exercise.stem, {})
     setup = float(row.get("wall_s") or guess["setup_s"])
-    after_edit = float(row.get("longest_check_after_edit_s") or 0.0) or guess["build_s"] + guess["check_s"]
-    build = guess["plain_build_s"] if exercise.plain else float(row.get("longest_build_s") or 0.0) or guess["build_s"]
+    after_edit = float(row.get("longest_check_after_edit_s") or 0.0)
+    if after_edit:
+        how = f"{after_edit:.0f} s a mutant: the run-through's longest check after an edit"
+        return setup + (1 + mutants) * after_edit, how
+    build = exercise.builds * guess["plain_build_s"] if exercise.plain else guess["build_s"]
     race = guess["race_s"] if exercise.races else 0.0
-    per_mutant = after_edit + (exercise.builds - 1) * build + race
-    how = (
-        f"{exercise.builds} builds a mutant: {after_edit:.0f} s an edit and its check, "
-        f"{(exercise.builds - 1) * build:.0f} s more builds" + (f", {race:.0f} s race run (a guess)" if race else "")
+    how = f"guessed: {build:.0f} s of builds a mutant, {guess['check_s']:.0f} s its check" + (
+        f", {race:.0f} s race run" if race else ""
     )
-    return setup + (1 + mutants) * per_mutant, how
+    return setup + (1 + mutants) * (build + guess["check_s"] + race), how
 
 
 def dry_run(names: list[str], max_mutants: int, parallel: int = 0) -> int:
