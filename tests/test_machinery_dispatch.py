@@ -205,8 +205,9 @@ def test_a_course_kernel_has_one_fingerprint_in_every_process():
 
 
 def test_off_switch():
-    assert dispatch.enabled({})
-    assert not dispatch.enabled({dispatch.ENV: "off"})
+    assert dispatch.enabled({}) and dispatch.recording({})
+    assert not dispatch.enabled({dispatch.ENV: "off"}) and not dispatch.recording({dispatch.ENV: "off"})
+    assert not dispatch.enabled({dispatch.ENV: "record"}) and dispatch.recording({dispatch.ENV: "record"})
 
 
 @pytest.mark.parametrize("value", [None, True, 3, 2.5, "s", b"b", (1, (2,)), frozenset({1, 2})])
@@ -437,3 +438,17 @@ def test_a_claim_let_go_without_a_record_is_built_here(tmp_path, monkeypatch):
     threading.Timer(0.3, lambda: cache.release(where)).start()  # the other build failed: no record
     dispatcher.compile(F32)
     assert [e[0] for e in events] == ["built"]
+
+
+def test_record_mode_builds_a_kernel_whose_record_is_there(tmp_path, monkeypatch):
+    """``COURSE_FAST_DISPATCH=record`` (a prebuild job of a check's twin): typed and built though it could be served."""
+    import pickle
+
+    dispatcher, cache, where, events = patched(tmp_path, monkeypatch)
+    cache.put("cubin", (0).to_bytes(4, "little") + b"\x7fELF")
+    cache.put(where, pickle.dumps({"key": "cubin"}))
+    monkeypatch.setenv(dispatch.ENV, dispatch.RECORD)
+    dispatcher.compile(F32)
+    monkeypatch.delenv(dispatch.ENV)
+    assert dispatcher.compile(F32) == "served kernel"
+    assert [e[0] for e in events] == ["built", "served"]

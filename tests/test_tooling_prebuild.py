@@ -215,8 +215,9 @@ def test_each_jobs_kernels_and_keys_are_written_with_what_each_key_was_made_of(t
 
 @pytest.mark.parametrize(("job", "twin"), [("conv_b2b_keep:64x64x128", True), ("conv_b2b:64x64x64", False)])
 def test_a_checks_twin_is_typed_and_keeps_the_code_it_links(job, twin, monkeypatch):
-    """A twin of a check's kernel is built with fast dispatch off, inside ``keeping_code`` (after a launch-only import
-    the code an attendee's edit links is then in the cache); another job is served as it comes."""
+    """A twin of a check's kernel is typed, not served (its record still written: a notebook is served it), inside
+    ``keeping_code`` (after a launch-only import the code an attendee's edit links is then in the cache); another
+    job is served as it comes."""
     import types
 
     from utilities.machinery import buildcache
@@ -237,6 +238,7 @@ def test_a_checks_twin_is_typed_and_keeps_the_code_it_links(job, twin, monkeypat
     monkeypatch.setattr(buildcache, "install", lambda: None)
     monkeypatch.setattr(buildcache, "keeping_code", Keeping)
     kind = job.partition(":")[0]
-    monkeypatch.setitem(prebuild.BUILDERS, kind, lambda *a: seen.append(("build", dispatch.enabled())))
+    build = lambda *a: seen.append(("build", dispatch.enabled(), dispatch.recording()))  # noqa: E731
+    monkeypatch.setitem(prebuild.BUILDERS, kind, build)
     prebuild.build_one(job, 7)
-    assert seen == (["keep", ("build", False), "kept"] if twin else [("build", True)])
+    assert seen == (["keep", ("build", False, True), "kept"] if twin else [("build", True, True)])

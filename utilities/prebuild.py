@@ -516,7 +516,8 @@ def build_one(job: str, slices: int) -> None:
     """Build one job (``kind:spec``) into the build cache, in this process (on the CPU when ``$COURSE_CPU_BUILD``
     names a GPU architecture: ``utilities.machinery.cpu_build``).
 
-    A check's twin (:func:`check_kernels`) is typed even when the cache holds it (fast dispatch off), and the
+    A check's twin (:func:`check_kernels`) is typed even when the cache holds it (fast dispatch records it but does
+    not serve it), and the
     libmathdx code it links is kept in the cache (``buildcache.keeping_code``): after a launch-only import only its
     digest is there, and an attendee's edited kernel, which links the same code, would generate it first (minutes
     in a check). Elsewhere the cache holds the code already, and the job costs its typing."""
@@ -534,7 +535,7 @@ def build_one(job: str, slices: int) -> None:
         raise ValueError(f"unknown kernel kind {kind!r} in job {job!r}: one of {', '.join(BUILDERS)}")
     twin = kernel_of(job) in check_kernels()
     if twin:
-        os.environ[dispatch.ENV] = "off"
+        os.environ[dispatch.ENV] = dispatch.RECORD  # typed, so that the code it links is seen; its record still left
     buildcache.install()
     with buildcache.keeping_code() if twin else contextlib.nullcontext():
         BUILDERS[kind](kind, spec, slices)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 ENV = "COURSE_FAST_DISPATCH"
+RECORD = "record"  # ENV's value that types every kernel and still leaves records
 WAIT_S = 600.0  # seconds a process waits at most for a kernel another process is building (then builds it)
 DUMP_ENV = "COURSE_FAST_DISPATCH_DUMP"  # a folder: each fingerprint's data written there as JSON
 FORMAT = 1
@@ -49,9 +50,19 @@ class Unknown(Exception):
     """An object the fingerprint cannot name for certain."""
 
 
+def _mode(environ: dict[str, str] | None) -> str:
+    return (os.environ if environ is None else environ).get(ENV, "").strip().lower()
+
+
 def enabled(environ: dict[str, str] | None = None) -> bool:
-    value = (os.environ if environ is None else environ).get(ENV, "").strip().lower()
-    return value not in ("0", "off", "no", "false")
+    """Whether a kernel with a record is served (``COURSE_FAST_DISPATCH`` neither off nor ``record``)."""
+    return _mode(environ) not in ("0", "off", "no", "false", RECORD)
+
+
+def recording(environ: dict[str, str] | None = None) -> bool:
+    """Whether a kernel built here leaves a record (``COURSE_FAST_DISPATCH=record``: typed always, recorded still:
+    a prebuild job that must see what its kernels link)."""
+    return _mode(environ) not in ("0", "off", "no", "false")
 
 
 @functools.cache
@@ -430,13 +441,13 @@ def patch_dispatch(
 
     def compile(self: Any, sig: Any) -> Any:
         argtypes, _ = sigutils.normalize_signature(sig)
-        if self.specialized or argtypes in self.overloads or not enabled():
+        if self.specialized or argtypes in self.overloads or not recording():
             return original(self, sig)
         target = cc()  # the code generators' versions enter by make_key
         found = fingerprint(self.py_func, tuple(argtypes), dict(self.targetoptions), {"cc": str(target)})
         where = make_key("dispatch", found, env) if found else None
         waited = 0.0
-        if where is not None and gpu():
+        if where is not None and gpu() and enabled():
             state, payload = cache.get(where), None
             if state is None and cache.claimed(where):  # another process is building it: its record, not a 2nd build
                 state, waited = await_record(cache, where)
