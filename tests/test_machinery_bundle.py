@@ -140,6 +140,6 @@ def test_the_prebuild_command_exports_and_imports_with_sizes(tmp_path, monkeypat
     monkeypatch.setenv("COURSE_BUILD_CACHE", str(tmp_path / "fresh"))
     assert prebuild.main(["--import", str(out) + ".part1"]) == 0
     assert "imported 8 entries (0 were there)" in capsys.readouterr().out
-    monkeypatch.setattr(prebuild, "machine", lambda: {**MACHINE, "compute_capability": "10.0"})
+    monkeypatch.setattr(prebuild, "machine", lambda arch=None: {**MACHINE, "compute_capability": "10.0"})
     assert prebuild.main(["--import", str(out) + ".part1"]) == 1
     assert "compute_capability: bundle 9.0, this machine 10.0" in capsys.readouterr().err

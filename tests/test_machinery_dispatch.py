@@ -8,6 +8,7 @@ No GPU: kernels are fingerprinted, never compiled.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -319,7 +320,7 @@ def test_a_matmul_used_before_gives_the_fingerprint_of_a_fresh_one():
 
 
 CONTRACT_SCRIPT = """
-import inspect, subprocess, sys
+import inspect, json, subprocess, sys
 from utilities.machinery import cpu_build
 cpu_build.enter(link=False)
 import utilities.primer.tensorcore as course
@@ -346,15 +347,20 @@ from utilities.machinery import buildcache
 buildcache.install(quiet=True)
 from utilities.plans import TileConfig
 from utilities.primer.tensorcore import Kernels, TileGemm
-plan = TileGemm(256, 384, cfg=TileConfig(**check.CONFIGS[0]), kernels=Kernels(tile_gemm=mine))
-plan(cp.zeros((256, plan.k), cp.float16), cp.zeros((plan.k, 384), cp.float16))
+copy = {**vars(course), "__name__": "__main__"}  # the solution's cell: the course's factory, unchanged
+exec(compile(inspect.getsource(course.make_tile_gemm_kernel), f"{folder}/copy_cell.py", "exec"), copy)
+for kernels in (Kernels(tile_gemm=mine), Kernels(tile_gemm=copy["make_tile_gemm_kernel"]), Kernels()):
+    plan = TileGemm(256, 384, cfg=TileConfig(**check.CONFIGS[0]), kernels=kernels)
+    plan(cp.zeros((256, plan.k), cp.float16), cp.zeros((plan.k, 384), cp.float16))
+print("typed:", json.dumps([key for _, key in cpu_build.TYPED]))
 """
 
 
 def test_a_kernel_built_beside_a_check_has_the_fingerprint_of_the_notebooks_own(tmp_path):
     """The contract's other block, built by its script (``utilities.contract_builds``), and the notebook's plan at
     that block, built from the notebook's cell: one fingerprint, so the notebook is served what the script built.
-    On the CPU (``cpu_build``), typing only; each process dumps its fingerprints (``COURSE_FAST_DISPATCH_DUMP``)."""
+    And a notebook's unchanged copy of the course's factory has the course kernel's key. On the CPU
+    (``cpu_build``), typing only; each process dumps its fingerprints (``COURSE_FAST_DISPATCH_DUMP``)."""
     from utilities.machinery import cpu_build
 
     why = cpu_build.unavailable()
@@ -371,7 +377,11 @@ def test_a_kernel_built_beside_a_check_has_the_fingerprint_of_the_notebooks_own(
         )  # fmt: skip
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         dumps[role] = sorted(p.name for p in dump.glob("tile_gemm_kernel-*.json"))
-    assert len(dumps["script"]) == 1 and dumps["script"] == dumps["notebook"]
+    assert len(dumps["script"]) == 1 and set(dumps["script"]) <= set(dumps["notebook"])
+    # the notebook's cell defines the factory in __main__: an unchanged copy has the course kernel's key (served
+    # from its cubin, not linked: linking.main_alias), the edited one another
+    edited, copy, course = json.loads(done.stdout.split("typed:", 1)[1].splitlines()[0])
+    assert copy == course and edited != course
 
 
 # ------------------------------------------------------------------------------------------------------------

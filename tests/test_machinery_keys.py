@@ -210,3 +210,30 @@ def test_a_recorded_tensor_gets_a_uid_made_from_its_recipe(tmp_path):
     assert tensor_uids(DiskCache(tmp_path / "other"), 3, [5, 6]) == first  # nothing of it comes from the cache
     assert not any(cache.root.rglob("*")) or all(p.is_dir() for p in cache.root.rglob("*")), "no UID is stored"
     assert tensor_uids(cache, 17, [5, 6], recorded=False) == [17, 18]  # without the cache: libmathdx's own
+
+
+def test_a_notebooks_copy_of_a_course_factory_is_keyed_under_the_course_module(monkeypatch):
+    """``linking.main_alias``: a kernel whose factory is defined in ``__main__`` under the name of exactly one course
+    module's function takes that module's mangled name; any other name, or a name two modules define, keeps its own."""
+    import sys
+    import types as pytypes
+
+    from utilities.machinery.buildcache import linking
+
+    def module(name, *functions):
+        m = pytypes.ModuleType(name)
+        for fn in functions:
+            f = pytypes.FunctionType((lambda: None).__code__, {}, fn)
+            f.__module__ = name
+            setattr(m, fn, f)
+        monkeypatch.setitem(sys.modules, name, m)
+        return m
+
+    module("utilities.toy.tensorcore", "make_toy_kernel", "make_twice")
+    module("utilities.toy.other", "make_twice")
+    entry = "_ZN8__main__15make_toy_kernel12_3clocals_3e4toyB2v1E5ArrayIfLi1E1C7mutable7alignedE"
+    old, new = linking.main_alias(entry)
+    assert (old, new) == ("8__main__15make_toy_kernel", "9utilities3toy10tensorcore15make_toy_kernel")
+    assert linking.main_alias("_ZN8__main__10make_twice4kernB2v1E") is None, "two modules define it"
+    assert linking.main_alias("_ZN8__main__11make_absent4kernB2v1E") is None
+    assert linking.main_alias("_ZN9utilities3toy10tensorcore15make_toy_kernelB2v1E") is None, "not __main__"

@@ -10,12 +10,20 @@ order of its modules, the struct types llvmlite declares, libmathdx's tensor UID
 notebook after a prebuild that built it in a process of its own would print differently. The key is made from
 :func:`~.canonical.canonical_ir`, which removes all of that, and a cubin served to a kernel whose numbers differ is
 looked up under the entry name it was linked with.
+
+A notebook defines the exercises' factories (and some given kernels) in its cells, so in ``__main__``: the same code
+as the course module's factory, under another module name in every symbol of the kernel. A kernel whose factory is
+defined in ``__main__`` under the name of a course module's function is keyed under that module's name
+(:func:`main_alias`): the same code gets the course kernel's key, and is served from the cubin a prebuild or a bundle
+holds instead of being linked (with libmathdx code that a launch-only bundle leaves out) on the day. Other code gets
+another key, as before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -60,11 +68,45 @@ def qualified_name(mangled: str) -> str:
     return ".".join(parts) if parts else mangled
 
 
+_MAIN = re.compile(r"_ZN(?:6cudapy)?8__main__")
+
+
+def course_module(name: str) -> str | None:
+    """The course module (``utilities.*``, imported) that defines a function ``name``, when exactly one does."""
+    found = set()
+    for module in list(sys.modules.values()):
+        module_name = getattr(module, "__name__", "")
+        if module_name.startswith("utilities.") and callable(value := getattr(module, name, None)):
+            if getattr(value, "__module__", None) == module_name:  # defined there, not imported
+                found.add(module_name)
+    return found.pop() if len(found) == 1 else None
+
+
+def main_alias(entry: str | None) -> tuple[str, str] | None:
+    """``(old, new)``: the mangled prefix of a kernel whose factory (or the kernel itself) a notebook defines in
+    ``__main__``, and the same prefix under the course module that defines a function of that name; None for any
+    other kernel (see the module docstring)."""
+    match = _MAIN.match(entry or "")
+    if match is None:
+        return None
+    parts, _ = nested_name(entry, match.end())
+    module = course_module(parts[0]) if parts else None
+    if module is None:
+        return None
+    name = f"{len(parts[0])}{parts[0]}"
+    return "8__main__" + name, "".join(f"{len(p)}{p}" for p in module.split(".")) + name
+
+
 def cubin_recipe(library: Any, cc: tuple[int, ...], digest: Callable[[bytes], str] | None = None) -> dict[str, Any]:
     """What a linked kernel's key is made of: its own LLVM IR (the SHA-256 of :func:`~.canonical.canonical_ir`'s
-    text) and entry name, NVVM options, what stands for every linked module (``digest``: :meth:`LazyMathdx.digest`,
-    which names libmathdx's code by its recipe), and the target."""
-    ir, entry = canonical_ir(library.llvm_strs, getattr(library, "_entry_name", None))
+    text, a notebook's copy of a course factory under the course module's name: :func:`main_alias`) and entry name,
+    NVVM options, what stands for every linked module (``digest``: :meth:`LazyMathdx.digest`, which names libmathdx's
+    code by its recipe), and the target."""
+    texts, entry = list(library.llvm_strs), getattr(library, "_entry_name", None)
+    alias = main_alias(entry)
+    if alias is not None:
+        texts, entry = [t.replace(*alias) for t in texts], entry.replace(*alias)
+    ir, entry = canonical_ir(texts, entry)
     return {
         "ir": hashlib.sha256(ir.encode()).hexdigest(),
         "entry": entry,
