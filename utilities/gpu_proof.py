@@ -8,14 +8,16 @@ Steps, on a GPU machine:
 
 1. the build cache: ``--import`` of a bundle when given, then ``python -m utilities.prebuild`` (every kernel of the
    course; after an import that served every kernel, it only loads them: its time says whether the bundle did);
-2. at once: the GPU tests (``pytest -m 'gpu or device'``, their files spread over :data:`TEST_PROCESSES` processes
-   by the seconds each took in the last run) beside the solutions in fresh kernels (``utilities.ledger run
-   --variants solution``, ``--parallel`` processes): what is right, no attendee's clock measured;
-3. at once: the run-through of every GPU notebook (``utilities.workshop``, its filled exercise in a fresh kernel,
+2. at once: the run-through of every GPU notebook (``utilities.workshop``, its filled exercise in a fresh kernel,
    then each exercise edited and checked again), the notebooks spread over ``--parallel`` processes, beside the
    run-through of the core path (``--core``: its notebooks with their stretch sections skipped, two processes): the
-   attendee's clocks (build waits, checks after an edit) measured among notebook processes only, as on a machine
-   a room shares, never beside the tests (each process's BLAS threads its share of the cores).
+   attendee's clocks (build waits, checks after an edit) measured on the cache as the day finds it, before anything
+   else has run the notebooks (their cells define the exercises' factories in ``__main__``: what the tests and the
+   ledger build there would serve the run-through), among notebook processes only, as on a machine a room shares,
+   never beside the tests (each process's BLAS threads its share of the cores);
+3. at once: the GPU tests (``pytest -m 'gpu or device'``, their files spread over :data:`TEST_PROCESSES` processes
+   by the seconds each took in the last run) beside the solutions in fresh kernels (``utilities.ledger run
+   --variants solution``, ``--parallel`` processes): what is right, no attendee's clock measured.
 
 It writes into ``--out`` (default ``results/``): ``<gpu>-gpu-tests.json`` (this run added to the earlier ones),
 ``<gpu>-workshop.json`` (the run-through's entries, whole and core), ``<gpu>-notebooks.json`` (the ledger: the
@@ -336,7 +338,6 @@ def main(argv: list[str] | None = None) -> int:
     done_before = [f"an import of {Path(args.bundle).name}"] if args.bundle else []
     cache = " and ".join(done_before + ([] if args.no_prebuild else ["./course prebuild"])) or "the cache as it was"
 
-    # 2. the GPU tests beside the solutions in fresh kernels (what is right; no attendee's clock measured here)
     stems = ledger.gpu_notebooks()
     previous = out / f"{slug}-workshop.json"
     weights = {}
@@ -344,37 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         entries = json.loads(previous.read_text()).get("notebooks", [])
         weights = {e["notebook"]: e["wall_s"] for e in entries if not e.get("core")}
     groups = split_evenly(stems, weights, args.parallel)
-    test_files = sorted(f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py"))
-    test_groups = split_evenly(test_files, file_seconds(out / f"{slug}-gpu-tests.json"), TEST_PROCESSES)
-    runner.threads = threads_each(len(test_groups) + args.parallel)
-    started = []
-    for i, files in enumerate(test_groups):
-        if not runner.done(f"tests-{i}"):
-            junit = logs / f"tests-{i}.xml"
-            cmd = [py, "-m", "pytest", "-m", TEST_MARKS, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *files]
-            started.append(runner.start(f"tests-{i}", cmd))
-    if not runner.done("solutions"):
-        started.append(
-            runner.start(
-                "solutions",
-                [
-                    py,
-                    "-m",
-                    "utilities.ledger",
-                    "run",
-                    "--variants",
-                    "solution",
-                    "--parallel",
-                    str(args.parallel),
-                    "--ledger",
-                    str(logs / "ledger-solution.json"),
-                ],
-            )
-        )
-    runner.wait(*started)
-
-    # 3. the whole run-through beside the core path: the attendee's clocks (builds, checks after an edit) measured
-    # among notebook processes only, as on a machine a room shares
+    # 2. the whole run-through beside the core path, first: the attendee's clocks (builds, checks after an edit) on
+    # the cache as the day finds it (nothing else has built the notebooks' kernels yet), among notebook processes only
     core_stems = [s for s in DAY if s in stems]
     core_groups = split_evenly(core_stems, weights, 2)
     runner.threads = threads_each(len(groups) + len(core_groups))
@@ -406,6 +378,36 @@ def main(argv: list[str] | None = None) -> int:
                     [py, "-m", "utilities.workshop", "--core", *group, "--json", str(logs / f"core-{i}.json")],
                 )
             )
+    runner.wait(*started)
+
+    # 3. the GPU tests beside the solutions in fresh kernels (what is right; no attendee's clock measured here)
+    test_files = sorted(f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py"))
+    test_groups = split_evenly(test_files, file_seconds(out / f"{slug}-gpu-tests.json"), TEST_PROCESSES)
+    runner.threads = threads_each(len(test_groups) + args.parallel)
+    started = []
+    for i, files in enumerate(test_groups):
+        if not runner.done(f"tests-{i}"):
+            junit = logs / f"tests-{i}.xml"
+            cmd = [py, "-m", "pytest", "-m", TEST_MARKS, "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *files]
+            started.append(runner.start(f"tests-{i}", cmd))
+    if not runner.done("solutions"):
+        started.append(
+            runner.start(
+                "solutions",
+                [
+                    py,
+                    "-m",
+                    "utilities.ledger",
+                    "run",
+                    "--variants",
+                    "solution",
+                    "--parallel",
+                    str(args.parallel),
+                    "--ledger",
+                    str(logs / "ledger-solution.json"),
+                ],
+            )
+        )
     runner.wait(*started)
 
     # the results
@@ -448,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
                 "gpu": gpu,
                 "commit": commit,
                 "command": f"{command}: after {cache}, {len(groups)} notebook processes at once (whole) beside "
-                f"{len(core_groups)} (core), after the GPU tests beside the solutions' runs",
+                f"{len(core_groups)} (core), before anything else ran the notebooks",
                 "notebooks": whole + core,
             },
             indent=1,
