@@ -123,20 +123,12 @@ def test_nothing_is_built_ahead_for_a_skeleton_a_sanitized_run_or_off_the_gpu(tm
     assert not builds
 
 
-def test_builds_run_where_the_checks_kernels_run_on_a_gpu():
-    class Cuda:
-        def __init__(self, available):
-            self.available = available
-
-        def is_available(self):
-            return self.available
-
-    gpu = {"numba.cuda": Cuda(True)}
-    assert contract_builds.skipped({}, gpu) == ""
-    assert contract_builds.skipped({contract_builds.ENV: "off"}, gpu) == "COURSE_BUILD_AHEAD=off"
-    assert "simulator" in contract_builds.skipped({"NUMBA_ENABLE_CUDASIM": "1"}, gpu)
-    assert contract_builds.skipped({}, {"numba.cuda": Cuda(False)}) == "no GPU"
-    assert contract_builds.skipped({}, {}) == "numba.cuda was never imported"
+def test_builds_run_where_the_checks_kernels_run_on_a_gpu(monkeypatch):
+    """Where the race run runs (``checker.kernels_off_gpu``, tested with it), unless ``COURSE_BUILD_AHEAD=off``."""
+    seen = []
+    monkeypatch.setattr(checker, "kernels_off_gpu", lambda environ, modules: seen.append(modules) or "no GPU")
+    assert contract_builds.skipped({}, {"m": 1}) == "no GPU" and seen == [{"m": 1}]
+    assert contract_builds.skipped({contract_builds.ENV: "off"}, {}) == "COURSE_BUILD_AHEAD=off"
 
 
 def test_a_build_past_its_wait_is_stopped(tmp_path):

@@ -619,30 +619,35 @@ def _cancel_builds(code: str | None) -> None:
 RACE_VERDICTS: dict[str, tuple[str, str]] = {}
 
 
+def kernels_off_gpu(environ: Mapping[str, str] | None = None, modules: Mapping[str, Any] | None = None) -> str:
+    """Why the check's kernels did not run on a GPU here ("" when they did): numba's simulator ran them on the CPU,
+    numba-cuda was never imported, or there is no GPU. What runs beside a check (its race run, the builds of its
+    contract's other blocks) runs only where they did."""
+    environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    if environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        return "numba's CUDA simulator ran the kernels, on the CPU"
+    cuda = modules.get("numba.cuda")
+    if cuda is None:
+        return "no kernel ran on a GPU (numba.cuda was never imported)"
+    try:
+        return "" if cuda.is_available() else "no GPU"
+    except Exception:  # a driver that cannot start
+        return "no GPU"
+
+
 def race_check_skipped(
     environ: Mapping[str, str] | None = None, modules: Mapping[str, Any] | None = None
 ) -> tuple[str, bool]:
-    """Why the default race run does not run here, and whether to say so; ("", False) when it runs.
-
-    It runs where the check's kernels ran on a GPU: numba-cuda is imported, not in its simulator (which runs the
-    kernels on the CPU: compute-sanitizer watches a GPU), and a GPU is there. ``COURSE_RACECHECK=off`` turns it off,
-    and the check says so."""
+    """Why the default race run does not run here, and whether to say so; ("", False) when it runs: where the
+    check's kernels ran on a GPU (:func:`kernels_off_gpu`; compute-sanitizer watches a GPU). ``COURSE_RACECHECK=off``
+    turns it off, and the check says so."""
     from .sanitizer import RACE_ENV
 
     environ = os.environ if environ is None else environ
-    modules = sys.modules if modules is None else modules
     if environ.get(RACE_ENV, "").strip().lower() in ("0", "off", "no", "false"):
         return f"{RACE_ENV}={environ[RACE_ENV]}", True
-    if environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
-        return "numba's CUDA simulator ran the kernels, on the CPU", False
-    cuda = modules.get("numba.cuda")
-    if cuda is None:
-        return "no kernel ran on a GPU (numba.cuda was never imported)", False
-    try:
-        available = bool(cuda.is_available())
-    except Exception:  # a driver that cannot start
-        available = False
-    return ("", False) if available else ("no GPU", False)
+    return kernels_off_gpu(environ, modules), False
 
 
 def race_wait(environ: Mapping[str, str] | None = None) -> float:

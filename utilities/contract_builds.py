@@ -36,20 +36,14 @@ buildcache.install(quiet=True)  # the kernel built here is stored where the note
 
 
 def skipped(environ: Mapping[str, str] | None = None, modules: Mapping[str, Any] | None = None) -> str:
-    """Why nothing is built ahead here ("" when it is): ``COURSE_BUILD_AHEAD=off``, numba's simulator, or no GPU."""
+    """Why nothing is built ahead here ("" when it is): ``COURSE_BUILD_AHEAD=off``, or the check's kernels did not
+    run on a GPU (``checker.kernels_off_gpu``)."""
+    from .checker import kernels_off_gpu
+
     environ = os.environ if environ is None else environ
-    modules = sys.modules if modules is None else modules
     if environ.get(ENV, "").strip().lower() in ("0", "off", "no", "false"):
         return f"{ENV}={environ[ENV]}"
-    if environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
-        return "numba's CUDA simulator runs the kernels"
-    cuda = modules.get("numba.cuda")
-    if cuda is None:
-        return "numba.cuda was never imported"
-    try:
-        return "" if cuda.is_available() else "no GPU"
-    except Exception:  # a driver that cannot start
-        return "no GPU"
+    return kernels_off_gpu(environ, modules)
 
 
 @dataclass
