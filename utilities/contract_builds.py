@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 ENV = "COURSE_BUILD_AHEAD"
-WAIT_S = 600.0  # seconds a check waits at most for the builds of its code started beside an earlier check
+WAIT_S = 180.0  # seconds a check waits at most for the builds of its code started beside an earlier check (then
+# stops them and builds its own: a build that hangs never holds an attendee longer)
 PREAMBLE = """
 from utilities.machinery import buildcache
 

@@ -37,7 +37,7 @@ from typing import Any
 
 ENV = "COURSE_FAST_DISPATCH"
 RECORD = "record"  # ENV's value that types every kernel and still leaves records
-WAIT_S = 600.0  # seconds a process waits at most for a kernel another process is building (then builds it)
+WAIT_S = 300.0  # seconds a process waits at most for a kernel another process is building (then builds it)
 DUMP_ENV = "COURSE_FAST_DISPATCH_DUMP"  # a folder: each fingerprint's data written there as JSON
 FORMAT = 1
 SERVED: list[str] = []  # ``module.kernel`` of every kernel this process rebuilt from a record
