@@ -212,28 +212,40 @@ def test_a_recorded_tensor_gets_a_uid_made_from_its_recipe(tmp_path):
     assert tensor_uids(cache, 17, [5, 6], recorded=False) == [17, 18]  # without the cache: libmathdx's own
 
 
-def test_a_notebooks_copy_of_a_course_factory_is_keyed_under_the_course_module(monkeypatch):
-    """``linking.main_alias``: a kernel whose factory is defined in ``__main__`` under the name of exactly one course
-    module's function takes that module's mangled name; any other name, or a name two modules define, keeps its own."""
+def test_a_notebooks_copies_of_course_functions_are_keyed_under_the_course_module(monkeypatch):
+    """``linking.main_aliases``: each function defined in ``__main__`` (a kernel's factory, a device function beside
+    it: a numba dispatcher, read through its ``py_func``) under the name of exactly one course module's function takes
+    that module's mangled name; any other name, or a name two modules define, keeps its own."""
     import sys
     import types as pytypes
 
     from utilities.machinery.buildcache import linking
 
-    def module(name, *functions):
+    class Dispatcher:  # numba's: callable, its module numba's, its function the cell's
+        def __init__(self, py_func):
+            self.py_func = py_func
+
+        def __call__(self, *args):
+            return self.py_func(*args)
+
+    def module(name, *functions, device=()):
         m = pytypes.ModuleType(name)
-        for fn in functions:
+        for fn in [*functions, *device]:
             f = pytypes.FunctionType((lambda: None).__code__, {}, fn)
             f.__module__ = name
-            setattr(m, fn, f)
+            setattr(m, fn, Dispatcher(f) if fn in device else f)
         monkeypatch.setitem(sys.modules, name, m)
         return m
 
-    module("utilities.toy.tensorcore", "make_toy_kernel", "make_twice")
+    module("utilities.toy.tensorcore", "make_toy_kernel", "make_twice", device=("neighbour",))
     module("utilities.toy.other", "make_twice")
-    entry = "_ZN8__main__15make_toy_kernel12_3clocals_3e4toyB2v1E5ArrayIfLi1E1C7mutable7alignedE"
-    old, new = linking.main_alias(entry)
-    assert (old, new) == ("8__main__15make_toy_kernel", "9utilities3toy10tensorcore15make_toy_kernel")
-    assert linking.main_alias("_ZN8__main__10make_twice4kernB2v1E") is None, "two modules define it"
-    assert linking.main_alias("_ZN8__main__11make_absent4kernB2v1E") is None
-    assert linking.main_alias("_ZN9utilities3toy10tensorcore15make_toy_kernelB2v1E") is None, "not __main__"
+    module("utilities.toy.reference", "neighbour")  # a NumPy twin of the device function: no IR names it
+    kernel = "_ZN8__main__15make_toy_kernel12_3clocals_3e4toyB2v1E5ArrayIfLi1E1C7mutable7alignedE"
+    called = 'call float @"_ZN8__main__9neighbourB2v2Ef"(float %x)'
+    assert linking.main_aliases([called, kernel]) == [
+        ("8__main__9neighbour", "9utilities3toy10tensorcore9neighbour"),
+        ("8__main__15make_toy_kernel", "9utilities3toy10tensorcore15make_toy_kernel"),
+    ]
+    assert linking.main_aliases(["_ZN8__main__10make_twice4kernB2v1E"]) == [], "two modules define it"
+    assert linking.main_aliases(["_ZN8__main__11make_absent4kernB2v1E"]) == []
+    assert linking.main_aliases(["_ZN9utilities3toy10tensorcore15make_toy_kernelB2v1E"]) == [], "not __main__"

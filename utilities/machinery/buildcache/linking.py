@@ -12,11 +12,11 @@ notebook after a prebuild that built it in a process of its own would print diff
 looked up under the entry name it was linked with.
 
 A notebook defines the exercises' factories (and some given kernels) in its cells, so in ``__main__``: the same code
-as the course module's factory, under another module name in every symbol of the kernel. A kernel whose factory is
-defined in ``__main__`` under the name of a course module's function is keyed under that module's name
-(:func:`main_alias`): the same code gets the course kernel's key, and is served from the cubin a prebuild or a bundle
-holds instead of being linked (with libmathdx code that a launch-only bundle leaves out) on the day. Other code gets
-another key, as before.
+as the course module's factory, under another module name in every symbol of the kernel. Every function defined in
+``__main__`` under the name of one course module's function (a kernel's factory, a device function beside it) is
+keyed under that module's name (:func:`main_aliases`): the same code gets the course kernel's key, and is served from
+the cubin a prebuild or a bundle holds instead of being linked (with libmathdx code that a launch-only bundle leaves
+out) on the day. Other code gets another key, as before.
 """
 
 from __future__ import annotations
@@ -68,44 +68,52 @@ def qualified_name(mangled: str) -> str:
     return ".".join(parts) if parts else mangled
 
 
-_MAIN = re.compile(r"_ZN(?:6cudapy)?8__main__")
+_MAIN = re.compile(r"8__main__(?=\d)")
 
 
 def course_module(name: str) -> str | None:
-    """The course module (``utilities.*``, imported) that defines a function ``name``, when exactly one does."""
-    found = set()
+    """The course module (``utilities.*``, imported) that defines a function ``name`` when exactly one does, or when
+    exactly one of those defines it as a numba function (read through its ``py_func``: 2c's ``neighbor`` is the
+    device function of ``conv.simt``, not ``conv.reference``'s NumPy one, which no IR names)."""
+    found: dict[str, bool] = {}
     for module in list(sys.modules.values()):
         module_name = getattr(module, "__name__", "")
         if module_name.startswith("utilities.") and callable(value := getattr(module, name, None)):
-            if getattr(value, "__module__", None) == module_name:  # defined there, not imported
-                found.add(module_name)
-    return found.pop() if len(found) == 1 else None
+            if getattr(getattr(value, "py_func", value), "__module__", None) == module_name:  # defined there
+                found[module_name] = hasattr(value, "py_func")
+    numba = [m for m, compiled in found.items() if compiled]
+    if len(found) == 1:
+        return next(iter(found))
+    return numba[0] if len(numba) == 1 else None
 
 
-def main_alias(entry: str | None) -> tuple[str, str] | None:
-    """``(old, new)``: the mangled prefix of a kernel whose factory (or the kernel itself) a notebook defines in
-    ``__main__``, and the same prefix under the course module that defines a function of that name; None for any
-    other kernel (see the module docstring)."""
-    match = _MAIN.match(entry or "")
-    if match is None:
-        return None
-    parts, _ = nested_name(entry, match.end())
-    module = course_module(parts[0]) if parts else None
-    if module is None:
-        return None
-    name = f"{len(parts[0])}{parts[0]}"
-    return "8__main__" + name, "".join(f"{len(p)}{p}" for p in module.split(".")) + name
+def main_aliases(texts: Iterable[str]) -> list[tuple[str, str]]:
+    """``(old, new)`` for each function a notebook defines in ``__main__`` (in the mangled names of ``texts``) under
+    the name of one course module's function: its mangled prefix, and the same under that module (see the module
+    docstring). A kernel, its factory, and the device functions a cell defines beside them (2c's ``neighbor``)."""
+    names: dict[str, None] = {}
+    for text in texts:
+        for match in _MAIN.finditer(text):
+            parts, _ = nested_name(text, match.end())
+            if parts:
+                names.setdefault(parts[0])
+    out = []
+    for name in names:
+        module = course_module(name)
+        if module is not None:
+            mangled = f"{len(name)}{name}"
+            out.append(("8__main__" + mangled, "".join(f"{len(p)}{p}" for p in module.split(".")) + mangled))
+    return out
 
 
 def cubin_recipe(library: Any, cc: tuple[int, ...], digest: Callable[[bytes], str] | None = None) -> dict[str, Any]:
     """What a linked kernel's key is made of: its own LLVM IR (the SHA-256 of :func:`~.canonical.canonical_ir`'s
-    text, a notebook's copy of a course factory under the course module's name: :func:`main_alias`) and entry name,
+    text, a notebook's copies of course functions under the course module's name: :func:`main_aliases`) and entry name,
     NVVM options, what stands for every linked module (``digest``: :meth:`LazyMathdx.digest`, which names libmathdx's
     code by its recipe), and the target."""
     texts, entry = list(library.llvm_strs), getattr(library, "_entry_name", None)
-    alias = main_alias(entry)
-    if alias is not None:
-        texts, entry = [t.replace(*alias) for t in texts], entry.replace(*alias)
+    for alias in main_aliases([*texts, entry or ""]):
+        texts, entry = [t.replace(*alias) for t in texts], entry.replace(*alias) if entry else entry
     ir, entry = canonical_ir(texts, entry)
     return {
         "ir": hashlib.sha256(ir.encode()).hexdigest(),
