@@ -16,13 +16,12 @@ kernels run on a GPU; ``COURSE_BUILD_AHEAD=off`` turns it off.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +52,11 @@ class Build:
 
     process: Any
     folder: Path
-    started: float = field(default_factory=time.monotonic)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (OSError, TypeError, AttributeError):  # no process group of its own (a stand-in in a test)
-                self.process.kill()
+        from .sanitizer import stop_process
+
+        stop_process(self.process)
 
 
 class Builds:
@@ -77,13 +73,13 @@ class Builds:
             return 0
         for other in [c for c in self.by_code if c != code]:
             self.cancel(other)
+        from .sanitizer import script_environment
+
         started = []
         for script in dict.fromkeys(scripts):
             folder = Path(tempfile.mkdtemp(prefix="course-build-ahead-"))
             path = folder / "built_ahead.py"
             path.write_text(script)
-            from .sanitizer import script_environment
-
             with (folder / "log.txt").open("w") as log:
                 try:
                     process = self.popen(

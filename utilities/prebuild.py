@@ -517,10 +517,10 @@ def build_one(job: str, slices: int) -> None:
     names a GPU architecture: ``utilities.machinery.cpu_build``).
 
     A check's twin (:func:`check_kernels`) is typed even when the cache holds it (fast dispatch records it but does
-    not serve it), and the
-    libmathdx code it links is kept in the cache (``buildcache.keeping_code``): after a launch-only import only its
-    digest is there, and an attendee's edited kernel, which links the same code, would generate it first (minutes
-    in a check). Elsewhere the cache holds the code already, and the job costs its typing."""
+    not serve it), and the libmathdx code it links is kept in the cache (``buildcache.keeping_code``): after a
+    launch-only import only its digest is there, and an attendee's edited kernel, which links the same code, would
+    generate it first (minutes in a check). Elsewhere the cache holds the code already, and the job costs its
+    typing."""
     from .machinery import cpu_build
 
     if cpu_build.target():

@@ -479,7 +479,7 @@ class Pending:
             try:
                 code = process.wait(timeout=max(0.0, end - self.clock()))
             except subprocess.TimeoutExpired:
-                _stop(process)
+                stop_process(process)
                 took = self.clock() - self.started
                 out.append(Report(tool, failed=f"it ran past {took:.0f} s (stopped {wait or 0:.0f} s after the check)"
                                   if wait is not None and end < self.started + self.timeout
@@ -498,11 +498,11 @@ class Pending:
     def cancel(self) -> None:
         """Stop every process (the check failed, or was not finished: there is nothing to sanitize)."""
         for _, process, _ in self.runs:
-            _stop(process)
+            stop_process(process)
         self.folder.cleanup()
 
 
-def _stop(process: Any) -> None:
+def stop_process(process: Any) -> None:
     """Kill ``process`` and what it started (compute-sanitizer starts the Python that runs the kernel)."""
     if process.poll() is not None:
         return
