@@ -177,7 +177,8 @@ def _slicing(kind: str, spec: str, slices: int) -> None:
 
 def _ozaki2(kind: str, spec: str, slices: int) -> None:
     """ozaki2:K@COUNTS: Ozaki-II's kernels for each moduli count at that K (the residues of rows depend on K), digits
-    early and late; ozaki2_auto:MxNxK: its statistics and choice at that shape, and the count they choose."""
+    early and late, and the residues of rows from known statistics (an automatic count's); ozaki2_auto:MxNxK: its
+    statistics and choice at that shape, and the count they choose."""
     from .ozaki2.tensorcore import Ozaki2Gemm
 
     if kind == "ozaki2_auto":
@@ -189,7 +190,12 @@ def _ozaki2(kind: str, spec: str, slices: int) -> None:
     a, b = _normal(128, k, 1), _normal(k, 128, 2)
     for count in parse_counts(counts):
         for digits in ("early", "late"):
-            Ozaki2Gemm(128, 128, k, count, digits=digits)(a, b)
+            plan = Ozaki2Gemm(128, 128, k, count, digits=digits)
+            plan(a, b)
+        # the residues of rows whose statistics a choice found (moduli="auto" at any shape with this K: the count
+        # follows the inputs, so a notebook's auto plan may take any count of the range)
+        plan.stats.compute(a, b)
+        plan.scale(a, b, columns_known=True, rows_known=True)
 
 
 def _conv(kind: str, spec: str, slices: int) -> None:
