@@ -153,6 +153,17 @@ def test_each_target_fails_on_its_own() -> None:
     assert failed(whole=[_entry("x", wall_s=361.0), _entry("y")]) == ["each notebook <= 360 s"]
 
 
+def test_the_longest_check_after_an_edit_is_named_with_the_load_it_ran_under() -> None:
+    good = gpu_proof.TestCounts(120, 0, 0, 3, 400.0, [])
+    slow = _entry("y", longest_check_after_edit_s=40.0, edit_seconds=[12.0, 40.0], edit_loads=[3.0, 21.4], cores=16)
+    checks = gpu_proof.verdicts(good, [_entry("x"), slow], [_entry("x")], _rows(["x", "y"]), ["x", "y"])
+    said = dict((target, measured) for target, _, measured in checks)["every check after an edit <= 30 s"]
+    assert said == "longest 40 s (y, load 21 on 16 cores)"
+    old = _entry("y", longest_check_after_edit_s=40.0)  # a run-through from before the loads were recorded
+    checks = gpu_proof.verdicts(good, [_entry("x"), old], [_entry("x")], _rows(["x", "y"]), ["x", "y"])
+    assert dict((t, m) for t, _, m in checks)["every check after an edit <= 30 s"] == "longest 40 s (y)"
+
+
 def test_the_report_names_every_step_and_target() -> None:
     checks = [("GPU tests: 0 failed, 0 errors", False, "1 failed")]
     text = gpu_proof.report(

@@ -370,10 +370,20 @@ def contract_kernels() -> dict[str, str]:
         spec = PipeConfig(tile_n=s.c_mid, **c).spec
         found[f"conv.check.CONV_B2B_CONFIGS {c}"] = f"conv_b2b_keep:{s.c_in}x{s.c_mid}x{s.c_out}@{spec}"
     t = ozaki_check.OTHER_TILE
-    for variant in ("unfused", "partial", "fused"):  # 3b, 3c, 3d: OzakiGemm(..., cfg=OzakiConfig(**OTHER_TILE))
+    for variant in ("unfused", "partial", "fused"):  # 3b, 3c, 3d: OzakiGemm(...) and OzakiGemm(..., cfg=OTHER_TILE)
+        found[f"ozaki.check block None ({variant})"] = f"{variant}@gpu"  # the plan's own: the GPU's tile
         tile = "x".join(str(t[f]) for f in ("tile_m", "tile_n", "tile_k", "threads", "depth"))
         found[f"ozaki.check.OTHER_TILE ({variant})"] = f"{variant}@{tile}"
     return found
+
+
+def test_every_block_of_the_checks_contracts_is_a_twin_whose_code_the_prebuild_keeps():
+    """An attendee's edited kernel links the libmathdx code its course twin links: the prebuild keeps that code for
+    every block of every contract (``prebuild.check_kernels``), the plan's own block included (3c's and 3d's edits
+    generated it in the checks after an edit of the H200 proof at beba95d: 102 s and 58 s)."""
+    kept = prebuild.check_kernels()
+    missing = sorted(f"{where}: {kernel}" for where, kernel in contract_kernels().items() if kernel not in kept)
+    assert not missing, f"blocks whose twin's code a launch-only import leaves out: {missing}"
 
 
 def test_every_block_of_the_checks_contracts_has_a_prebuild_job():
@@ -394,11 +404,12 @@ def test_the_contracts_read_here_are_every_kernel_exercises():
         "fusion.check.B2B_CONFIGS",
         "conv.check.CONV_CONFIGS",
         "conv.check.CONV_B2B_CONFIGS",
+        "ozaki.check",
         "ozaki.check.OTHER_TILE",
     }
     sizes = [primer_check.CONFIGS, multipass_check.CONFIGS, fusion_check.GEMM_CONFIGS, fusion_check.B2B_CONFIGS]
     sizes += [conv_check.CONV_CONFIGS, conv_check.CONV_B2B_CONFIGS]
-    assert len(kernels) == len(set(kernels.values())) == sum(len(c) for c in sizes) + 3
+    assert len(kernels) == len(set(kernels.values())) == sum(len(c) for c in sizes) + 6
     assert kernels[f"fusion.check.B2B_CONFIGS {fusion_check.B2B_CONFIGS[0]}"] == "b2b:128x64@64x256-k32"
 
 

@@ -51,6 +51,10 @@ def test_a_run_records_builds_edits_and_the_first_error(tmp_path):
     assert entry.course_links == [] and entry.course_link_keys == []
     assert 0.3 <= entry.longest_build_s <= entry.build_wait_s + 0.05 and entry.wall_s >= 0.3
     assert entry.longest_check_after_edit_s >= 0.0
+    assert len(entry.edit_seconds) == len(entry.edit_loads) == 1 and entry.cores > 0  # one edit, its load beside it
+    assert max(entry.edit_seconds) == pytest.approx(entry.longest_check_after_edit_s, abs=0.05)
+    quiet = workshop.run_notebook("9_tiny", root=root, edits=False)
+    assert quiet.error == "" and quiet.edit_seconds == [] and quiet.longest_check_after_edit_s == 0.0
 
     (tmp_path / "other").mkdir()
     broken = _tiny_course(tmp_path / "other", [exercise, "assert f() == 2, 'wrong'"])

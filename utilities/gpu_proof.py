@@ -10,9 +10,10 @@ Steps, on a GPU machine:
    course; after an import that served every kernel, it only loads them: its time says whether the bundle did);
 2. at once: the run-through of every GPU notebook (``utilities.workshop``, its filled exercise in a fresh kernel,
    then each exercise edited and checked again), the notebooks spread over ``--parallel`` processes, beside the
-   run-through of the core path (``--core``: its notebooks with their stretch sections skipped, two processes): the
-   attendee's clocks (build waits, checks after an edit) measured on the cache as the day finds it, before anything
-   else has run the notebooks (their cells define the exercises' factories in ``__main__``: what the tests and the
+   run-through of the core path (``--core --no-edits``: its notebooks with their stretch sections skipped, two
+   processes, its edits left to the whole run, which makes the same ones): the attendee's clocks (build waits,
+   checks after an edit, with the machine's load) measured on the cache as the day finds it, before anything else
+   has run the notebooks (their cells define the exercises' factories in ``__main__``: what the tests and the
    ledger build there would serve the run-through), among notebook processes only, as on a machine a room shares,
    never beside the tests (each process's BLAS threads its share of the cores);
 3. at once: the GPU tests (``pytest -m 'gpu or device'``, their files spread over :data:`TEST_PROCESSES` processes
@@ -149,6 +150,15 @@ def threads_each(processes: int, cores: int | None = None) -> int:
     return max(1, (cores or os.cpu_count() or 1) // max(1, processes))
 
 
+def edit_load(entry: dict) -> str:
+    """``, load L on C cores``: the machine's load at the end of the entry's longest edit (empty if not recorded)."""
+    seconds, loads = entry.get("edit_seconds") or [], entry.get("edit_loads") or []
+    if not loads or not entry.get("cores"):
+        return ""
+    load = loads[seconds.index(max(seconds))] if len(seconds) == len(loads) else max(loads)
+    return f", load {load:.0f} on {entry['cores']} cores"
+
+
 def verdicts(
     tests: TestCounts | None, whole: list[dict], core: list[dict], ledger_rows: list[dict], stems: list[str]
 ) -> list[tuple[str, bool, str]]:
@@ -191,12 +201,13 @@ def verdicts(
             f"{waits:.0f} s",
         )
     )
-    edit = max((e["longest_check_after_edit_s"] for e in whole + core), default=0.0)
+    worst = max(whole + core, key=lambda e: e["longest_check_after_edit_s"], default=None)
+    edit = worst["longest_check_after_edit_s"] if worst else 0.0
     out.append(
         (
             f"every check after an edit <= {TARGETS['check_after_edit_s']:.0f} s",
             bool(whole) and edit <= TARGETS["check_after_edit_s"],
-            f"longest {edit:.0f} s",
+            f"longest {edit:.0f} s" + (f" ({worst['notebook']}{edit_load(worst)})" if worst and edit else ""),
         )
     )
     longest = max(whole + core, key=lambda e: e["wall_s"], default=None)
@@ -375,7 +386,16 @@ def main(argv: list[str] | None = None) -> int:
             started.append(
                 runner.start(
                     f"core-{i}",
-                    [py, "-m", "utilities.workshop", "--core", *group, "--json", str(logs / f"core-{i}.json")],
+                    [
+                        py,
+                        "-m",
+                        "utilities.workshop",
+                        "--core",
+                        "--no-edits",
+                        *group,
+                        "--json",
+                        str(logs / f"core-{i}.json"),
+                    ],
                 )
             )
     runner.wait(*started)

@@ -404,8 +404,9 @@ def check_jobs() -> list[str]:
     libmathdx generate it, in minutes.
 
     The contracts: ``primer.check.CONFIGS``, ``multipass.check.CONFIGS``, ``fusion.check.GEMM_CONFIGS`` and
-    ``B2B_CONFIGS``, ``conv.check.CONV_CONFIGS`` and ``CONV_B2B_CONFIGS`` (2d keeps D0), ``ozaki.check.OTHER_TILE``
-    (3b, 3c and 3d each check their variant at it, with 7 slices: the prebuild's default ``--slices``)."""
+    ``B2B_CONFIGS``, ``conv.check.CONV_CONFIGS`` and ``CONV_B2B_CONFIGS`` (2d keeps D0), and 3b's, 3c's and 3d's
+    two: their plan's own block (the GPU's tile) and ``ozaki.check.OTHER_TILE`` (with 7 slices: the prebuild's
+    default ``--slices``)."""
     from .conv import check as conv
     from .conv.layout import PipeConfig
     from .fusion import check as fusion
@@ -432,6 +433,8 @@ def check_jobs() -> list[str]:
     s = conv.B2B_SHAPE  # the notebook's plans: PipeConfig(tile_n=C_mid, **fields), D0 kept
     for fields in conv.CONV_B2B_CONFIGS:
         jobs.append(f"conv_b2b_keep:{s.c_in}x{s.c_mid}x{s.c_out}@{PipeConfig(tile_n=s.c_mid, **fields).spec}")
+    m, n, k = ozaki.GEMM_SHAPES[0]  # the plan's own block (the GPU's tile): the shape picks the plain kernels only
+    jobs += [f"{variant}:{m}x{n}x{k}" for variant in OZAKI_VARIANTS]
     m, n, k = ozaki.GEMM_SHAPES[-1]  # the shape the check runs OTHER_TILE at: it picks the slicing's padded K
     tile = _dims(ozaki.OTHER_TILE, OZAKI_FIELDS, "ozaki.check.OTHER_TILE")
     return jobs + [f"{variant}:{m}x{n}x{k}@{tile}" for variant in OZAKI_VARIANTS]

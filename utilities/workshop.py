@@ -22,13 +22,16 @@ notebook the entry records
   one's key and what it was made of (``buildcache.linking.key_record``), to hold beside the keys the prebuild
   logged (``python -m utilities.prebuild --keys``) when one was linked;
 - ``longest_check_after_edit_s``: the longest edit-and-check of its exercises; ``edit_race_waits_s``: each edit's
-  seconds of waiting for its race runs after its checks passed (read from the checker's line);
+  seconds of waiting for its race runs after its checks passed (read from the checker's line); ``edit_loads``: the
+  machine's load average at the end of each edit, beside ``cores`` (a check after an edit on a shared machine waits
+  for its builds' share of the cores);
 - ``error``: the first cell that raised (the run stops there), or a figure shown as text and not as an image;
   ``traceback``: the whole traceback of that cell.
 
 With ``--core`` every cell of a stretch section is left out (the build marks them; ``utilities.notebooks``), as
 an attendee who follows the agenda skips them, and without names only the core path's notebooks run; ``core`` in
-the entry says so.
+the entry says so. With ``--no-edits`` the edits are left out (the proof's core path: the whole run measures the
+same edits, and a second copy of each would only share the cores with the first).
 
 Run it after ``./course prebuild``: it measures the day as attendees meet it.
 """
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -63,6 +67,9 @@ class Entry:
     core: bool = False  # stretch sections skipped
     course_link_keys: list[dict] = field(default_factory=list)  # each course link's key and recipe
     edit_race_waits_s: list[float] = field(default_factory=list)  # each edit: seconds its checks waited for races
+    edit_seconds: list[float] = field(default_factory=list)  # each edit and its check
+    edit_loads: list[float] = field(default_factory=list)  # each edit: the machine's load average (1 min) at its end
+    cores: int = 0  # the machine's cores, beside the loads
 
 
 # --- the run ---------------------------------------------------------------------------------------------------
@@ -102,12 +109,23 @@ def race_wait_of(text: str) -> float:
     return float(sum(int(m.group(2)) for m in RACE_LINE.finditer(text)))
 
 
-def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800, core: bool = False) -> Entry:
+def load_average() -> float:
+    """The machine's load average over the last minute (0 where the system does not say)."""
+    try:
+        return round(os.getloadavg()[0], 1)
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def run_notebook(
+    stem: str, root: Path = REPO_ROOT, timeout: float = 1800, core: bool = False, edits: bool = True
+) -> Entry:
     """One notebook in a fresh Jupyter kernel (``timeout``: seconds a cell may take; ``core``: its stretch sections
-    left out), then its edits; a kernel that dies or does not start gives an entry that says so."""
+    left out), then its edits (unless ``edits`` is false); a kernel that dies or does not start gives an entry that
+    says so."""
     started = time.perf_counter()
     try:
-        return _run_notebook(stem, root, timeout, core)
+        return _run_notebook(stem, root, timeout, core, edits)
     except Exception as exc:  # nbclient's DeadKernelError, a cell past its timeout, a kernel that would not start
         return Entry(
             stem,
@@ -119,8 +137,9 @@ def run_notebook(stem: str, root: Path = REPO_ROOT, timeout: float = 1800, core:
         )
 
 
-def _run_notebook(stem: str, root: Path, timeout: float, core: bool) -> Entry:
+def _run_notebook(stem: str, root: Path, timeout: float, core: bool, with_edits: bool = True) -> Entry:
     nb, edits = filled_notebook(stem, root, core)
+    edits = edits if with_edits else []
     with execution.Kernel(timeout=timeout, env=execution.kernel_env(root), notebook=nb) as session:
         run = execution.run_all(session)
         error, trace = run.error, run.traceback
@@ -130,6 +149,7 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool) -> Entry:
         builds, linked, keys = _builds(session)
         seconds: list[float] = []
         race_waits: list[float] = []
+        loads: list[float] = []
         for cells in edits if not error else []:
             start = time.perf_counter()
             race_waits.append(0.0)
@@ -140,6 +160,7 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool) -> Entry:
                     error, trace = f"after an edit: {cell_run.error}", cell_run.traceback
                     break
             seconds.append(time.perf_counter() - start)
+            loads.append(load_average())
             if error:
                 break
         edit_builds = _builds(session)[0][len(builds) :] if edits and seconds else []
@@ -157,6 +178,9 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool) -> Entry:
         edit_race_waits_s=[round(w, 1) for w in race_waits[: len(seconds)]],
         core=core,
         course_link_keys=keys,
+        edit_seconds=[round(x, 1) for x in seconds],
+        edit_loads=loads,
+        cores=os.cpu_count() or 0,
     )
 
 
@@ -244,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="run-throughs sharing the GPU at once (recorded in the ledger's rows as 'parallel')",
     )
+    parser.add_argument(
+        "--no-edits",
+        action="store_true",
+        help="leave out the edits after each notebook (no check after an edit is measured)",
+    )
     args = parser.parse_args(argv)
     if args.core and args.ledger:
         parser.error("--ledger records whole notebooks: a --core run skips their stretch sections")
@@ -260,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = []
     for stem in chosen:
         print(f"{stem}: running ...", flush=True)
-        entries.append(run_notebook(stem, core=args.core))
+        entries.append(run_notebook(stem, core=args.core, edits=not args.no_edits))
         e = entries[-1]
         print(
             f"{stem}: {e.wall_s:.0f} s, builds {e.build_wait_s:.0f} s (longest {e.longest_build_s:.0f} s), "
@@ -270,7 +299,11 @@ def main(argv: list[str] | None = None) -> int:
         data = {
             "date": time.strftime("%Y-%m-%d"),
             "gpu": gpus[0].name if gpus else "none",
-            "command": " ".join(["python -m utilities.workshop", *args.patterns] + (["--core"] if args.core else [])),
+            "command": " ".join(
+                ["python -m utilities.workshop", *args.patterns]
+                + (["--core"] if args.core else [])
+                + (["--no-edits"] if args.no_edits else [])
+            ),
             "notebooks": [asdict(e) for e in entries],
         }
         path.parent.mkdir(parents=True, exist_ok=True)
