@@ -141,3 +141,25 @@ def test_fast_path_is_off_with_another_numba_cuda(monkeypatch: pytest.MonkeyPatc
     messages = [str(w.message) for w in caught]
     assert len(messages) == 1 and "numba-cuda 0.30.4" in messages[0] and "numba-cuda 9.9.9" in messages[0]
     assert compiles == []  # nothing of numba's internals was touched
+
+
+def test_versions_are_read_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast launch asks ``versions.verified`` on every launch: ``importlib.metadata`` scans the installed
+    packages each time it is asked (0.5-0.8 ms, more than a launch itself), so a version is read once a process."""
+    from utilities.machinery import versions
+
+    reads: list[str] = []
+
+    def version(name: str) -> str:
+        reads.append(name)
+        return versions.PINS.get(name, "1.0")
+
+    monkeypatch.setattr(versions.importlib.metadata, "version", version)
+    versions._metadata_version.cache_clear()
+    try:
+        for _ in range(1000):
+            assert versions.verified(versions.FAST_LAUNCH)
+        assert reads == ["numba-cuda"]
+        assert versions.installed("nvmath-python") == versions.PINS["nvmath-python"] and len(reads) == 2
+    finally:
+        versions._metadata_version.cache_clear()  # the next test reads the real installation again

@@ -50,9 +50,10 @@ def target_notes(records: list) -> list[str]:
             if "floor_ms" in s.params:
                 what = ", ".join(f"{k}={s.params[k]}" for k in ("products", "digits", "overlap") if k in s.params)
                 got, floor = s.time.median, s.params["floor_ms"]
+                host = f"; host {s.params['host_ms']:.3f} ms" if "host_ms" in s.params else ""
                 notes.append(
                     f"{size}^3 {name}{f' ({what})' if what else ''}: {got:.3f} ms against a floor of "
-                    f"{floor:.3f} ms ({got / floor:.2f}x)"
+                    f"{floor:.3f} ms ({got / floor:.2f}x){host}"
                 )
     return notes
 

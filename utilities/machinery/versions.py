@@ -8,6 +8,7 @@ and asks :func:`verified` first; with any other version it takes the public (slo
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import warnings
 
@@ -31,7 +32,13 @@ _warned: set[str] = set()
 
 
 def installed(distribution: str) -> str | None:
-    """The installed version of a distribution, None if it is not installed."""
+    """The installed version of a distribution, None if it is not installed (read once per process: the fast launch
+    asks on every launch, and ``importlib.metadata`` scans the installed packages each time it is asked)."""
+    return _metadata_version(distribution)
+
+
+@functools.cache
+def _metadata_version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:

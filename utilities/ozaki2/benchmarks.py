@@ -12,7 +12,8 @@ Names (the GPU report, ``../shared/RESULTS.md``):
 - stages alone, at the chosen count: ``ozaki2.choice``, ``ozaki2.scaling``, ``ozaki2.products`` (``params``
   say per-modulus or batched, early or late digits), ``ozaki2.reconstruct`` (from digits or products),
   ``cublas.igemm``; each with its floor (``floor_ms``: bytes at the measured copy bandwidth, int8 operations at
-  the measured cuBLAS int8 rate, ``utilities.ozaki2.model``).
+  the measured cuBLAS int8 rate, ``utilities.ozaki2.model``) and its host time (``host_ms``: from the call to its
+  return, the GPU idle at the call; a stage whose host time nears its GPU time is bound by its launches).
 
 Accuracy (``accuracy_records``): at each exponent spread phi, errors against the exact product (double-double) of
 cuBLAS DGEMM, Ozaki-II and Ozaki-I with their automatic counts, on the same inputs. Ozaki-I reaches this track as
@@ -22,6 +23,7 @@ arguments (``utilities.emulations``): no track imports another.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,6 +43,20 @@ VARIANTS = {
 }
 RECOMPUTE = {"ozaki2.auto.recompute": {"statistics": "recompute"}}  # A's row statistics found twice: the old path
 VARIANT_SIZES = 8192  # the variants run up to this size (each plan holds its own buffers)
+
+
+def host_ms(fn: Callable[[], object], repeats: int = 5) -> float:
+    """Median wall time (ms) from calling ``fn`` to its return, the GPU idle at each call: the host's work of a stage
+    (Python, launches; and the wait of a stage that copies to the host). CUDA events around a host-bound stage
+    time this too: the GPU waits for the launches."""
+    times = []
+    for _ in range(repeats):
+        cp.cuda.Device().synchronize()
+        start = time.perf_counter()
+        fn()
+        times.append(1e3 * (time.perf_counter() - start))
+    cp.cuda.Device().synchronize()
+    return float(np.median(times))
 
 
 def _modes(plan: Ozaki2Gemm) -> dict[str, Any]:
@@ -168,6 +184,7 @@ def stage_records(
         }
 
     def timed(name: str, fn: Callable[[], object], params: dict[str, Any], **rates: Any) -> None:
+        params = params | {"host_ms": host_ms(fn)}
         records.append(bench.bench(fn, m=m, n=n, k=k, name=name, params=params, repeats=repeats, **rates))
 
     c = cp.empty((m, n))
