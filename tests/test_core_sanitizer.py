@@ -455,7 +455,7 @@ def test_the_race_run_is_decided_by_where_the_kernels_ran():
     assert checker.race_check_skipped({}, {"numba.cuda": Cuda(False)}) == ("no GPU", False)
 
 
-def _shared_toy(tmp_path, fails_on_call: int | None = None):
+def _shared_toy(tmp_path, fails_on_call: int | None = None, bounds: bool = False):
     """A checker declared ``shared=True`` whose body calls ``run`` three times (a failure on call ``fails_on_call``),
     and the record of what happened: the driver's keywords, when the race run started."""
     fn = _toy_exercise(tmp_path)
@@ -465,7 +465,7 @@ def _shared_toy(tmp_path, fails_on_call: int | None = None):
         record["drivers"].append(kwargs)
         return "make_kernel(2)"
 
-    @checker.checker("toy kernel", driver=driver, shared=True)
+    @checker.checker("toy kernel", driver=driver, shared=True, bounds=bounds)
     def check_toy(run, *, shape=(256, 256), seed=None) -> CheckResult:
         for call in range(3):
             run()
@@ -657,3 +657,63 @@ def test_a_race_run_that_cannot_start_never_fails_the_attendees_check(tmp_path, 
     monkeypatch.setattr(sanitizer, "start", broken)
     assert check_toy(run, exercise=fn).status == "passed"
     assert "races not checked: RuntimeError: no session" in capsys.readouterr().out
+
+
+PAST_A = f"""\
+{sanitizer.ARRAY_TAG} A 0x7f3e4c000000 24576
+{sanitizer.ARRAY_TAG} B 0x7f3e4c200000 24576
+========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 16 bytes
+=========     at {KERNEL.replace("race_kernel", "multipass_kernel")}+0x1a30 in {SCRIPT}:43
+=========     by thread (96,0,0) in block (0,0,0)
+=========     Address 0x7f3e4c006000 is out of bounds
+=========     and is 1 bytes after the nearest allocation at 0x7f3e4c000000 of size 24,576 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: cuLaunchKernel [0x9a1b3] in libcuda.so.1
+=========
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_memcheck_pads_its_allocations_and_a_read_past_an_announced_array_names_it(capsys):
+    line = sanitizer.command("/bin/cs", "memcheck", "s.py")
+    assert line[line.index("--padding") + 1] == str(sanitizer.PADDING) and sanitizer.PADDING >= 256
+    assert "--padding" not in sanitizer.command("/bin/cs", "racecheck", "s.py")
+
+    class Device:  # what announce reads of a CuPy array
+        __cuda_array_interface__ = {"data": (0x7F3E4C000000, False)}
+        nbytes = 24576
+
+    sanitizer.announce(A=Device())
+    assert capsys.readouterr().out == f"{sanitizer.ARRAY_TAG} A 0x7f3e4c000000 24576\n"
+    report = sanitizer.parse("memcheck", PAST_A)
+    assert report.arrays == {"A": 0x7F3E4C000000, "B": 0x7F3E4C200000}
+    assert sanitizer.access_target(report.findings[0], report.arrays) == (
+        "reads past the end of A (1 bytes after its last byte)"
+    )
+    verdict, message = sanitizer.race_outcome([report])
+    named = "memcheck: your kernel reads past the end of A (1 bytes after its last byte): Invalid __global__ read"
+    assert verdict == "found" and named in message
+    unnamed = sanitizer.parse("memcheck", PAST_A.replace("0x7f3e4c000000 24576", "0x7f3e4c100000 24576"))
+    assert sanitizer.access_target(unnamed.findings[0], unnamed.arrays) == ""  # no array of its own there
+    assert sanitizer.access_target(sanitizer.parse("memcheck", MEMCHECK).findings[0], {}) == ""
+
+
+def test_a_bounds_check_runs_memcheck_beside_racecheck_and_synccheck(tmp_path, monkeypatch, capsys, on_a_gpu):
+    check_toy, run, fn, _ = _shared_toy(tmp_path, bounds=True)
+    binary, log = fake_tool(tmp_path, {"memcheck": PAST_A})
+    real_start = sanitizer.start
+    monkeypatch.setattr(sanitizer, "start", lambda text, **kw: real_start(text, binary=binary, **kw))
+    with pytest.raises(CheckFailure) as info:
+        check_toy(run, exercise=fn)
+    assert info.value.stage == "sanitizer" and "reads past the end of A" in str(info.value)
+    assert "racecheck, synccheck and memcheck" in str(info.value)
+    assert len(log.read_text().splitlines()) == 3, "the three tools ran at once"
+
+
+def test_the_multipass_check_reads_past_its_operands_under_memcheck():
+    from utilities.multipass import check as multipass
+
+    assert multipass.check_pass_gemm.bounds and multipass.check_pass_gemm.shared
+    text = multipass._driver([], "int8", small=True)
+    assert "announce(A=a, B=bt)" in text and "(a, bt)" in text

@@ -1,7 +1,7 @@
 """The multi-pass checkers' corner inputs on the GPU, through the course's own kernels (skipped with the reason without
 a GPU).
 
-Each check as its notebook runs it (3 x 2 and 2 x 3 tiles, 2, 3 and 16 phases, both dtypes): the course's kernels must
+Each check as its notebook runs it (3 x 2 and 2 x 3 tiles, 2, 3 and 17 phases, both dtypes): the course's kernels must
 pass every corner they feed; each runs twice, and the second run prints how long a check takes once its kernels are
 built (the run-through measures it: issue 27)."""
 

@@ -169,6 +169,75 @@ def test_checker_names_the_stage_and_the_phase_of_a_broken_loop(dtype, mistake):
     assert "stage 'C'" in message and "at (row " in message and "expected" in message and hint in message
 
 
+def emulate_unguarded(a, bt, phase_k, *, offset=None, prefetches=None):
+    """The kernel's loop as a GPU runs it: no guard on the loads (K past the end reads the next row, row-major with
+    leading dimension k, and past the array's end garbage), FP16 products summed in FP32; ``offset(g)`` is the K the
+    prefetch at iteration g starts at, ``prefetches(g, phases)`` whether it prefetches."""
+    k, phases = a.shape[1], a.shape[1] // phase_k
+    offset = offset or (lambda g: (g + 1) * phase_k)
+    prefetches = prefetches or (lambda g, count: g + 1 < count)
+    wide = np.int64 if a.dtype == np.int8 else np.float32
+
+    def load(x, k0):
+        flat = np.concatenate([x.ravel(), np.full(4 * phase_k, 77, x.dtype)])  # 77: what lies past the array
+        at = np.arange(x.shape[0])[:, None] * k + k0 + np.arange(phase_k)[None, :]
+        return flat[at].astype(wide)
+
+    buffers, cur = [(load(a, 0), load(bt, 0)), None], 0
+    acc = np.zeros((a.shape[0], bt.shape[0]), wide)
+    for g in range(phases):
+        if prefetches(g, phases):
+            buffers[1 - cur] = (load(a, offset(g)), load(bt, offset(g)))
+        pa, pb = buffers[cur]
+        acc += pa @ pb.T
+        cur = 1 - cur
+    return acc.astype(np.int32 if a.dtype == np.int8 else np.float32)
+
+
+def _contract_blocks():
+    for dtype, fields in check.CONFIGS.items():
+        cfg = mp.PassConfig(dtype, **fields)
+        yield dtype, cfg.phase_k, (cfg.tile_m, cfg.tile_n)
+
+
+@pytest.mark.parametrize("dtype, phase_k, tile", list(_contract_blocks()))
+def test_a_count_of_16_phases_written_into_the_loop_fails_at_each_block(dtype, phase_k, tile):
+    shapes = check.pass_gemm_shapes(phase_k, tile)
+    assert max(k // phase_k for _, _, k in shapes) > 16
+    right = lambda a, bt: emulate_unguarded(a, bt, phase_k)  # noqa: E731
+    assert check.check_pass_gemm(right, dtype, phase_k=phase_k, tile=tile).status == "passed"
+    with pytest.raises(CheckFailure) as info:
+        check.check_pass_gemm(
+            lambda a, bt: emulate_unguarded(a, bt, phase_k, prefetches=lambda g, count: g + 1 < 16),
+            dtype, phase_k=phase_k, tile=tile, seed=3,
+        )  # fmt: skip
+    assert info.value.stage == "C" and f"{check.MANY_PHASES} phases" in str(info.value)
+
+
+@pytest.mark.parametrize("dtype, phase_k, tile", list(_contract_blocks()))
+@pytest.mark.parametrize("mistake", ["phase g again", "half a phase too far"])
+def test_a_prefetch_offset_is_named_as_a_gpu_without_a_guard_computes_it(dtype, phase_k, tile, mistake):
+    """tools/mistakes/multipass.py's offsets, at the notebook's shapes: past K the kernel reads the next row (and past
+    the array's end whatever lies there), not zeros; at two phases, phase g again is also phase 0 counted twice."""
+    late = phase_k // 2
+    offset = {"phase g again": lambda g: g * phase_k, "half a phase too far": lambda g: (g + 1) * phase_k + late}
+    with pytest.raises(CheckFailure) as info:
+        check.check_pass_gemm(
+            lambda a, bt: emulate_unguarded(a, bt, phase_k, offset=offset[mistake]),
+            dtype, phase_k=phase_k, tile=tile, seed=4,
+        )  # fmt: skip
+    assert info.value.stage == "C" and "offset of the prefetch" in str(info.value)
+
+
+def test_a_prefetch_offset_is_named_only_when_its_recomputation_matches():
+    a, bt = check.gemm_operands("random", 128, 128, 128, "int8", 5)
+    parts = check.phase_products(a, bt, 64)
+    late = emulate_unguarded(a, bt, 64, offset=lambda g: (g + 1) * 64 + 32).astype(np.int64)
+    assert "offset of the prefetch" in check._diagnose(late, parts, None, (a, bt, 64, 32))
+    late[3, 5] += 1  # one entry the offset does not explain
+    assert "offset of the prefetch" not in check._diagnose(late, parts, None, (a, bt, 64, 32))
+
+
 def test_checker_reports_an_unfinished_exercise():
     def make_kernel():
         return None  # placeholder: your code replaces this line
@@ -258,7 +327,7 @@ def test_fragment_registers_grow_with_fusion():
 
 def test_checker_default_shapes_swap_tile_counts_and_vary_the_phases():
     shapes = check.pass_gemm_shapes(64)
-    assert [(m // 128, n // 128, k // 64) for m, n, k in shapes] == [(3, 2, 2), (2, 3, 3), (1, 1, 16)]
+    assert [(m // 128, n // 128, k // 64) for m, n, k in shapes] == [(3, 2, 2), (2, 3, 3), (1, 1, 17)]
 
 
 @pytest.mark.parametrize("dtype", mp.DTYPES)

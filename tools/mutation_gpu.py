@@ -19,19 +19,24 @@ A syntactic mutant is rejected when the check cell raises (``CheckFailure`` name
 too, as the attendee sees it at once), survives when the check passes, and times out past ``--timeout`` seconds:
 the process is then killed and started again from the next mutant, as it is after a CUDA error that leaves the
 context unusable. A survivor is not proven to change a result (no wider differential test runs on the GPU): review
-each. A semantic mistake is rejected only by the checker's own verdict: a ``CheckFailure`` of the stage the mistake
-breaks (``utilities.mutants.sort_rejection``) whose message names it; any other error, or a time-out, is reported as
-what it is.
+each; one shown equivalent by review goes into :data:`EQUIVALENT` (its exercise, its change, the mutated line as
+the mutant's source has it, and why), and is then reported among the ``equivalents``, not the survivors
+(``--rescore`` applies the table to a report already written, without a GPU). A semantic mistake is rejected only
+by the checker's own verdict: a ``CheckFailure`` of the stage the mistake breaks (``utilities.mutants.sort_rejection``)
+whose message names it; any other error, or a time-out, is reported as what it is.
 Kernels go through the build cache (``utilities.machinery.buildcache.install()``), so after ``./course prebuild``
 only the mutated kernel compiles: once per block of the exercise's contract (two: ``tests/test_course_parameters.py``),
-and the check's race run (racecheck and synccheck, by default) loads it from the cache. The dry run estimates the run
-from those builds and what the last run-through measured (:func:`estimate`). Results: ``results/mutation-gpu.json``,
-in the form of ``mutation-cpu.json`` (its ``equivalent`` is always 0: no differential test runs on a GPU).
+and the check's race run (racecheck and synccheck; memcheck too where the check asks) loads it from the cache. The
+dry run estimates the run from those builds and what the last run-through measured (:func:`estimate`). Results:
+``results/mutation-gpu.json``, in the form of ``mutation-cpu.json`` (its ``equivalent`` counts only the survivors of
+:data:`EQUIVALENT`, each with its reason under ``reviewed``: no differential test runs on a GPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import json
 import os
 import shlex
@@ -85,6 +90,64 @@ GPU_EXERCISES: dict[str, GpuExercise] = {
     "4b reconstruct": GpuExercise("4b_ozaki2_gpu", "d14ca3ab", "85ebdd0b", builds=7, races=False, plain=True),
 }
 
+
+@dataclass(frozen=True)
+class Equivalent:
+    """A syntactic mutant shown equivalent by review: the exercise, the change (``utilities.mutants``' ``what``), the
+    mutated line as the mutant's source has it (``ast.unparse``'d, comments gone), and why no valid input can tell it
+    from the solution."""
+
+    exercise: str
+    what: str
+    line: str
+    why: str
+
+
+_TILE_VIEW = (
+    "make_tensor takes only the view's data pointer (nvmath.device's OpaqueTensor: the slice's start) and the "
+    "layout's shape and strides (gmem_{0}(k)); k1:k1 - TK starts where k1:k1 + TK does (k1 - TK >= 0 is only a "
+    "shorter end), so the copy reads the same {1} x TK elements"
+)
+_RELU = (
+    "at {0} == 0 both branches store a zero ({0} itself, or 0): only the sign of a zero could differ, which the "
+    "FP16 output's comparison (and ReLU's definition) does not tell apart"
+)
+EQUIVALENT = (
+    Equivalent("1 multipass", "Add -> Sub", "copy(make_tensor(a_rows[:, k1:k1 - TK], gmem_a(k)), next_a)",
+               _TILE_VIEW.format("a", "TM")),
+    Equivalent("1 multipass", "Add -> Sub", "copy(make_tensor(b_cols[:, k1:k1 - TK], gmem_b(k)), next_b)",
+               _TILE_VIEW.format("b", "TN")),
+    Equivalent("2a gemm_bias_relu", "Gt -> GtE", "tile[i] = x if x >= 0 else float32(0)", _RELU.format("x")),
+    Equivalent("2c conv epilogue", "Gt -> GtE", "tile[i] = v if v >= 0 else float32(0)", _RELU.format("v")),
+    Equivalent("4b digit", "Mult -> Add", "r = v - round_near(v + INV[t]) * p",
+               "round_near(v + INV[t]) is v for an integer v (0 < 1/p < 1/2, and v + 1/p is exact below 2^31), so "
+               "r = v (1 - p), of v's class modulo p; |r Y[t]| < 2^31 * 2^8 * 2^8 = 2^47 keeps every later step "
+               "exact in FP64, and the second reduction brings it into [-p/2, p/2] as before (the CPU tool finds "
+               "it equivalent too)"),
+    Equivalent("4b digit", "Sub -> Add", "r = v + round_near(v * INV[t]) * p",
+               "v + q p is of v's class modulo p as v - q p is, and |v + q p| < 2^32 keeps the later steps exact "
+               "(the CPU tool finds it equivalent too)"),
+)  # fmt: skip
+
+
+def mutated_line(original: str, source: str) -> str:
+    """The line a syntactic mutant changed: the first line of its ``source`` that ``original`` (the cell, unparsed as
+    the mutant was) does not hold there, stripped ("" when none differs)."""
+    before = ast.unparse(ast.parse(original)).splitlines()
+    added = [line[2:] for line in difflib.ndiff(before, source.splitlines()) if line.startswith("+ ")]
+    return added[0].strip() if added else ""
+
+
+def reviewed(name: str, what: str, line: str) -> Equivalent | None:
+    """The entry of :data:`EQUIVALENT` for exercise ``name``'s mutant ``what`` (``"line 46: Gt -> GtE"`` or
+    ``"Gt -> GtE"``) that changed ``line`` into what it is, or None."""
+    change = what.split(": ", 1)[1] if what.startswith("line ") else what
+    for entry in EQUIVALENT:
+        if entry.exercise == name and entry.what == change and entry.line == line:
+            return entry
+    return None
+
+
 # What the estimate takes where the run-through measured nothing: a build of a cuBLASDx kernel after a prebuild, a
 # check's own time, the race run (racecheck and synccheck at once on the smallest case: not yet measured on a GPU;
 # issue 41 sets its limit at 10 s), a notebook's setup. Guesses, labelled as such where printed.
@@ -125,6 +188,7 @@ class Planned:
     source: str
     message: str = ""
     stage: str = ""
+    changed: str = ""  # a syntactic mutant's mutated line (:func:`mutated_line`)
 
     @property
     def alternative(self) -> bool:
@@ -147,7 +211,8 @@ def sample(items: list[Any], count: int) -> list[Any]:
 def plan_mutants(name: str, source: str, max_mutants: int) -> tuple[list[Planned], list[str]]:
     """The mutants of exercise ``name`` (cell ``source``), and the semantic entries that do not apply, with why."""
     planned = [
-        Planned("syntactic", f"line {m.line}: {m.what}", m.source) for m in sample(mutants.mutants(source), max_mutants)
+        Planned("syntactic", f"line {m.line}: {m.what}", m.source, changed=mutated_line(source, m.source))
+        for m in sample(mutants.mutants(source), max_mutants)
     ]
     mistakes, alternatives = mutants.load_mistakes(MISTAKES)
     broken = []
@@ -451,7 +516,9 @@ def entry(job: Job) -> dict[str, Any]:
     """The exercise's entry of ``results/mutation-gpu.json``."""
     outcome = job.outcome or {}
     syntactic = [(p, outcome.get(i)) for i, p in enumerate(job.planned) if not p.semantic]
-    survived = [p for p, o in syntactic if o and o[0] == "passed"]
+    passed = [p for p, o in syntactic if o and o[0] == "passed"]
+    equivalent = [(p, e) for p in passed if (e := reviewed(job.name, p.what, p.changed)) is not None]
+    survived = [p for p in passed if all(p is not q for q, _ in equivalent)]
     rejected = [p for p, o in syntactic if o and o[0] in ("rejected", "timed out")]
     verdicts = [mutants.Verdict(job.name, p.kind, p.what, *semantic_status(p, outcome.get(i)))
                 for i, p in enumerate(job.planned) if p.semantic]  # fmt: skip
@@ -466,10 +533,11 @@ def entry(job: Job) -> dict[str, Any]:
         "syntactic": {
             "rejected": len(rejected),
             "survived": len(survived),
-            "equivalent": 0,  # no differential test on a GPU: every survivor is reviewed by hand
+            "equivalent": len(equivalent),  # no differential test on a GPU: only those shown so by review
             "score": len(rejected) / counted if counted else 1.0,
             "survivors": [p.what for p in survived],
-            "equivalents": [],
+            "equivalents": [p.what for p, _ in equivalent],
+            "reviewed": [{"mutant": p.what, "line": e.line, "why": e.why} for p, e in equivalent],
             "sampled": len(syntactic),
             "timed_out": [p.what for p, o in syntactic if o and o[0] == "timed out"],
             "not_run": [p.what for p, o in syntactic if o is None],
@@ -477,6 +545,72 @@ def entry(job: Job) -> dict[str, Any]:
         "semantic": semantic.as_json(),
         "seconds": round(sum(o[2] for o in outcome.values()), 1),
     }
+
+
+COMMUTING = "the swapped arguments commute (utilities.mutants.COMMUTATIVE): such a swap is no longer made"
+
+
+def commuting_swap(cell: str, label: str) -> str:
+    """The line of ``cell`` that a survivor ``label`` of an earlier run ("line 42: first two arguments swapped")
+    changed, when every call on it with two arguments or more is one whose first two commute ("" otherwise)."""
+    where, _, what = label.partition(": ")
+    if what != "first two arguments swapped" or not where.startswith("line "):
+        return ""
+    number = int(where.removeprefix("line "))
+    calls = [n for n in ast.walk(ast.parse(cell)) if isinstance(n, ast.Call) and getattr(n, "lineno", 0) == number]
+    calls = [c for c in calls if len(c.args) >= 2]
+    if calls and all(mutants.called_name(c) in mutants.COMMUTATIVE for c in calls):
+        return ast.unparse(calls[0])
+    return ""
+
+
+def rescore_entry(entry: dict[str, Any], planned: list[Planned], cell: str = "") -> list[str]:
+    """Move the survivors of ``entry`` (a report's exercise) that :data:`EQUIVALENT` holds to its equivalents, each
+    found by its label among ``planned`` (the run's sample, rebuilt: one mutant per label, else it stays), and those
+    that swapped commuting arguments of ``cell`` (:func:`commuting_swap`); returns the labels moved."""
+    name, syntactic = entry["exercise"], entry["syntactic"]
+    by_label: dict[str, list[Planned]] = {}
+    for p in planned:
+        by_label.setdefault(p.what, []).append(p)
+    moved = []
+    for label in list(syntactic["survivors"]):
+        found = by_label.get(label, [])
+        equivalent = reviewed(name, label, found[0].changed) if len(found) == 1 else None
+        swapped = commuting_swap(cell, label) if equivalent is None and cell else ""
+        if equivalent is None and not swapped:
+            continue
+        line, why = (equivalent.line, equivalent.why) if equivalent else (swapped, COMMUTING)
+        syntactic["survivors"].remove(label)
+        syntactic["equivalents"] = [*syntactic.get("equivalents", []), label]
+        syntactic.setdefault("reviewed", []).append({"mutant": label, "line": line, "why": why})
+        moved.append(label)
+    syntactic["survived"] = len(syntactic["survivors"])
+    syntactic["equivalent"] = len(syntactic["equivalents"])
+    counted = syntactic["rejected"] + syntactic["survived"]
+    syntactic["score"] = syntactic["rejected"] / counted if counted else 1.0
+    return moved
+
+
+def rescore(path: Path, parser: argparse.ArgumentParser) -> int:
+    """Apply :data:`EQUIVALENT` to the report at ``path`` without a GPU: each exercise's sample is rebuilt as its run
+    drew it (the report's command gives ``--max-mutants``), and its reviewed survivors become equivalents."""
+    report = json.loads(path.read_text())
+    words = shlex.split(report.get("command", ""))
+    tool = next((i for i, w in enumerate(words) if w.endswith("mutation_gpu.py")), len(words) - 1)
+    known, _ = parser.parse_known_args(words[tool + 1 :])
+    for entry in report["exercises"]:
+        if entry["exercise"] not in GPU_EXERCISES:
+            continue
+        _, cell, _ = cell_plan(GPU_EXERCISES[entry["exercise"]])
+        planned, _ = plan_mutants(entry["exercise"], cell, known.max_mutants)
+        for label in rescore_entry(entry, [p for p in planned if not p.semantic], cell):
+            print(f"{entry['exercise']}: {label}: equivalent (reviewed)")
+        for label in entry["syntactic"]["survivors"]:
+            print(f"{entry['exercise']}: {label}: SURVIVED")
+    command = f"python tools/mutation_gpu.py --rescore --json {path}"
+    report["rescored"] = {"date": time.strftime("%Y-%m-%d"), "command": command}
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    return 0 if not any(e["syntactic"]["survivors"] for e in report["exercises"]) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -494,10 +628,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", default=str(RESULTS), help="where to write the scores")
     parser.add_argument("--dry-run", action="store_true", help="list the mutants, run nothing (no GPU needed)")
+    parser.add_argument(
+        "--rescore", action="store_true", help="apply the table of reviewed equivalents to the report at --json"
+    )
     parser.add_argument("--worker", nargs=2, metavar=("PLAN", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return worker(Path(args.worker[0]), Path(args.worker[1]))
+    if args.rescore:
+        return rescore(Path(args.json), parser)
     names = selected(args.only)
     if args.dry_run:
         return dry_run(names, args.max_mutants, args.parallel)

@@ -496,6 +496,7 @@ def checker(
     driver: Callable[..., str] | None = None,
     shared: bool = False,
     contract: Contract | None = None,
+    bounds: bool = False,
 ) -> Callable[[Callable[..., CheckResult]], Callable[..., CheckResult]]:
     """Declare a checker: it gains an ``exercise=`` keyword (the attendee's functions, in pipeline order), and with a
     ``driver`` the keywords ``sanitize=`` and ``races=``.
@@ -511,7 +512,8 @@ def checker(
       compute-sanitizer (:func:`sanitize_exercise`), and a race or a bad access fails the stage "sanitizer".
     - ``shared=True`` (the exercise is a kernel whose threads share memory; with a ``driver``): without being asked,
       ``driver(exercise, *args, small=True, **kwargs)``, the check's smallest case, runs under racecheck and
-      synccheck beside the check (:class:`RaceCheck`); ``races=False`` skips it for one call.
+      synccheck beside the check (:class:`RaceCheck`); ``races=False`` skips it for one call. With ``bounds=True``
+      memcheck runs beside them: a read past an operand that no result shows (a prefetch past the end of K) fails.
     - ``contract(args, kwargs)`` (with a ``driver``): the arguments of the driver at every block the notebook checks
       the exercise at, given one check's. On a GPU, the first check of new code builds the others' kernels beside it
       (``utilities.contract_builds``); a later check of the same code waits for them and finds its kernel built.
@@ -529,7 +531,8 @@ def checker(
             given = [f for f in (exercise if isinstance(exercise, list | tuple) else [exercise]) if f is not None]
             race = None
             if shared and races and not sanitize and given:
-                race = RaceCheck(name, lambda: driver(given, *args, small=True, **kwargs), given)
+                tools = sanitizer_tools(bounds)
+                race = RaceCheck(name, lambda: driver(given, *args, small=True, **kwargs), given, tools)
             code = _build_ahead(name, driver, contract, given, args, kwargs) if contract and not sanitize else None
             try:
                 if race:
@@ -576,6 +579,7 @@ def checker(
             return result
 
         run.driver, run.shared, run.contract = driver, shared, contract  # type: ignore[attr-defined]
+        run.bounds = bounds  # type: ignore[attr-defined]
         return run
 
     return wrap
@@ -662,6 +666,20 @@ def race_wait(environ: Mapping[str, str] | None = None) -> float:
         return RACE_WAIT
 
 
+def sanitizer_tools(bounds: bool) -> tuple[str, ...]:
+    """The tools of a check's default run: racecheck and synccheck, and memcheck with ``bounds``."""
+    from .sanitizer import BOUNDS_TOOLS, RACE_TOOLS
+
+    return BOUNDS_TOOLS if bounds else RACE_TOOLS
+
+
+def _found_nothing(tools: Sequence[str]) -> str:
+    """What a clean run of ``tools`` says it did not find."""
+    if "memcheck" in tools:
+        return "no race, no barrier error and no access outside an array"
+    return "no race and no barrier error"
+
+
 class RaceCheck:
     """The default race run of one check (:func:`checker` with ``shared=True``): racecheck and synccheck on the
     check's smallest case, started in the background with the check, and read when the check has passed. Its script
@@ -671,8 +689,11 @@ class RaceCheck:
 
     ``script()`` gives the driver's code; ``functions`` are the attendee's (their sources go into the script)."""
 
-    def __init__(self, name: str, script: Callable[[], str], functions: Sequence[Any]) -> None:
+    def __init__(
+        self, name: str, script: Callable[[], str], functions: Sequence[Any], tools: Sequence[str] = ()
+    ) -> None:
         self.name, self.script, self.functions = name, script, list(functions)
+        self.tools = tuple(tools) or sanitizer_tools(False)
         self.pending: Any = None
         self.text = ""
         self.note = ""  # why nothing runs, when the check should say so
@@ -702,7 +723,7 @@ class RaceCheck:
             return
         if self.text in RACE_VERDICTS:
             return
-        self.pending = sanitizer.start(self.text)
+        self.pending = sanitizer.start(self.text, tools=self.tools)
         if self.pending is None:
             self.note = f"races not checked: {sanitizer.MISSING.split('; the sanitizer run')[0]}"
 
@@ -735,7 +756,7 @@ class RaceCheck:
             self.pending = None
         else:
             (verdict, message), seconds = before, "checked before, same code"
-        tools = " and ".join(sanitizer.RACE_TOOLS)
+        tools = ", ".join(self.tools[:-1]) + f" and {self.tools[-1]}" if len(self.tools) > 1 else self.tools[0]
         if verdict == "found":
             raise CheckFailure(
                 "sanitizer",
@@ -745,7 +766,7 @@ class RaceCheck:
         if verdict == "not checked":
             print(f"… {self.name}: races not checked: {message}")
             return
-        print(f"✓ {self.name}: no race and no barrier error under compute-sanitizer {tools} ({seconds})")
+        print(f"✓ {self.name}: {_found_nothing(self.tools)} under compute-sanitizer {tools} ({seconds})")
 
 
 def sanitize_exercise(name: str, functions: Sequence[Any], driver: str, **options: Any) -> None:

@@ -2,7 +2,8 @@
 
 Two kinds. A **syntactic** mutant changes one thing inside a solution region (``# BEGIN SOLUTION`` ...
 ``# END SOLUTION``): an arithmetic, bitwise or comparison operator, a constant by one (or a float by a factor of
-two), a sign, ``and``/``or``, two indices of a subscript or two arguments of a call swapped, or a statement dropped.
+two), a sign, ``and``/``or``, two indices of a subscript or two arguments of a call swapped (not of a call whose
+first two arguments commute, :data:`COMMUTATIVE`: that swap cannot change a result), or a statement dropped.
 :func:`mutants` lists them (plain ``ast``, no imports of the code), :func:`evaluate` sorts each into
 
 - **rejected**: the checker raised ``CheckFailure`` (which names the stage);
@@ -61,6 +62,18 @@ _CMPOPS: dict[type, tuple[type, ...]] = {
     ast.Eq: (ast.NotEq,),
     ast.NotEq: (ast.Eq,),
 }
+
+# Calls whose first two arguments commute, by the called name (``fma``, ``math.fma``, ``cuda.fma``, ``np.maximum``):
+# a product's two factors (exact: one rounding of the same product), the two operands of a minimum, a maximum or a
+# hypotenuse (only a NaN operand, or zeros of two signs, could tell the orders apart). Swapping them gives a mutant
+# equivalent by construction, so none is made.
+COMMUTATIVE = frozenset({"fma", "min", "max", "fmin", "fmax", "minimum", "maximum", "hypot"})
+
+
+def called_name(call: ast.Call) -> str:
+    """The last name of what ``call`` calls: ``fma`` for ``fma(...)``, ``math.fma(...)`` and ``cuda.fma(...)``."""
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
 
 
 def solution_lines(source: str) -> set[int]:
@@ -134,7 +147,12 @@ def _node_changes(node: ast.AST) -> Iterator[tuple[str, Callable[[ast.AST], Any]
             "first two indices swapped",
             lambda n: n.slice.elts.__setitem__(slice(0, 2), [n.slice.elts[1], n.slice.elts[0]]),
         )
-    elif isinstance(node, ast.Call) and len(node.args) >= 2 and not any(isinstance(a, ast.Starred) for a in node.args):
+    elif (
+        isinstance(node, ast.Call)
+        and len(node.args) >= 2
+        and not any(isinstance(a, ast.Starred) for a in node.args)
+        and called_name(node) not in COMMUTATIVE
+    ):
         yield "first two arguments swapped", lambda n: n.args.__setitem__(slice(0, 2), [n.args[1], n.args[0]])
 
 

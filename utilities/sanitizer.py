@@ -26,7 +26,10 @@ as soon as the check's first run has built the kernel (the subprocess then loads
 they run beside the rest of the check; :meth:`Pending.reports` waits for them when the check has passed, at most
 :data:`RACE_WAIT` seconds. A run that does not finish by then (or within :data:`RACE_TIMEOUT` seconds of its start),
 or a script that fails under the tool, is said in one line and the check passes; a race or a barrier error fails
-the stage "sanitizer". ``COURSE_RACECHECK=off`` turns the default run off (``races=False`` for one call).
+the stage "sanitizer". ``COURSE_RACECHECK=off`` turns the default run off (``races=False`` for one call). A checker
+whose kernel may read past an operand without any result showing it (a prefetch one phase too far, into a buffer
+never used) runs memcheck beside them too (:data:`BOUNDS_TOOLS`); its driver names the operands (:func:`announce`),
+and an access outside one is told as "reads past the end of A" (:func:`access_target`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ IN_WHEEL = ("nvidia", "cu13", "bin", "compute-sanitizer")
 ENV = "COMPUTE_SANITIZER"
 ERROR_EXIT = 86  # the exit status the tool gives when it reported an error (--error-exitcode)
 PRINT_LIMIT = 20  # reports the tool prints at most (--print-limit)
+PADDING = 4096  # bytes of guard memcheck puts after each allocation (--padding): past a phase's K, say
 MISSING = (
     f"compute-sanitizer not found: install the wheel with `pip install {WHEEL}` (it holds "
     f"{'/'.join(IN_WHEEL)} in site-packages), or set {ENV} to the binary; the sanitizer run is skipped"
@@ -89,6 +93,8 @@ def command(binary: Path | str, tool: str, script: Path | str, python: str = sys
     line += ["--report-api-errors", "no"]
     if tool == "racecheck":
         line += ["--racecheck-report", "analysis"]  # one line per race between two instructions, not per thread
+    if tool == "memcheck":  # guard bytes after each allocation: a read past one array into the next one is seen
+        line += ["--padding", str(PADDING)]
     return [*line, python, str(script)]
 
 
@@ -176,15 +182,34 @@ def short_name(text: str) -> str:
     return _MANGLED.sub(lambda m: _last_component(m.group(0)), text)
 
 
+ARRAY_TAG = "course-sanitizer array"  # a line of the script's own output: an operand's name, address and size
+_ARRAY = re.compile(rf"^{ARRAY_TAG} (?P<name>\S+) (?P<start>0x[0-9a-fA-F]+) (?P<size>\d+)$")
+_INVALID = re.compile(r"Invalid __(?P<space>\w+)__ (?P<how>read|write|atomic)", re.I)
+_NEAREST = re.compile(
+    r"and is (?P<bytes>[\d,]+) bytes (?P<side>after|before) the nearest allocation at (?P<start>0x[0-9a-fA-F]+)"
+    r" of size (?P<size>[\d,]+) bytes"
+)
+
+
+def announce(**arrays: Any) -> None:
+    """Print each device array's name, address and size (``A=a``), so that a memcheck report on an address outside
+    it names it (:func:`access_target`). Arrays with ``__cuda_array_interface__`` (CuPy's, numba's)."""
+    for name, array in arrays.items():
+        start = array.__cuda_array_interface__["data"][0]
+        print(f"{ARRAY_TAG} {name} {start:#x} {array.nbytes}", flush=True)
+
+
 @dataclass
 class Report:
-    """What one tool said: its findings, the summary's count (None when the output has no summary), and the
-    script's own failure (a traceback) when it did not run to its end."""
+    """What one tool said: its findings, the summary's count (None when the output has no summary), the script's
+    own failure (a traceback) when it did not run to its end, and the arrays its driver named (:func:`announce`:
+    name -> address of the first byte)."""
 
     tool: str
     findings: list[Finding] = field(default_factory=list)
     summary: int | None = None
     failed: str = ""
+    arrays: dict[str, int] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -198,6 +223,9 @@ def parse(tool: str, output: str) -> Report:
     kind = ""
     for raw in output.splitlines():
         if not raw.startswith("========="):
+            named = _ARRAY.match(raw.strip())
+            if named:
+                report.arrays[named["name"]] = int(named["start"], 16)
             continue
         line = _PREFIX.sub("", raw).rstrip()
         hazards = _HAZARDS.search(line)
@@ -224,6 +252,25 @@ def parse(tool: str, output: str) -> Report:
     return report
 
 
+def access_target(finding: Finding, arrays: dict[str, int]) -> str:
+    """What an access finding did to an array the driver named (``arrays``: name -> first byte), from the report's
+    "and is N bytes after the nearest allocation at 0x..." line: "reads past the end of A (64 bytes after its last
+    byte)", "writes before the start of C (...)"; "" when the finding is no such access or names no such array."""
+    if finding.kind != "access":
+        return ""
+    invalid = next((m for line in finding.lines if (m := _INVALID.search(line))), None)
+    nearest = next((m for line in finding.lines if (m := _NEAREST.search(line))), None)
+    if invalid is None or nearest is None:
+        return ""
+    name = next((n for n, start in arrays.items() if start == int(nearest["start"], 16)), "")
+    if not name:
+        return ""
+    verb = {"read": "reads", "write": "writes"}.get(invalid["how"].lower(), "accesses")
+    side = "past the end of" if nearest["side"] == "after" else "before the start of"
+    where = "after its last byte" if nearest["side"] == "after" else "before its first"
+    return f"{verb} {side} {name} ({nearest['bytes']} bytes {where})"
+
+
 def describe(reports: Sequence[Report]) -> str:
     """The message of a failed sanitizer run: each tool's first findings, where they happened, what causes them."""
     parts = []
@@ -232,7 +279,8 @@ def describe(reports: Sequence[Report]) -> str:
             parts.append(f"{report.tool}: the script did not run to its end:\n{report.failed}")
         for finding in report.findings[:3]:
             where = finding.places()
-            text = f"{report.tool}: {finding.headline}"
+            target = access_target(finding, report.arrays)
+            text = f"{report.tool}: " + (f"your kernel {target}: " if target else "") + finding.headline
             if where:
                 text += f"\n  where: {'; '.join(dict.fromkeys(where))}"
             parts.append(text + f"\n  hint: {finding.explain()}")
@@ -434,6 +482,7 @@ def run(
 # ------------------------------------------------------------------------------------------------------------
 
 RACE_TOOLS = ("racecheck", "synccheck")  # a missing barrier (a race), a misplaced one (a barrier some threads skip)
+BOUNDS_TOOLS = (*RACE_TOOLS, "memcheck")  # and an access outside an operand (a read whose data no result shows)
 RACE_TIMEOUT = 180.0  # seconds from the start: past them the run is given up, and the check passes saying so
 RACE_WAIT = 60.0  # seconds a passed check waits for it at most (COURSE_RACECHECK_WAIT); issue 41 sets what it may add
 RACE_ENV = "COURSE_RACECHECK"  # "off" turns the default race run off

@@ -4,9 +4,11 @@ A wrong phase loop is reported with the phase it got wrong when the result, reco
 skipped, repeated, or never prefetched), matches; otherwise with its first wrong entries alone.
 
 Domain (fed on every run, beside random operands): outputs of 3 x 2 and 2 x 3 block tiles (a grid with its axes
-swapped fails), the fewest phases the double buffer allows (2), an odd count (3) and many (16); the int8 extremes
+swapped fails), the fewest phases the double buffer allows (2), an odd count (3) and many (17: past a count of 16
+written into the loop); the int8 extremes
 (all -128, all 127, mixed: the largest and the most negative sums); for FP16 a NaN in A within the last phase and an
-Inf in B within the first, which a skipped or repeated phase shows.
+Inf in B within the first, which a skipped or repeated phase shows. The race run (racecheck and synccheck) has
+memcheck beside it: a prefetch past the end of K reads past A and B into a buffer never executed, which no C shows.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ CONFIGS = {
 }
 
 
+MANY_PHASES = 17  # more than 16: a loop that stops prefetching after a count of 16 written into it gives a wrong C
+
+
 def pass_gemm_shapes(phase_k: int, tile: tuple[int, int] = TILE) -> list[tuple[int, int, int]]:
-    """3 x 2 tiles with 2 phases, 2 x 3 tiles with 3 phases, one tile with 16 phases."""
+    """3 x 2 tiles with 2 phases, 2 x 3 tiles with 3 phases, one tile with :data:`MANY_PHASES` phases."""
     tm, tn = tile
-    return [(3 * tm, 2 * tn, 2 * phase_k), (2 * tm, 3 * tn, 3 * phase_k), (tm, tn, 16 * phase_k)]
+    return [(3 * tm, 2 * tn, 2 * phase_k), (2 * tm, 3 * tn, 3 * phase_k), (tm, tn, MANY_PHASES * phase_k)]
 
 
 def gemm_operands(case: str, m: int, n: int, k: int, dtype: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -49,18 +54,34 @@ def gemm_operands(case: str, m: int, n: int, k: int, dtype: str, seed: int) -> t
     return a, bt
 
 
-def _shifted_prefetch(a: np.ndarray, bt: np.ndarray, phase_k: int, shift: int) -> np.ndarray:
-    """C of a loop whose prefetch of phase g + 1 starts ``shift`` past (g + 1) phase_k (K beyond the operands reads
-    zeros, as the kernel's guard does), phase 0 loaded right: exact sums (int64, or float64 for FP16)."""
+def _shifted_prefetch(
+    a: np.ndarray, bt: np.ndarray, phase_k: int, shift: int, unguarded: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """C of a loop whose prefetch of phase g + 1 starts ``shift`` past (g + 1) phase_k, phase 0 loaded right (exact
+    sums: int64, or float64 for FP16), and the entries it determines. K beyond the operands reads zeros (a kernel that
+    guards its loads) or, ``unguarded``, what a kernel without a guard reads there: the next row's first entries
+    (row-major, leading dimension k); past the array's end nothing is known, so its last row's entries are left out."""
     k = a.shape[1]
+    starts = [g * phase_k + (shift if g else 0) for g in range(k // phase_k)]
+    end = max(k, max(starts) + phase_k)
     wide = np.int64 if a.dtype == np.int8 else np.float64
+
+    def widened(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """x with columns up to ``end``, and which of its rows read nothing past its end."""
+        if not unguarded:
+            return np.pad(x.astype(wide), ((0, 0), (0, end - k))), np.ones(x.shape[0], bool)
+        flat = x.astype(wide).ravel()
+        at = np.arange(x.shape[0])[:, None] * k + np.arange(end)[None, :]
+        inside = at < flat.size
+        return np.where(inside, flat[np.minimum(at, flat.size - 1)], 0), inside.all(axis=1)
+
+    (wa, known_a), (wb, known_b) = widened(a), widened(bt)
     total = np.zeros((a.shape[0], bt.shape[0]), wide)
-    for g in range(k // phase_k):
-        k0 = g * phase_k + (shift if g else 0)
-        lo, hi = max(0, k0), max(0, min(k, k0 + phase_k))
+    for k0 in starts:
+        lo, hi = max(0, k0), max(0, k0 + phase_k)
         if hi > lo:
-            total += a[:, lo:hi].astype(wide) @ bt[:, lo:hi].astype(wide).T
-    return total
+            total += wa[:, lo:hi] @ wb[:, lo:hi].T
+    return total, known_a[:, None] & known_b[None, :]
 
 
 def _diagnose(
@@ -69,42 +90,48 @@ def _diagnose(
     bound: np.ndarray | None = None,
     operands: tuple[np.ndarray, np.ndarray, int, int] | None = None,
 ) -> str:
-    """The hint of the phase mistake whose C, recomputed, explains ``got``: a phase skipped or repeated, the prefetched
-    buffer executed, the prefetch's offset shifted (``operands``: A, B^T, phase_k and the pass depth); "" else.
+    """The hints of the phase mistakes whose C, recomputed, explains ``got``: a phase skipped or repeated, the
+    prefetched buffer executed, the prefetch's offset shifted (``operands``: A, B^T, phase_k and the pass depth);
+    "" when none does. Where two mistakes give the same C (at two phases, phase 0 counted twice is also a prefetch
+    of phase g in place of g + 1), each is named.
 
     ``bound`` (FP16 track): a candidate explains ``got`` when it lies within the bound of it."""
     total = parts.sum(axis=0)
 
-    def close(x: np.ndarray) -> bool:
-        return bool(np.array_equal(got, x) if bound is None else (np.abs(got - x) <= bound).all())
+    def close(x: np.ndarray, known: np.ndarray | None = None) -> bool:
+        ok = (got == x) if bound is None else (np.abs(got - x) <= bound)
+        return bool(ok.all() if known is None else (ok | ~known).all() and known.any())
 
+    hints: list[str] = []
     phases = parts.shape[0]
     for g in range(phases):
         if close(total - parts[g]):
             where = "the last phase" if g == phases - 1 else "the first phase" if g == 0 else f"phase {g} of {phases}"
-            return f"{where} is missing: the loop must execute every phase g = 0 .. {phases - 1} once"
+            hints.append(f"{where} is missing: the loop must execute every phase g = 0 .. {phases - 1} once")
+            break
     for g in range(1, phases):
-        if close(total - parts[g] + parts[g - 1]):
-            return (
+        if not hints and close(total - parts[g] + parts[g - 1]):
+            hints.append(
                 f"phase {g - 1} is counted twice and phase {g} never: execute the buffer that was just waited for, "
                 "then swap the two buffers"
             )
-    if close(parts[0]) or close(parts[0] * phases):
-        return "only phase 0 reached the accumulator: prefetch phase g + 1 into the other buffer every iteration"
-    if phases > 2 and close(total - parts[0] + parts[phases - 2]):
-        return (
+    if not hints and (close(parts[0]) or close(parts[0] * phases)):
+        hints.append("only phase 0 reached the accumulator: prefetch phase g + 1 into the other buffer every iteration")
+    if not hints and phases > 2 and close(total - parts[0] + parts[phases - 2]):
+        hints.append(
             "phase 0 never reached the accumulator and phase P - 2 twice: each iteration executed the buffer being "
             "prefetched (phase g + 1), not the one just waited for (phase g)"
         )
     if operands is not None:
         a, bt, phase_k, pass_k = operands
         for shift in sorted({-phase_k, -phase_k // 2, phase_k // 2, pass_k, -pass_k}):
-            if shift and close(_shifted_prefetch(a, bt, phase_k, shift)):
-                return (
+            if shift and any(close(*_shifted_prefetch(a, bt, phase_k, shift, unguarded)) for unguarded in (0, 1)):
+                hints.append(
                     f"the prefetch of phase g + 1 loads K from (g + 1) F PK {'+' if shift > 0 else '-'} {abs(shift)}: "
                     "the offset of the prefetch is (g + 1) * F * PK, where phase g + 1 starts"
                 )
-    return ""
+                break
+    return "; or ".join(hints)
 
 
 def _driver(functions: Sequence[Any], dtype: str = "int8", *args: Any, small: bool = False, **kwargs: Any) -> str:
@@ -116,10 +143,12 @@ def _driver(functions: Sequence[Any], dtype: str = "int8", *args: Any, small: bo
         from utilities import multipass as mp
         from utilities.multipass.reference import operands
         from utilities.multipass.tensorcore import Kernels, PassGemm
+        from utilities.sanitizer import announce
         cfg = mp.PassConfig("{dtype}", **{fields!r})
         m, n, k = {rows}, {rows}, 3 * cfg.phase_k  # block rows and columns, three phases
-        a, bt = operands("random", m, n, k, "{dtype}", 0)
-        PassGemm(m, n, k, cfg, kernels=Kernels({sanitizer.kernels_arguments(functions)}))(cp.asarray(a), cp.asarray(bt))
+        a, bt = (cp.asarray(x) for x in operands("random", m, n, k, "{dtype}", 0))
+        announce(A=a, B=bt)  # memcheck's report on a read past one of them names it
+        PassGemm(m, n, k, cfg, kernels=Kernels({sanitizer.kernels_arguments(functions)}))(a, bt)
         cp.cuda.runtime.deviceSynchronize()
         """
 
@@ -132,7 +161,7 @@ def _contract(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
     ]
 
 
-@checker("multi-pass tile GEMM", driver=_driver, shared=True, contract=_contract)
+@checker("multi-pass tile GEMM", driver=_driver, shared=True, contract=_contract, bounds=True)
 def check_pass_gemm(
     run: Callable[[np.ndarray, np.ndarray], Any],
     dtype: str = "int8",
