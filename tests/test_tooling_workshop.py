@@ -53,6 +53,12 @@ def test_a_run_records_builds_edits_and_the_first_error(tmp_path):
     assert entry.longest_check_after_edit_s >= 0.0
     assert len(entry.edit_seconds) == len(entry.edit_loads) == 1 and entry.cores > 0  # one edit, its load beside it
     assert max(entry.edit_seconds) == pytest.approx(entry.longest_check_after_edit_s, abs=0.05)
+    assert entry.edit_build_stages_s == {}  # the build cache timed no build work (the build was a stand-in)
+    assert workshop.stage_difference({"linking": 2.0}, {"linking": 5.5, "generating": 1.0}) == {
+        "linking": 3.5,
+        "generating": 1.0,
+    }
+    assert workshop.stage_difference({"linking": 2.0}, {"linking": 2.0}) == {}
     quiet = workshop.run_notebook("9_tiny", root=root, edits=False)
     assert quiet.error == "" and quiet.edit_seconds == [] and quiet.longest_check_after_edit_s == 0.0
 

@@ -22,9 +22,11 @@ notebook the entry records
   one's key and what it was made of (``buildcache.linking.key_record``), to hold beside the keys the prebuild
   logged (``python -m utilities.prebuild --keys``) when one was linked;
 - ``longest_check_after_edit_s``: the longest edit-and-check of its exercises; ``edit_race_waits_s``: each edit's
-  seconds of waiting for its race runs after its checks passed (read from the checker's line); ``edit_loads``: the
-  machine's load average at the end of each edit, beside ``cores`` (a check after an edit on a shared machine waits
-  for its builds' share of the cores);
+  seconds of waiting for its race runs after its checks passed (read from the checker's line);
+  ``edit_build_stages_s``: what the edits' builds spent in each kind of build work the build cache times (linking
+  with nvJitLink, generating libmathdx code; the rest of a build is numba's typing and lowering); ``edit_seconds``
+  and ``edit_loads``: each edit's seconds and the machine's load average at its end, beside ``cores`` (a check after
+  an edit on a shared machine waits for its builds' share of the cores);
 - ``error``: the first cell that raised (the run stops there), or a figure shown as text and not as an image;
   ``traceback``: the whole traceback of that cell.
 
@@ -68,6 +70,7 @@ class Entry:
     course_link_keys: list[dict] = field(default_factory=list)  # each course link's key and recipe
     edit_race_waits_s: list[float] = field(default_factory=list)  # each edit: seconds its checks waited for races
     edit_seconds: list[float] = field(default_factory=list)  # each edit and its check
+    edit_build_stages_s: dict[str, float] = field(default_factory=dict)  # the edits' build work by kind (nvJitLink...)
     edit_loads: list[float] = field(default_factory=list)  # each edit: the machine's load average (1 min) at its end
     cores: int = 0  # the machine's cores, beside the loads
 
@@ -98,6 +101,28 @@ def _builds(session: execution.Kernel) -> tuple[list[tuple[str, float]], list[st
     if run.error or not lines:
         return [], [], []
     return parse_builds(lines[-1])
+
+
+STAGES_MARK = "course-build-stages: "
+# a hidden cell: the seconds this kernel has spent in each kind of build work (``buildcache.seconds``), as JSON
+STAGES_CELL = (
+    "import json as _json\nfrom utilities.machinery import buildcache as _buildcache\n"
+    f"print({STAGES_MARK!r} + _json.dumps(_buildcache.seconds()))"
+)
+
+
+def _stage_seconds(session: execution.Kernel) -> dict[str, float]:
+    """Seconds the notebook's kernel has spent in each kind of build work so far (empty if it cannot say)."""
+    run, cell = session.run(STAGES_CELL)
+    lines = [line for line in execution.stream_text(cell).splitlines() if line.startswith(STAGES_MARK)]
+    if run.error or not lines:
+        return {}
+    return {str(k): float(v) for k, v in json.loads(lines[-1][len(STAGES_MARK) :]).items()}
+
+
+def stage_difference(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What each kind of build work added between two readings of :func:`_stage_seconds` (nonzero ones only)."""
+    return {k: round(v - before.get(k, 0.0), 1) for k, v in after.items() if round(v - before.get(k, 0.0), 1) > 0}
 
 
 RACE_LINE = re.compile(r"under compute-sanitizer .*\((\d+) s, (\d+) s of it after the check\)")
@@ -147,6 +172,7 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool, with_edits:
         if shown_as_text and not error:
             error = "a figure shows as text, not as an image: " + "; ".join(shown_as_text)
         builds, linked, keys = _builds(session)
+        stages_before = _stage_seconds(session) if edits and not error else {}
         seconds: list[float] = []
         race_waits: list[float] = []
         loads: list[float] = []
@@ -164,6 +190,7 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool, with_edits:
             if error:
                 break
         edit_builds = _builds(session)[0][len(builds) :] if edits and seconds else []
+        edit_stages = stage_difference(stages_before, _stage_seconds(session)) if edits and seconds else {}
     return Entry(
         notebook=stem,
         wall_s=round(run.wall_s, 1),
@@ -179,6 +206,7 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool, with_edits:
         core=core,
         course_link_keys=keys,
         edit_seconds=[round(x, 1) for x in seconds],
+        edit_build_stages_s=edit_stages,
         edit_loads=loads,
         cores=os.cpu_count() or 0,
     )
