@@ -106,7 +106,9 @@ def test_an_unflattened_index_map_passes_on_every_seed(seed):
     assert check.check_neighbor(unflattened, seed=seed).status == "passed"
 
 
-def conv(flip: bool = False, early: bool = False, wide: int | None = None, stray: bool = False):
+def conv(
+    flip: bool = False, early: bool = False, wide: int | None = None, stray: bool = False, relu_first: bool = False
+):
     """``run(x, w, bias)``: FP32 sums of the implicit GEMM, then the epilogue, as the kernel computes them, with the
     chosen mistakes; ``wide``: the plan's block width when a width of 64 is hard-coded in the bias's offset."""
 
@@ -116,6 +118,8 @@ def conv(flip: bool = False, early: bool = False, wide: int | None = None, stray
         acc = ref.im2col_rows(x).astype(np.float32) @ ref.filters_matrix(np.ascontiguousarray(taps)).astype(np.float32)
         if early:
             acc = acc.astype(F16).astype(np.float32)
+        if relu_first:  # v = max(acc, 0) + bias, then the kernel's own v if v > 0 else 0
+            acc = np.maximum(acc, 0)
         b = bias.astype(np.float32)
         if wide:  # column c reads bias[64 (c // TN) + c % TN]; past the bias a GPU reads whatever lies there
             cols = np.arange(shape.c_out)
@@ -139,8 +143,9 @@ def conv(flip: bool = False, early: bool = False, wide: int | None = None, stray
         (conv(early=True), None, "out", "rounded to FP16 before the bias"),
         (conv(wide=32), 32, "out", "a block width of 64 hard-coded"),
         (conv(stray=True), None, "out", "wrote outside its output"),
+        (conv(relu_first=True), None, "out", "ReLU applied before the bias"),
     ],
-    ids=["flipped filter", "early FP16 rounding", "64 hard-coded", "stray store"],
+    ids=["flipped filter", "early FP16 rounding", "64 hard-coded", "stray store", "ReLU before the bias"],
 )
 @pytest.mark.parametrize("seed", SEEDS)
 def test_each_wrong_convolution_is_rejected_on_every_seed_with_its_name(run, tile_n, stage, says, seed):

@@ -4,7 +4,8 @@ stage it breaks, with a message that names it; the correct ones (FP32 sums in an
 
 Kinds: ReLU applied before alpha0 (only a negative alpha0 shows it), alpha1 acc1 rounded to FP16 before beta1 C1 is
 added (D1 against the kernel's own D0, within the second stage's rounding alone, shows it), the accumulator rounded to
-FP16 before the bias (a bias that cancels the sum shows it), and a store outside the output (the guard band).
+FP16 before the bias (a bias that cancels the sum shows it), a store outside the output (the guard band), and ReLU
+applied before the bias with the final ReLU kept, from a sum in a tensor core's order (named only where it is).
 """
 
 from __future__ import annotations
@@ -100,3 +101,56 @@ def test_each_wrong_epilogue_is_rejected_on_every_seed_with_its_name(run, says, 
 def test_the_right_epilogue_passes_on_every_seed():
     for seed in SEEDS:
         assert check.check_gemm_bias_relu(gemm(), seed=seed).status == "passed"
+
+
+def tensor_core_acc(a: np.ndarray, b: np.ndarray, toward_zero: bool, chunk: int = 16) -> np.ndarray:
+    """``a @ b`` in FP32 in another order than NumPy's: each chunk of K products summed first, then added to the
+    accumulator with one rounding (an FMA-like step), to nearest or toward zero (a tensor core's truncation)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    acc = np.zeros((a.shape[0], b.shape[1]), F32)
+    for k in range(0, a.shape[1], chunk):
+        with np.errstate(invalid="ignore", over="ignore"):
+            exact = acc.astype(np.float64) + a64[:, k : k + chunk] @ b64[k : k + chunk]
+            acc = exact.astype(F32)
+            away = np.abs(acc.astype(np.float64)) > np.abs(exact)
+        if toward_zero:
+            acc = np.where(away, np.nextafter(acc, F32(0)), acc)
+    return acc
+
+
+def epilogue(relu_first: bool = False, relu: bool = True, toward_zero: bool = False):
+    """``run(a, b, bias)`` of 2a's kernel on :func:`tensor_core_acc`'s sum: ``relu(acc + bias)`` in FP32, stored as
+    FP16; ``relu_first``: ``max(acc, 0) + bias`` before the final ReLU (the GPU mutant of tools/mistakes/fusion.py);
+    ``relu=False``: no final ReLU."""
+
+    def run(a, b, bias):
+        acc = tensor_core_acc(a, b, toward_zero)
+        x = (ref.relu(acc) if relu_first else acc) + bias.astype(F32)
+        return (ref.relu(x) if relu else x).astype(F16)
+
+    return run
+
+
+@pytest.mark.parametrize("toward_zero", [False, True], ids=["nearest", "toward zero"])
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_relu_before_the_bias_is_named_from_a_tensor_cores_sum(toward_zero, seed):
+    """The mutant that the H200 run found misnamed: its output, recomputed, matches within the check's bound."""
+    assert check.check_gemm_bias_relu(epilogue(toward_zero=toward_zero), seed=seed).status == "passed"
+    with pytest.raises(check.CheckFailure) as info:
+        check.check_gemm_bias_relu(epilogue(relu_first=True, toward_zero=toward_zero), seed=seed)
+    assert info.value.stage == "out" and "ReLU applied before the bias" in str(info.value), str(info.value)
+
+
+def test_relu_before_the_bias_is_not_said_of_other_wrong_outputs():
+    with pytest.raises(check.CheckFailure) as info:
+        check.check_gemm_bias_relu(epilogue(relu=False), seed=1)
+    assert "ReLU missing" in str(info.value) and "ReLU applied before" not in str(info.value), str(info.value)
+
+    def few_wrong(a, b, bias):  # the right result, a few entries changed
+        out = epilogue()(a, b, bias)
+        out[::37, ::41] += F16(0.5)
+        return out
+
+    with pytest.raises(check.CheckFailure) as info:
+        check.check_gemm_bias_relu(few_wrong, seed=1)
+    assert "ReLU applied before" not in str(info.value), str(info.value)

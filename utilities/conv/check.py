@@ -219,6 +219,8 @@ def _candidates(x: ref.ConvInputs, r: ref.ConvReference, tile_n: int | None = No
         "bias and ReLU missing: the epilogue stores the accumulator as it is": r.conv,
         "bias missing: out = relu(acc + bias[c]), with c the output channel": relu(r.conv),
         "ReLU applied before the bias: relu(acc) + bias": relu(r.conv) + bias,
+        "ReLU applied before the bias, then again after it: relu(relu(acc) + bias) is the bias where acc < 0 < bias; "
+        "add the bias first, then ReLU once": relu(relu(r.conv) + bias),
         "r and s swapped: the filters are (r, s, c_in, c_out), r along the height": swapped,
         "the FP32 sum was rounded to FP16 before the bias: add the bias and apply ReLU to the FP32 accumulator, "
         "and round once, at the store": relu(r.conv.astype(np.float16).astype(np.float64) + bias),
@@ -370,6 +372,8 @@ def _d1_candidates(d0: np.ndarray, w1: np.ndarray, bias1: np.ndarray, conv0: np.
         "ReLU missing in the second epilogue: D1 = relu(acc1 + bias1)": p + bias1,
         "bias1 missing: D1 = relu(acc1 + bias1[c])": relu(p),
         "ReLU applied before the bias: relu(acc1) + bias1": relu(p) + bias1,
+        "ReLU applied before the bias, then again after it: relu(relu(acc1) + bias1) is bias1 where acc1 < 0 < bias1; "
+        "add bias1 first, then ReLU once": relu(relu(p) + bias1),
         "the second FP32 sum was rounded to FP16 before the bias: add bias1 and apply ReLU to the FP32 "
         "accumulator, and round once, at the store": relu(p.astype(np.float16).astype(np.float64) + bias1),
     }

@@ -354,6 +354,8 @@ def _gemm_candidates(x: ref.GemmInputs, tile_n: int | None = None) -> dict[str, 
         "ReLU missing: out = relu(acc + bias)": p + bias,
         "bias missing: out = relu(acc + bias[col])": ref.relu(p),
         "ReLU applied before the bias: relu(acc) + bias": ref.relu(p) + bias,
+        "ReLU applied before the bias, then again after it: relu(relu(acc) + bias) is bias where acc < 0 < bias; add "
+        "the bias first, then ReLU once": ref.relu(ref.relu(p) + bias),
         "bias subtracted instead of added": ref.relu(p - bias),
     }
     n = p.shape[1]
@@ -466,7 +468,8 @@ def check_gemm_bias_relu(
             raise CheckFailure("out", f"stage 'out' on input '{label}': dtype {got.dtype}, expected float16")
         if got.shape == want.shape:
             want = np.where(np.isnan(want) & (got == 0), 0.0, want)  # ReLU of NaN: NaN or 0 (x if x > 0 else 0)
-        candidates = _gemm_candidates(x, (block or {}).get("tile_n"))
+        with np.errstate(over="ignore", invalid="ignore"):  # NaN and Inf inputs: the candidates carry them
+            candidates = _gemm_candidates(x, (block or {}).get("tile_n"))
         hint = "" if got.shape != want.shape else _diagnose(got, bound, candidates, want, "the output")
         compare("out", got, want, bound=bound, names=("row", "col"), hint=hint, case=label)
         count += 1

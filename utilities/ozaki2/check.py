@@ -54,7 +54,7 @@ from ..checker import (
     quick_return,
     untouched,
 )
-from ..rounding import epilogue_bound
+from ..rounding import epilogue_bound, fma
 from . import reference as ref
 
 U = 2.0**-53
@@ -254,9 +254,16 @@ def _within(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> bool:
         return bool(np.all((np.abs(np.asarray(got, np.float64) - want) <= bound) | (got == want)))
 
 
-def crt_mistakes(digits: np.ndarray, count: int) -> dict[str, np.ndarray]:
+def _add_product(s: np.ndarray, u: np.ndarray, w: float, fused: bool) -> np.ndarray:
+    """``s + u w`` in FP64: rounded once (``fused``, as a GPU's compiler contracts ``s += u * w`` into one
+    multiply-add) or twice (the product, then the sum: NumPy and the simulator)."""
+    return fma(u, w, s) if fused else s + u * w
+
+
+def crt_mistakes(digits: np.ndarray, count: int, fused: bool = False) -> dict[str, np.ndarray]:
     """The integers each usual mistake of the CRT reconstruction gives from ``digits``, by the hint that names it
-    (each tested against the attendee's integers, :func:`_crt_hint`)."""
+    (each tested against the attendee's integers, :func:`_crt_hint`). ``fused``: each ``s += u * w`` of the sums is
+    one fused multiply-add, as a GPU computes it (:func:`_add_product`); else the product and the sum round apart."""
     c = ref.crt(count)
     u = digits.astype(np.float64)
     shape = digits.shape[1:]
@@ -267,12 +274,16 @@ def crt_mistakes(digits: np.ndarray, count: int) -> dict[str, np.ndarray]:
             if u32:  # float32 digits: each product rounds to float32
                 ut = digits[t].astype(np.float32)
                 terms = [(ut * np.float32(w[t])).astype(np.float64) for w in (c.c1, c.c2, c.c3)]
-            else:
-                terms = [u[t] * w[t] for w in (c.c1, c.c2, c.c3)]
-            s1 = s1 + terms[0]
-            s2 = (s2 + terms[1]).astype(s2_dtype)
-            s3 = (s3 + terms[2]).astype(s3_dtype)
+                s1, s2, s3 = s1 + terms[0], (s2 + terms[1]).astype(s2_dtype), (s3 + terms[2]).astype(s3_dtype)
+                continue
+            s1 = _add_product(s1, u[t], c.c1[t], fused)
+            s2 = _add_product(s2, u[t], c.c2[t], fused).astype(s2_dtype)
+            s3 = _add_product(s3, u[t], c.c3[t], fused).astype(s3_dtype)
         return s1, s2.astype(np.float64), s3.astype(np.float64)
+
+    one = np.zeros(shape)  # the sum of u_t (c1 + c2 + c3)_t, 1/p_t in one double
+    for t in range(count):
+        one = _add_product(one, u[t], c.c1[t] + c.c2[t] + c.c3[t], fused)
 
     P = c.product_float
     s1, s2, s3 = sums()
@@ -294,9 +305,7 @@ def crt_mistakes(digits: np.ndarray, count: int) -> dict[str, np.ndarray]:
         "q is subtracted after multiplying by P: (s1 + s2 + s3) P - q P cancels the integer part in FP64, losing X; "
         "subtract q from s1 first (exact)": (s1 + s2 + s3) * P - q * P,
         "1/p_t was taken in one double (C1 + C2 + C3): u / p_t rounds there, and P magnifies it; keep the three "
-        "sums apart": (lambda one: (one - np.floor(one + 0.5)) * P)(
-            sum(u[t] * (c.c1[t] + c.c2[t] + c.c3[t]) for t in range(count))
-        ),
+        "sums apart": (one - np.floor(one + 0.5)) * P,
     }
     return out
 
@@ -723,20 +732,23 @@ def _reconstruction_hint(
     bound: np.ndarray,
 ) -> str:
     """The hint of the usual reconstruction mistake (:func:`crt_mistakes`, on the digits) whose C lies within the
-    bound of the attendee's at every finite entry (and whose C is wrong): each recomputed; else ""."""
+    bound of the attendee's at every finite entry (and whose C is wrong): each recomputed with its sums' products
+    rounded apart (the simulator), then, where none matched, fused into them (a GPU, whose compiler contracts
+    ``s += u * w``); else ""."""
     lines = sentinel_lines(st)
     shift = np.where(lines, 0, -(np.asarray(st.mu, np.int64)[:, None] + np.asarray(st.nu, np.int64)[None, :]))
     finite = np.isfinite(want) & ~lines
     if got.shape != want.shape or not finite.any():
         return ""
-    for hint, x in crt_mistakes(st.digits, st.count).items():
-        with np.errstate(invalid="ignore", over="ignore"):
-            value = alpha * np.ldexp(x, shift) + (beta * c if beta != 0.0 else 0.0)
-            slack = bound + 4 * U * np.abs(value)
-            near = np.abs(got[finite] - value[finite]) <= slack[finite]
-            off = ~(np.abs(value[finite] - want[finite]) <= bound[finite])
-        if near.all() and off.any():
-            return hint
+    for fused in (False, True):
+        for hint, x in crt_mistakes(st.digits, st.count, fused).items():
+            with np.errstate(invalid="ignore", over="ignore"):
+                value = alpha * np.ldexp(x, shift) + (beta * c if beta != 0.0 else 0.0)
+                slack = bound + 4 * U * np.abs(value)
+                near = np.abs(got[finite] - value[finite]) <= slack[finite]
+                off = ~(np.abs(value[finite] - want[finite]) <= bound[finite])
+            if near.all() and off.any():
+                return hint
     return ""
 
 
