@@ -11,6 +11,8 @@
 #   tools/gpu_session.sh workshop 2b 3d                             the run-through (arguments of python -m utilities.workshop)
 #   tools/gpu_session.sh ledger 2b 4b --parallel 3                  the ledger's run (arguments of ... ledger run)
 #   tools/gpu_session.sh mutation --only 2b,3b                      GPU mutants (arguments of tools/mutation_gpu.py)
+#   tools/gpu_session.sh job 'python3 tools/launch_overhead.py; python3 tools/ozaki2_report.py --out $SESSION/results'
+#                                                                   any commands, in the background (results: $SESSION/results)
 #   tools/gpu_session.sh import course.bundle                       import a carried build-cache bundle, in the foreground
 #   tools/gpu_session.sh export course.bundle [--max-part-mb 15]    export the build cache into $OUT, in the foreground
 #   tools/gpu_session.sh poll 540
@@ -18,6 +20,7 @@
 # COURSE_COMMIT=<hash> names the commit in the ledger's rows (the copied tree has no .git).
 set -uo pipefail
 SESSION=/tmp/gpu-session
+export SESSION  # a job's commands may name it
 mode=${1:-poll}; shift || true
 
 setup() {  # the wheels installed once per machine; then this call's tree copied to $SESSION/tree, and run from there
@@ -69,6 +72,10 @@ mutation)
     setup
     launch "python3 tools/mutation_gpu.py $* --json $SESSION/results/mutation-gpu.json"
     ;;
+job)
+    setup
+    launch "$*"
+    ;;
 import)
     setup
     import_bundle "$1"
@@ -90,6 +97,6 @@ poll)
     (cd "$SESSION" && tar -czf "$OUT/results.tar.gz" results $(cd "$SESSION" && ls logs/*.json logs/*.xml logs/*.done logs/*.log 2>/dev/null))
     ;;
 *)
-    echo "usage: tools/gpu_session.sh proof|start|workshop|ledger|mutation <args> | import|export FILE | poll [seconds]" >&2
+    echo "usage: tools/gpu_session.sh proof|start|workshop|ledger|mutation|job <args> | import|export FILE | poll [seconds]" >&2
     exit 2 ;;
 esac
