@@ -516,9 +516,9 @@ def entry(job: Job) -> dict[str, Any]:
     """The exercise's entry of ``results/mutation-gpu.json``."""
     outcome = job.outcome or {}
     syntactic = [(p, outcome.get(i)) for i, p in enumerate(job.planned) if not p.semantic]
-    passed = [p for p, o in syntactic if o and o[0] == "passed"]
-    equivalent = [(p, e) for p in passed if (e := reviewed(job.name, p.what, p.changed)) is not None]
-    survived = [p for p in passed if all(p is not q for q, _ in equivalent)]
+    judged = [(p, reviewed(job.name, p.what, p.changed)) for p, o in syntactic if o and o[0] == "passed"]
+    equivalent = [(p, e) for p, e in judged if e is not None]
+    survived = [p for p, e in judged if e is None]
     rejected = [p for p, o in syntactic if o and o[0] in ("rejected", "timed out")]
     verdicts = [mutants.Verdict(job.name, p.kind, p.what, *semantic_status(p, outcome.get(i)))
                 for i, p in enumerate(job.planned) if p.semantic]  # fmt: skip

@@ -578,8 +578,7 @@ def checker(
                 )
             return result
 
-        run.driver, run.shared, run.contract = driver, shared, contract  # type: ignore[attr-defined]
-        run.bounds = bounds  # type: ignore[attr-defined]
+        run.driver, run.shared, run.contract, run.bounds = driver, shared, contract, bounds  # type: ignore[attr-defined]
         return run
 
     return wrap
@@ -640,6 +639,11 @@ def kernels_off_gpu(environ: Mapping[str, str] | None = None, modules: Mapping[s
         return "no GPU"
 
 
+def switched_off(name: str, environ: Mapping[str, str]) -> bool:
+    """Whether the environment variable ``name`` turns its switch off: 0, off, no or false, any case."""
+    return environ.get(name, "").strip().lower() in ("0", "off", "no", "false")
+
+
 def race_check_skipped(
     environ: Mapping[str, str] | None = None, modules: Mapping[str, Any] | None = None
 ) -> tuple[str, bool]:
@@ -649,7 +653,7 @@ def race_check_skipped(
     from .sanitizer import RACE_ENV
 
     environ = os.environ if environ is None else environ
-    if environ.get(RACE_ENV, "").strip().lower() in ("0", "off", "no", "false"):
+    if switched_off(RACE_ENV, environ):
         return f"{RACE_ENV}={environ[RACE_ENV]}", True
     return kernels_off_gpu(environ, modules), False
 

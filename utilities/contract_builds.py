@@ -38,10 +38,10 @@ buildcache.install(quiet=True)  # the kernel built here is stored where the note
 def skipped(environ: Mapping[str, str] | None = None, modules: Mapping[str, Any] | None = None) -> str:
     """Why nothing is built ahead here ("" when it is): ``COURSE_BUILD_AHEAD=off``, or the check's kernels did not
     run on a GPU (``checker.kernels_off_gpu``)."""
-    from .checker import kernels_off_gpu
+    from .checker import kernels_off_gpu, switched_off
 
     environ = os.environ if environ is None else environ
-    if environ.get(ENV, "").strip().lower() in ("0", "off", "no", "false"):
+    if switched_off(ENV, environ):
         return f"{ENV}={environ[ENV]}"
     return kernels_off_gpu(environ, modules)
 

@@ -153,10 +153,9 @@ def threads_each(processes: int, cores: int | None = None) -> int:
 def edit_load(entry: dict) -> str:
     """``, load L on C cores``: the machine's load at the end of the entry's longest edit (empty if not recorded)."""
     seconds, loads = entry.get("edit_seconds") or [], entry.get("edit_loads") or []
-    if not loads or not entry.get("cores"):
+    if not loads or len(loads) != len(seconds) or not entry.get("cores"):
         return ""
-    load = loads[seconds.index(max(seconds))] if len(seconds) == len(loads) else max(loads)
-    return f", load {load:.0f} on {entry['cores']} cores"
+    return f", load {loads[seconds.index(max(seconds))]:.0f} on {entry['cores']} cores"
 
 
 def verdicts(

@@ -94,13 +94,18 @@ def parse_builds(line: str) -> tuple[list[tuple[str, float]], list[str], list[di
     return [(str(what), round(float(s), 2)) for what, s in builds], [str(name) for name in linked], keys
 
 
+def _marked_line(session: execution.Kernel, cell_source: str, mark: str) -> str:
+    """Run a hidden cell in the notebook's kernel and return the last line it printed that starts with ``mark``
+    ("" when the cell failed or printed none)."""
+    run, cell = session.run(cell_source)
+    lines = [line for line in execution.stream_text(cell).splitlines() if line.startswith(mark)]
+    return "" if run.error or not lines else lines[-1]
+
+
 def _builds(session: execution.Kernel) -> tuple[list[tuple[str, float]], list[str], list[dict]]:
     """The kernel's builds so far (:func:`parse_builds`)."""
-    run, cell = session.run(BUILDS_CELL)
-    lines = [line for line in execution.stream_text(cell).splitlines() if line.startswith(BUILDS_MARK)]
-    if run.error or not lines:
-        return [], [], []
-    return parse_builds(lines[-1])
+    line = _marked_line(session, BUILDS_CELL, BUILDS_MARK)
+    return parse_builds(line) if line else ([], [], [])
 
 
 STAGES_MARK = "course-build-stages: "
@@ -113,16 +118,14 @@ STAGES_CELL = (
 
 def _stage_seconds(session: execution.Kernel) -> dict[str, float]:
     """Seconds the notebook's kernel has spent in each kind of build work so far (empty if it cannot say)."""
-    run, cell = session.run(STAGES_CELL)
-    lines = [line for line in execution.stream_text(cell).splitlines() if line.startswith(STAGES_MARK)]
-    if run.error or not lines:
-        return {}
-    return {str(k): float(v) for k, v in json.loads(lines[-1][len(STAGES_MARK) :]).items()}
+    line = _marked_line(session, STAGES_CELL, STAGES_MARK)
+    return {str(k): float(v) for k, v in json.loads(line[len(STAGES_MARK) :]).items()} if line else {}
 
 
 def stage_difference(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """What each kind of build work added between two readings of :func:`_stage_seconds` (nonzero ones only)."""
-    return {k: round(v - before.get(k, 0.0), 1) for k, v in after.items() if round(v - before.get(k, 0.0), 1) > 0}
+    added = {k: round(v - before.get(k, 0.0), 1) for k, v in after.items()}
+    return {k: v for k, v in added.items() if v > 0}
 
 
 RACE_LINE = re.compile(r"under compute-sanitizer .*\((\d+) s, (\d+) s of it after the check\)")

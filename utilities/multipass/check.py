@@ -96,42 +96,51 @@ def _diagnose(
     of phase g in place of g + 1), each is named.
 
     ``bound`` (FP16 track): a candidate explains ``got`` when it lies within the bound of it."""
-    total = parts.sum(axis=0)
 
     def close(x: np.ndarray, known: np.ndarray | None = None) -> bool:
         ok = (got == x) if bound is None else (np.abs(got - x) <= bound)
         return bool(ok.all() if known is None else (ok | ~known).all() and known.any())
 
-    hints: list[str] = []
+    hints = (_phase_hint(parts, close), _offset_hint(operands, close) if operands is not None else "")
+    return "; or ".join(hint for hint in hints if hint)
+
+
+def _phase_hint(parts: np.ndarray, close: Callable[[np.ndarray], bool]) -> str:
+    """The first phase mistake (:func:`_diagnose`) whose C ``close`` accepts: a phase skipped or counted twice, only
+    phase 0 accumulated, or the prefetched buffer executed; "" when none is."""
+    total = parts.sum(axis=0)
     phases = parts.shape[0]
     for g in range(phases):
         if close(total - parts[g]):
             where = "the last phase" if g == phases - 1 else "the first phase" if g == 0 else f"phase {g} of {phases}"
-            hints.append(f"{where} is missing: the loop must execute every phase g = 0 .. {phases - 1} once")
-            break
+            return f"{where} is missing: the loop must execute every phase g = 0 .. {phases - 1} once"
     for g in range(1, phases):
-        if not hints and close(total - parts[g] + parts[g - 1]):
-            hints.append(
+        if close(total - parts[g] + parts[g - 1]):
+            return (
                 f"phase {g - 1} is counted twice and phase {g} never: execute the buffer that was just waited for, "
                 "then swap the two buffers"
             )
-    if not hints and (close(parts[0]) or close(parts[0] * phases)):
-        hints.append("only phase 0 reached the accumulator: prefetch phase g + 1 into the other buffer every iteration")
-    if not hints and phases > 2 and close(total - parts[0] + parts[phases - 2]):
-        hints.append(
+    if close(parts[0]) or close(parts[0] * phases):
+        return "only phase 0 reached the accumulator: prefetch phase g + 1 into the other buffer every iteration"
+    if phases > 2 and close(total - parts[0] + parts[phases - 2]):
+        return (
             "phase 0 never reached the accumulator and phase P - 2 twice: each iteration executed the buffer being "
             "prefetched (phase g + 1), not the one just waited for (phase g)"
         )
-    if operands is not None:
-        a, bt, phase_k, pass_k = operands
-        for shift in sorted({-phase_k, -phase_k // 2, phase_k // 2, pass_k, -pass_k}):
-            if shift and any(close(*_shifted_prefetch(a, bt, phase_k, shift, unguarded)) for unguarded in (0, 1)):
-                hints.append(
-                    f"the prefetch of phase g + 1 loads K from (g + 1) F PK {'+' if shift > 0 else '-'} {abs(shift)}: "
-                    "the offset of the prefetch is (g + 1) * F * PK, where phase g + 1 starts"
-                )
-                break
-    return "; or ".join(hints)
+    return ""
+
+
+def _offset_hint(operands: tuple[np.ndarray, np.ndarray, int, int], close: Callable[..., bool]) -> str:
+    """The prefetch offset, shifted by a half or whole phase or pass, whose C (:func:`_shifted_prefetch`, a kernel with
+    or without a guard past K) ``close`` accepts; "" when none is."""
+    a, bt, phase_k, pass_k = operands
+    for shift in sorted({-phase_k, -phase_k // 2, phase_k // 2, pass_k, -pass_k}):
+        if shift and any(close(*_shifted_prefetch(a, bt, phase_k, shift, unguarded)) for unguarded in (False, True)):
+            return (
+                f"the prefetch of phase g + 1 loads K from (g + 1) F PK {'+' if shift > 0 else '-'} {abs(shift)}: "
+                "the offset of the prefetch is (g + 1) * F * PK, where phase g + 1 starts"
+            )
+    return ""
 
 
 def _driver(functions: Sequence[Any], dtype: str = "int8", *args: Any, small: bool = False, **kwargs: Any) -> str:
