@@ -294,6 +294,9 @@ def test_the_gpu_sample_is_deterministic_and_spread():
     gpu = _gpu_tool()
     assert gpu.sample(list(range(100)), 4) == [0, 25, 50, 75] and gpu.sample([1, 2], 5) == [1, 2]
     assert gpu.selected("3b,4b") == ["3b products", "4b residue", "4b digit", "4b reconstruct"]
+    assert gpu.selected("1_multipass") == ["1 multipass"]  # a notebook's name selects its exercise
+    with pytest.raises(SystemExit, match="'1-multipass' names no exercise"):
+        gpu.selected("2a,1-multipass")  # a typo would have skipped the exercise on a GPU, silently
 
 
 def test_the_gpu_runner_sorts_mutants_restarts_after_a_hang_and_writes_the_report(tmp_path):

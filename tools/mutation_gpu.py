@@ -227,8 +227,15 @@ def plan_mutants(name: str, source: str, max_mutants: int) -> tuple[list[Planned
 
 
 def selected(only: str) -> list[str]:
-    """The exercises whose name contains one of the comma-separated ``only`` (all when empty)."""
-    patterns = [p.strip() for p in only.split(",") if p.strip()]
+    """The exercises whose name contains one of the comma-separated ``only`` (all when empty; ``_`` reads as a
+    space, as in a notebook's name). A pattern that names none is an error: a GPU run would skip it silently."""
+    patterns = [p.strip().replace("_", " ") for p in only.split(",") if p.strip()]
+    unknown = [p for p in patterns if not any(p in n for n in GPU_EXERCISES)]
+    if unknown:
+        raise SystemExit(
+            f"mutation_gpu: --only {', '.join(map(repr, unknown))} names no exercise; the exercises are "
+            + ", ".join(map(repr, GPU_EXERCISES))
+        )
     return [n for n in GPU_EXERCISES if not patterns or any(p in n for p in patterns)]
 
 
