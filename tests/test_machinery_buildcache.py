@@ -301,6 +301,37 @@ def pooled(cache_dir, run_job=None, **lazy_args):
     return m, lazy
 
 
+def test_pools_of_several_processes_generate_at_most_one_job_a_slot(tmp_path, monkeypatch):
+    """The prebuild's jobs share the cores: two pools of three workers each, two slots between them (a slot file is
+    locked by the worker using it), so never more than two generate at once, and both pools finish."""
+    import threading
+    import time as clock
+
+    from utilities.machinery.codegen_workers import SLOTS_ENV, Pool, Slots
+
+    slots = Slots(tmp_path / "slots", 2)
+    monkeypatch.setenv(SLOTS_ENV, str(slots.folder))
+    lock, now, peak = threading.Lock(), [0], [0]
+
+    def generate(job):
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        clock.sleep(0.05)
+        with lock:
+            now[0] -= 1
+        return job
+
+    pools = [Pool(3, run=generate), Pool(3, run=generate)]  # the slots from the environment, as in a prebuild job
+    futures = [pool.submit(n) for n in range(6) for pool in pools]
+    assert sorted(f.result(timeout=30) for f in futures) == sorted(list(range(6)) * 2)
+    assert peak[0] == 2, f"{peak[0]} generated at once with two slots"
+    for pool in pools:
+        pool.shutdown()
+    with pytest.raises(ValueError, match="no slot files"):
+        Slots(tmp_path / "empty")
+
+
 def test_pool_hands_out_placeholders_that_resolve_to_the_code_a_compile_returns(tmp_path):
     from utilities.machinery.codegen_workers import PENDING
 

@@ -153,6 +153,24 @@ def test_each_target_fails_on_its_own() -> None:
     assert failed(whole=[_entry("x", wall_s=361.0), _entry("y")]) == ["each notebook <= 360 s"]
 
 
+def test_the_prebuild_and_the_whole_proof_have_targets_of_their_own() -> None:
+    good = gpu_proof.TestCounts(120, 0, 0, 3, 400.0, [])
+    args = ([_entry("x")], [_entry("x")], _rows(["x"]), ["x"])
+
+    def verdict(steps) -> list[tuple[str, bool, str]]:
+        return [c for c in gpu_proof.verdicts(good, *args, steps=steps) if "prebuild" in c[0] or "proof" in c[0]]
+
+    assert verdict([("import", 12.0, 0), ("prebuild", 300.0, 0), ("all", 1003.0, 0)]) == [
+        ("the prebuild <= 300 s", True, "300 s"),
+        ("the whole proof <= 1200 s", True, "1003 s"),
+    ]
+    assert verdict([("prebuild", 334.0, 0), ("all", 1201.0, 0)]) == [
+        ("the prebuild <= 300 s", False, "334 s"),
+        ("the whole proof <= 1200 s", False, "1201 s"),
+    ]
+    assert verdict([("prebuild (earlier)", 90.0, 0)]) == [] and verdict(None) == []  # not this run's: no verdict
+
+
 def test_the_longest_check_after_an_edit_is_named_with_the_load_it_ran_under() -> None:
     good = gpu_proof.TestCounts(120, 0, 0, 3, 400.0, [])
     slow = _entry("y", longest_check_after_edit_s=40.0, edit_seconds=[12.0, 40.0], edit_loads=[3.0, 21.4], cores=16)

@@ -109,10 +109,11 @@ def test_every_job_kind_is_built_by_a_builder_and_described():
     assert kinds <= set(prebuild.BUILDERS) and kinds <= set(prebuild.SPEC_FORMS)
 
 
-def test_the_longest_jobs_get_two_code_generation_workers():
-    assert [prebuild.build_workers(rank, 16, 16) for rank in range(4)] == [4, 4, 1, 1]  # a 16-core host
-    assert [prebuild.build_workers(rank, 16, 4) for rank in range(3)] == [4, 4, 4]  # four at a time: a share each
-    assert prebuild.build_workers(0, 2, 1) == 2 and prebuild.build_workers(0, 1, 1) == 2
+def test_every_job_gets_a_quarter_of_the_cores_in_workers_and_the_run_one_slot_a_core(tmp_path, monkeypatch):
+    assert prebuild.build_workers(16) == 4 and prebuild.build_workers(2) == 2 and prebuild.build_workers(1) == 2
+    monkeypatch.setattr(prebuild.tempfile, "tempdir", str(tmp_path))
+    slots = prebuild._slots(3)
+    assert slots is not None and len(slots.files) == 3 and slots.folder.parent == tmp_path
     line = prebuild.progress_line(1, 2, "fused:256x256x384", 80, 80, 10, "3 from another process")
     assert "fused:256x256x384: 80 s (3 from another process);" in line
 

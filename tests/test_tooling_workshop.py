@@ -21,10 +21,52 @@ def test_every_exercise_cell_gets_its_solution_and_an_edit_that_compiles(stem):
     exercises = [source for _, source, is_exercise in cells if is_exercise]
     assert exercises, f"{stem} has no exercise cell"
     runs = notebooks.edit_runs(cells)
-    assert len(runs) == len(exercises)
-    for run in runs:
-        assert notebooks.EDIT_LINE in run[0]
+    kernels = [source for source in exercises if not notebooks.is_prediction(source)]
+    assert len(runs) == len(kernels) and kernels, f"{stem}: an edit for every exercise but its predictions"
+    for run, source in zip(runs, kernels, strict=True):
+        assert notebooks.EDIT_LINE in run[0] and run[0].replace(notebooks.EDIT_LINE, "").split() == source.split()
         ast.parse(run[0])  # the edit lands inside the region, at its indentation
+
+
+def test_an_edit_runs_its_check_the_first_later_cell_that_uses_what_it_defines():
+    def region(code: str) -> str:
+        return f"# BEGIN SOLUTION\n{code}\n# END SOLUTION"
+
+    prediction = "# Your prediction: how fast?\n" + region("guess = 2")
+    cells = [
+        ("a", region("def make_a(): pass"), True),
+        ("b", region("def make_b(): pass"), True),
+        ("c", "check(make_b)", False),
+        ("d", prediction, True),
+        ("e", "check(make_a, guess)", False),
+        ("f", region("x = 1"), True),
+        ("g", "print('no use of x')", False),
+        ("h", region("y = 1"), True),
+        ("i", region("z = 1"), True),
+    ]
+    runs = notebooks.edit_runs(cells)
+    first, second, third, fourth, fifth = (notebooks.edited(cells[i][1]) for i in (0, 1, 5, 7, 8))
+    assert runs == [
+        [first, "check(make_a, guess)"],
+        [second, "check(make_b)"],
+        [third, "print('no use of x')"],
+        [fourth],
+        [fifth],
+    ]
+    assert notebooks.defined_names("def f(): pass\nclass C: pass\na, (b, c) = 1, (2, 3)\nd: int = 4") == set("fCabcd")
+    assert notebooks.defined_names("def broken(:") == set()
+
+
+@pytest.mark.parametrize("stem", EXERCISE_STEMS)
+def test_prediction_cells_are_told_apart_by_their_first_comment(stem):
+    """A prediction is followed by a measurement, not a check: the run-through does not count it as one. Every cell
+    tagged a prediction, and every one that asks for it in its first comment, is one."""
+    exercise = nbformat.read(REPO_ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+    for cell in exercise.cells:
+        if cell.cell_type == "code" and notebooks.PREDICTION_TAG in cell.metadata.get("tags", []):
+            assert notebooks.is_prediction(cell.source), f"{stem} {cell.id}: a prediction cell without the comment"
+    assert notebooks.is_prediction("# SOURCE: utilities/x.py::f\n\n# Your prediction, before the sweep: F?\nf = 8")
+    assert not notebooks.is_prediction("# SOURCE: utilities/x.py::f\ndef f():\n    # your prediction is here\n")
 
 
 def _tiny_course(tmp_path: Path, cells: list[str], gpu: bool = False) -> Path:
@@ -178,5 +220,6 @@ def test_the_race_runs_waits_are_read_from_the_checks_lines() -> None:
         "✓ other: no race and no barrier error under compute-sanitizer racecheck and synccheck (9 s, 0 s of it after "
         "the check)\n"
     )
-    assert workshop.race_wait_of(text) == 23.0
+    assert workshop.race_wait_of(text) == 23.0 and workshop.race_run_of(text) == 41.0
     assert workshop.race_wait_of("… b2b_kernel: races not checked: no GPU\n") == 0.0
+    assert workshop.race_run_of("… b2b_kernel: races not checked: no GPU\n") == 0.0

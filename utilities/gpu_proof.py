@@ -55,6 +55,8 @@ TARGETS = {
     "build_wait_s": 180.0,  # every notebook's build waits, summed over the whole run-through
     "check_after_edit_s": 30.0,  # the longest check after an edit, any notebook
     "notebook_s": 360.0,  # one notebook's wall time, top to bottom
+    "prebuild_s": 300.0,  # the prebuild of the whole course (after a bundle's import: what it left out)
+    "proof_s": 1200.0,  # the whole proof, start to results
 }
 
 
@@ -159,11 +161,23 @@ def edit_load(entry: dict) -> str:
 
 
 def verdicts(
-    tests: TestCounts | None, whole: list[dict], core: list[dict], ledger_rows: list[dict], stems: list[str]
+    tests: TestCounts | None,
+    whole: list[dict],
+    core: list[dict],
+    ledger_rows: list[dict],
+    stems: list[str],
+    steps: list[tuple[str, float, int]] | None = None,
 ) -> list[tuple[str, bool, str]]:
     """(target, met, what was measured) for each target of the proof; ``stems``: the GPU notebooks, each of which
-    needs a passing ledger row of both variants in ``ledger_rows`` (this run's)."""
+    needs a passing ledger row of both variants in ``ledger_rows`` (this run's); ``steps``: this run's (name,
+    seconds, exit), for the prebuild's time and the whole run's (a target of a step that did not run here is left
+    out: a report of an earlier run's logs)."""
     out: list[tuple[str, bool, str]] = []
+    for step, target, label in (("prebuild", "prebuild_s", "the prebuild"), ("all", "proof_s", "the whole proof")):
+        took = [seconds for name, seconds, code in steps or [] if name == step and code == 0]
+        if took:
+            limit = TARGETS[target]
+            out.append((f"{label} <= {limit:.0f} s", took[0] <= limit, f"{took[0]:.0f} s"))
     if tests is None:
         out.append(("GPU tests: 0 failed, 0 errors", False, "did not run"))
     else:
@@ -483,10 +497,10 @@ def main(argv: list[str] | None = None) -> int:
         rows += ledger.load(part).get("rows", [])
     data = ledger.merge(data, [ledger.Row(**row) for row in rows])
     ledger.save(ledger_path, data)
-    checks = verdicts(tests, whole, core, rows, stems)
-    head = {"gpu": gpu, "commit": commit, "date": date, "command": command}
     if not args.report_only:
         runner.steps.append(("all", round(time.perf_counter() - began, 1), 0))
+    checks = verdicts(tests, whole, core, rows, stems, runner.steps)
+    head = {"gpu": gpu, "commit": commit, "date": date, "command": command}
     text = report(runner.steps, checks, head)
     (out / f"{slug}-proof.md").write_text(text)
     print(text)

@@ -18,7 +18,7 @@ A stretch section is a level-2 heading ``## 4. Stretch: ...`` at the top of a ma
 heading: build marks each of its cells ``"course": {"stretch": true}`` in both notebooks (reveal cells too), so that
 a core-only run (``python -m utilities.workshop --core``) can skip them.
 The way back, for the run-through and the GPU ledger: :func:`filled_notebook` is an exercise with its solutions
-filled in, and :func:`edit_runs` the edits that rebuild each exercise's kernel.
+filled in, and :func:`edit_runs` the edits that rebuild each exercise's kernel (predictions are not edited).
 
 The day's clock: each notebook's first cell holds its hands-on time in one form (:data:`CLOCK`, e.g.
 ``*Core path: 25 min hands-on, sections 1-3. Stretch: 10 min, section 4 (a lever).*``), and build writes the
@@ -51,6 +51,7 @@ SOLUTIONS = "solutions"
 EXERCISES = "notebooks"
 REVEAL_TAG = "reveal"
 PREDICTION_TAG = "prediction"  # a cell where the attendee writes a prediction: no reveal cell after it
+PREDICTION_LINE = "# your prediction"  # how a prediction cell's first comment starts (any case): is_prediction
 RAISES_TAG = "exercise-raises"
 EDIT_LINE = "_attendee_edit = 0  # an edit: new code to build, the same result"
 STRETCH = "stretch"  # the key, in a cell's "course" metadata, of a cell in a stretch section
@@ -417,14 +418,52 @@ def edited(source: str) -> str:
     raise ValueError("no solution region to edit")
 
 
+def is_prediction(source: str) -> bool:
+    """Whether a code cell asks for a prediction (its first comment starts "Your prediction"): the cell after it is a
+    measurement, not a check, and an edit of it builds nothing."""
+    first = next((line for line in source.split("\n") if line.strip() and not _SOURCE.match(line)), "")
+    return first.strip().lower().startswith(PREDICTION_LINE)
+
+
+def defined_names(source: str) -> set[str]:
+    """The names a cell defines at its top level (functions, classes, assigned names); empty if it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
 def edit_runs(cells: list[tuple[str, str, bool]]) -> list[list[str]]:
-    """For each exercise cell: its edited source, then the cell after it (its check) unless that is an exercise."""
+    """For each exercise cell but a prediction (:func:`is_prediction`): its edited source, then its check, as an
+    attendee who changed it runs them: the first later cell that is not an exercise and uses a name the exercise
+    defines (3b's products kernel is checked after the epilogue's exercise and its check), else the cell after it
+    unless that is an exercise. The cells between already ran, top to bottom."""
     runs = []
     for index, (_, source, is_exercise) in enumerate(cells):
-        if is_exercise:
-            after = cells[index + 1] if index + 1 < len(cells) else None
-            runs.append([edited(source)] + ([after[1]] if after and not after[2] else []))
+        if not is_exercise or is_prediction(source):
+            continue
+        names = defined_names(source)
+        later = cells[index + 1 :]
+        check = next((text for _, text, ex in later if not ex and names & _used_names(text)), None)
+        if check is None and later and not later[0][2]:
+            check = later[0][1]
+        runs.append([edited(source)] + ([check] if check is not None else []))
     return runs
+
+
+def _used_names(source: str) -> set[str]:
+    try:
+        return {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
+    except SyntaxError:
+        return set()
 
 
 def filled_notebook(

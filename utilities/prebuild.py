@@ -35,12 +35,16 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+
+from .machinery import codegen_workers
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -629,13 +633,22 @@ def write_keys(path: Path, keys: dict[str, list[dict]]) -> None:
     path.write_text(json.dumps(dict(sorted(keys.items())), indent=1))
 
 
-def build_workers(rank: int, cores: int, parallel: int) -> int:
-    """Code generation workers for the job started ``rank``-th (longest first): one core's share each, and a quarter
-    of the cores (at least two) for the longest jobs (an eighth of the cores' worth), whose code generated one
-    function after another was the prebuild's longest path, alone once the others were done
-    (``instructor-notes/machinery.md``)."""
-    share = max(1, cores // parallel)
-    return max(2, share, cores // 4) if rank < max(1, cores // 8) else share
+def build_workers(cores: int) -> int:
+    """Code generation workers for each job: a quarter of the cores (at least two). The jobs share the cores through
+    slots (``codegen_workers.Slots``, one per core), so a job generates with that many workers only when the cores
+    are free: a long job, alone once the others are done, no longer generates one function after another (the
+    prebuild's longest path: ``instructor-notes/machinery.md``)."""
+    return max(2, cores // 4)
+
+
+def _slots(cores: int) -> codegen_workers.Slots | None:
+    """One slot a core, in a folder of this run's, for the jobs' code generation workers to share (None where the
+    system has no ``flock``: each job then generates with its own workers)."""
+    try:
+        import fcntl  # noqa: F401  (the slots' locks)
+    except ImportError:
+        return None
+    return codegen_workers.Slots(tempfile.mkdtemp(prefix="prebuild-slots-"), cores)
 
 
 def estimate_left(
@@ -865,6 +878,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"prebuild: {len(jobs)} kernels, {parallel} at a time", flush=True)
     env = dict(os.environ)  # each build generates its code in worker processes of its own: share the cores
     given = env.get("COURSE_BUILD_JOBS")
+    slots = _slots(os.cpu_count() or 1)
+    if slots is not None:
+        env[codegen_workers.SLOTS_ENV] = str(slots.folder)
     if arch is not None:  # each job builds on the CPU (cpu_build): typed, generated, linked, never launched
         env[cpu_build.ENV] = f"{arch[0]}.{arch[1]}"
         print(f"prebuild: on the CPU, for sm_{arch[0]}{arch[1]} (no GPU needed; nothing is launched)", flush=True)
@@ -878,7 +894,7 @@ def main(argv: list[str] | None = None) -> int:
         began = time.perf_counter()
         running[job] = began
         cmd = [sys.executable, "-m", "utilities.prebuild", "--one", "--jobs", job, "--slices", str(args.slices)]
-        workers = given or str(build_workers(jobs.index(job), os.cpu_count() or 1, parallel))
+        workers = given or str(build_workers(os.cpu_count() or 1))
         done = subprocess.run(cmd, env={**env, "COURSE_BUILD_JOBS": workers}, capture_output=True, text=True)
         running.pop(job, None)
         if done.returncode:
@@ -902,6 +918,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             note = notes.get(job, "")
             print(progress_line(len(results), len(jobs), job, seconds, now - start, left, note), flush=True)
+    if slots is not None:
+        shutil.rmtree(slots.folder, ignore_errors=True)
     _save_seconds({job: seconds for job, seconds, ok in results if ok})
     if args.keys:
         write_keys(Path(args.keys), keys)

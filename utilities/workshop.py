@@ -10,8 +10,9 @@ private folder (``utilities.execution`` says why not in ``notebooks/``). Its exe
 (cells matched by id, so the exercise and the solution must be in sync); the "reveal" cells are skipped. Then, in
 the same kernel, each exercise is **edited** the way an attendee would (one statement added to its first solution
 region, which changes the compiled code but not the result) and re-run with the cell after it, its check: that is
-the wait for a check after an edit. A last cell, which the attendee never sees, prints the kernel's builds. Per
-notebook the entry records
+the wait for a check after an edit (exercises checked together, such as 3b's products and epilogue, run again up to
+their check). A prediction is not edited: the cell after it is a measurement, not a check. A last cell, which the
+attendee never sees, prints the kernel's builds. Per notebook the entry records
 
 - ``wall_s``: the whole notebook, top to bottom;
 - ``longest_build_s`` and ``build_wait_s``: the longest kernel build and the sum of all of them (the build hook of
@@ -22,7 +23,8 @@ notebook the entry records
   one's key and what it was made of (``buildcache.linking.key_record``), to hold beside the keys the prebuild
   logged (``python -m utilities.prebuild --keys``) when one was linked;
 - ``longest_check_after_edit_s``: the longest edit-and-check of its exercises; ``edit_race_waits_s``: each edit's
-  seconds of waiting for its race runs after its checks passed (read from the checker's line);
+  seconds of waiting for its race runs after its checks passed (read from the checker's line), and
+  ``edit_race_runs_s`` its longest race run's seconds from its start;
   ``edit_build_stages_s``: what the edits' builds spent in each kind of build work the build cache times (linking
   with nvJitLink, generating libmathdx code; the rest of a build is numba's typing and lowering); ``edit_seconds``
   and ``edit_loads``: each edit's seconds and the machine's load average at its end, beside ``cores`` (a check after
@@ -69,6 +71,7 @@ class Entry:
     core: bool = False  # stretch sections skipped
     course_link_keys: list[dict] = field(default_factory=list)  # each course link's key and recipe
     edit_race_waits_s: list[float] = field(default_factory=list)  # each edit: seconds its checks waited for races
+    edit_race_runs_s: list[float] = field(default_factory=list)  # each edit: its longest race run, from its start
     edit_seconds: list[float] = field(default_factory=list)  # each edit and its check
     edit_build_stages_s: dict[str, float] = field(default_factory=dict)  # the edits' build work by kind (nvJitLink...)
     edit_loads: list[float] = field(default_factory=list)  # each edit: the machine's load average (1 min) at its end
@@ -137,6 +140,12 @@ def race_wait_of(text: str) -> float:
     return float(sum(int(m.group(2)) for m in RACE_LINE.finditer(text)))
 
 
+def race_run_of(text: str) -> float:
+    """Seconds the longest race run of the checks that printed ``text`` took from its start (N of the line above; 0
+    when none ran): what a race run costs beside its check."""
+    return float(max((int(m.group(1)) for m in RACE_LINE.finditer(text)), default=0))
+
+
 def load_average() -> float:
     """The machine's load average over the last minute (0 where the system does not say)."""
     try:
@@ -178,13 +187,17 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool, with_edits:
         stages_before = _stage_seconds(session) if edits and not error else {}
         seconds: list[float] = []
         race_waits: list[float] = []
+        race_runs: list[float] = []
         loads: list[float] = []
         for cells in edits if not error else []:
             start = time.perf_counter()
             race_waits.append(0.0)
+            race_runs.append(0.0)
             for source in cells:
                 cell_run, cell = session.run(source)
-                race_waits[-1] += race_wait_of(execution.stream_text(cell))
+                text = execution.stream_text(cell)
+                race_waits[-1] += race_wait_of(text)
+                race_runs[-1] = max(race_runs[-1], race_run_of(text))
                 if cell_run.error:
                     error, trace = f"after an edit: {cell_run.error}", cell_run.traceback
                     break
@@ -206,6 +219,7 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool, with_edits:
         edit_builds=edit_builds,
         course_links=linked,
         edit_race_waits_s=[round(w, 1) for w in race_waits[: len(seconds)]],
+        edit_race_runs_s=race_runs[: len(seconds)],
         core=core,
         course_link_keys=keys,
         edit_seconds=[round(x, 1) for x in seconds],

@@ -8,13 +8,18 @@ processes; the link waits for the real code. Each worker rebuilds the descriptor
 the code and returns it, after checking that libmathdx gave each function the symbol numba was given.
 
 Workers: ``$COURSE_BUILD_JOBS`` processes (``0`` or ``1`` generates in the calling process, one at a time),
-by default one per core, at most 16 and one per 3 GiB of memory.
+by default one per core, at most 16 and one per 3 GiB of memory. Processes that build side by side (the prebuild's
+jobs) share the machine's cores through ``$COURSE_BUILD_SLOTS``, a folder of lock files, one per core: a worker
+generates only while it holds one (:class:`Slots`), so each job may have several workers and a long job gets the
+cores the finished ones left.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
+import random
 import subprocess
 import sys
 import time
@@ -27,6 +32,8 @@ from typing import Any
 PENDING = b"TCFC-PENDING-LTOIR:"  # a placeholder's prefix; the rest is the cache key of the code it stands for
 MAX_WORKERS = 16
 WORKER_MEMORY = 3 * 2**30  # bytes a worker may need
+SLOTS_ENV = "COURSE_BUILD_SLOTS"  # a folder of slot files shared by processes that build side by side (Slots)
+SLOT_POLL_S = 0.1  # seconds between two tries for a free slot
 
 # How each kind of descriptor is destroyed (by its creating call).
 DESTROYERS = {
@@ -180,12 +187,55 @@ def workers_from_env() -> int:
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS, memory // WORKER_MEMORY))
 
 
-class Pool:
-    """Up to ``workers`` jobs at a time, each in a worker process of its own (threads here wait for them)."""
+class Slots:
+    """The cores that processes building side by side share: ``count`` files in ``folder``, each held by at most one
+    worker at a time (an exclusive ``flock``, which the system drops when its holder dies)."""
 
-    def __init__(self, workers: int, run: Callable[[Job], Result] = _in_subprocess, executor: Any = None):
+    def __init__(self, folder: Path | str, count: int | None = None):
+        self.folder = Path(folder)
+        if count is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            for index in range(count):
+                (self.folder / f"slot-{index}").touch()
+        self.files = sorted(self.folder.glob("slot-*"))
+        if not self.files:
+            raise ValueError(f"{SLOTS_ENV}={self.folder}: no slot files in it (the prebuild makes them)")
+
+    @classmethod
+    def from_env(cls) -> Slots | None:
+        """The slots ``$COURSE_BUILD_SLOTS`` names, or None (each process then has its own workers' worth)."""
+        folder = os.environ.get(SLOTS_ENV, "").strip()
+        return cls(folder) if folder else None
+
+    def hold(self, run: Callable[[Job], Result], job: Job) -> Result:
+        """``run(job)`` while holding a free slot, waiting for one first."""
+        import fcntl
+
+        while True:
+            for path in random.sample(self.files, len(self.files)):  # no slot is everyone's first try
+                with open(path, "rb") as handle:
+                    try:
+                        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue
+                    return run(job)  # closing the file frees the slot
+            time.sleep(SLOT_POLL_S)
+
+
+class Pool:
+    """Up to ``workers`` jobs at a time, each in a worker process of its own (threads here wait for them); with
+    ``slots`` (default: :meth:`Slots.from_env`), each also waits for a slot of the machine's."""
+
+    def __init__(
+        self,
+        workers: int,
+        run: Callable[[Job], Result] = _in_subprocess,
+        executor: Any = None,
+        slots: Slots | None = None,
+    ):
         self.workers = workers
-        self._run = run
+        slots = slots if slots is not None else Slots.from_env()
+        self._run = run if slots is None else functools.partial(slots.hold, run)
         self._executor = executor
 
     def submit(self, job: Job) -> Future[Result] | None:

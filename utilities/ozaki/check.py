@@ -64,6 +64,11 @@ GEMM_SHAPES = ((256, 384, 384), (300, 136, 392))  # 2 x 3 and 3 x 2 tiles of 128
 # on sm_80 and sm_90, 256 threads, 3 stages in flight), the notebooks check one plan at a block whose every size
 # differs (OzakiConfig's fields), at GEMM_SHAPES[1]: 5 x 3 tiles of 64, 7 K stages of 64 (of 392, padded)
 OTHER_TILE = {"tile_m": 64, "tile_n": 64, "tile_k": 64, "threads": 128, "depth": 2}
+# The race run's case (compute-sanitizer's racecheck and synccheck, the checks' smallest case), whatever the shape and
+# count of the check that starts it: one output tile of 128 x 128 (4 of OTHER_TILE), K padded over every stage and
+# the pipeline's wrap (4 stages of 128, 7 of 64), and 3 slices: diagonals of one, two and three products, every
+# barrier the kernels' loops reach (the count is a run-time argument); more slices only repeat them, slower.
+RACE_SHAPE, RACE_SLICES = (128, 128, GEMM_SHAPES[1][2]), 3
 # The exercise functions each stage depends on (``utilities.checker.unfinished_for``): the shifts are the
 # course's code; the digits come from split_digits; products and diagonals from the products kernels.
 # alpha of either sign and 0, beta 0 (C handed in all NaN: it must not be read) and not, in every combination: the
@@ -131,8 +136,8 @@ def _gemm_driver(functions: Sequence[Any], *args: Any, small: bool = False, **kw
     variant = "fused" if "make_fused_kernel" in names else "partial" if "make_diagonals_kernel" in names else "unfused"
     slices = int(args[0]) if args else int(kwargs.get("slices", 7))
     m, n, k = (kwargs.get("shapes") or GEMM_SHAPES)[-1]
-    if small:  # one output tile of 128 x 128, every K stage and every slice
-        m, n = 128, 128
+    if small:  # the race run: the same case for every check of the notebook's loop, so that one run serves them
+        (m, n, k), slices = RACE_SHAPE, RACE_SLICES
     block = kwargs.get("block")
     cfg = f"OzakiConfig(**{dict(block)!r})" if block else "None"
     return f"""

@@ -101,11 +101,10 @@ def diagonal_sums(a_slices: np.ndarray, b_slices: np.ndarray) -> np.ndarray:
     slices, m, n, k = _check_slice_pair(a_slices, b_slices)
     check_int32_budget(k, slices)
     assert slices * k * _PRODUCT_MAX < _FP64_EXACT
-    a64 = a_slices.astype(np.float64)
-    b64 = b_slices.astype(np.float64)
+    # stacked once: [A_0, .., A_{S-1}] and [B_{S-1}, .., B_0]; each diagonal's operands are views into them
+    lhs = a_slices.transpose(1, 0, 2).reshape(m, slices * k).astype(np.float64)
+    rhs = b_slices[::-1].transpose(1, 0, 2).reshape(n, slices * k).astype(np.float64)
     out = np.empty((slices, m, n), dtype=np.int32)
     for d in range(slices):
-        lhs = a64[: d + 1].transpose(1, 0, 2).reshape(m, (d + 1) * k)  # [A_0, A_1, .., A_d]
-        rhs = b64[d::-1].transpose(1, 0, 2).reshape(n, (d + 1) * k)  # [B_d, .., B_0], transposed
-        out[d] = _to_int32(lhs @ rhs.T)
+        out[d] = _to_int32(lhs[:, : (d + 1) * k] @ rhs[:, (slices - 1 - d) * k :].T)  # [A_0..A_d] [B_d..B_0]^T
     return out
