@@ -1,0 +1,93 @@
+"""Developer tool (issue 43): where Ozaki-II's scaling spends its time, each of its two kernels alone.
+
+Run on a GPU: ``python tools/ozaki2_scaling_probe.py [--size 8192] [--counts 1,4,8,15] [--repeats 10]``.
+
+The automatic plan's scaling is two kernels: A's residues from the row statistics the choice found
+(``residue_known_rows_kernel``) and B's, transposed, from its column statistics (``residue_cols_kernel``). Each is
+timed alone (CUDA events, ``utilities.bench``) at several moduli counts, and its times are fitted as ``a + b N``:
+``a`` is the pass over the operand (its loads and the split of each entry), ``b`` one modulus's residues and their
+stores. Beside each: the bytes it moves at this run's copy rate (its floor), and how far the time is from it. The
+residues are not checked here (the tests and the checkers do that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def fit(counts: list[int], ms: list[float]) -> tuple[float, float]:
+    """Least-squares ``a + b N`` through the points (``a`` alone with one count)."""
+    if len(counts) == 1:
+        return ms[0], 0.0
+    mean_n, mean_t = sum(counts) / len(counts), sum(ms) / len(ms)
+    slope = sum((n - mean_n) * (t - mean_t) for n, t in zip(counts, ms, strict=True)) / sum(
+        (n - mean_n) ** 2 for n in counts
+    )
+    return mean_t - slope * mean_n, slope
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=8192, help="m = n = k (default 8192)")
+    parser.add_argument("--counts", default="1,4,8,15", help="moduli counts, comma-separated (default 1,4,8,15)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args()
+    counts = sorted({int(c) for c in args.counts.split(",")})
+    import cupy as cp  # after the arguments: --help needs no GPU
+
+    from utilities import bench, inputs
+    from utilities.machinery import launch
+    from utilities.ozaki2 import simt
+    from utilities.ozaki2.tensorcore import Ozaki2Gemm
+    from utilities.peaks import measure_copy_bandwidth
+
+    size = args.size
+    a, b = cp.asarray(inputs.normal(size, size, 0)), cp.asarray(inputs.normal(size, size, 1))
+    plan = Ozaki2Gemm(size, size, size, "auto")
+    plan.choose(a, b)  # the statistics both kernels read
+    copy_tbs = measure_copy_bandwidth()
+    kp = plan.kp
+    rows: list[dict] = []
+    for count in counts:
+        a_words, b_words = plan.a_res[:count].view(cp.int32), plan.b_res[:count].view(cp.int32)
+        known = simt.residue_known_launch(size, size, kp, count)
+        cols = simt.residue_cols_launch(size, size, kp, count)
+        kernels = {
+            "rows (A, statistics known)": (
+                lambda known=known, a_words=a_words: launch.launch(
+                    known.kernel, known.grid, known.block, 0, a, plan.stats.rows_i, a_words, plan.mu
+                ),
+                a.nbytes + count * size * kp,
+            ),
+            "columns (B, transposed)": (
+                lambda cols=cols, b_words=b_words: launch.launch(
+                    cols.kernel, cols.grid, cols.block, 0, b, plan.stats.cols_i, b_words, plan.nu
+                ),
+                b.nbytes + count * size * kp,
+            ),
+        }
+        for name, (fn, moved) in kernels.items():
+            record = bench.bench(fn, m=size, n=size, k=size, name=name, repeats=args.repeats, bytes_moved=moved)
+            floor_ms = moved / (copy_tbs * 1e12) * 1e3
+            ms = record.time.median
+            rows.append({"kernel": name, "moduli": count, "ms": ms, "floor_ms": floor_ms, "bytes": moved})
+    print(f"{size}^3, copy rate {copy_tbs:.2f} TB/s (bytes moved / rate = floor)")
+    print(f"{'kernel':<28} {'moduli':>6} {'ms':>8} {'floor ms':>9} {'x floor':>8}")
+    for r in rows:
+        print(f"{r['kernel']:<28} {r['moduli']:>6} {r['ms']:8.3f} {r['floor_ms']:9.3f} {r['ms'] / r['floor_ms']:8.2f}")
+    for name in dict.fromkeys(r["kernel"] for r in rows):
+        mine = [r for r in rows if r["kernel"] == name]
+        a0, slope = fit([r["moduli"] for r in mine], [r["ms"] for r in mine])
+        print(f"{name}: {a0:.3f} ms a pass + {slope:.3f} ms a modulus")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"size": size, "copy_tbs": copy_tbs, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
