@@ -177,6 +177,10 @@ def test_the_longest_check_after_an_edit_is_named_with_the_load_it_ran_under() -
     checks = gpu_proof.verdicts(good, [_entry("x"), slow], [_entry("x")], _rows(["x", "y"]), ["x", "y"])
     said = dict((target, measured) for target, _, measured in checks)["every check after an edit <= 30 s"]
     assert said == "longest 40 s (y, load 21 on 16 cores)"
+    slow["edit_race_waits_s"] = [0.0, 6.0]
+    checks = gpu_proof.verdicts(good, [_entry("x"), slow], [_entry("x")], _rows(["x", "y"]), ["x", "y"])
+    said = dict((target, measured) for target, _, measured in checks)["every check after an edit <= 30 s"]
+    assert said == "longest 40 s (y, load 21 on 16 cores; 6 s of it waiting for races)"
     old = _entry("y", longest_check_after_edit_s=40.0)  # a run-through from before the loads were recorded
     checks = gpu_proof.verdicts(good, [_entry("x"), old], [_entry("x")], _rows(["x", "y"]), ["x", "y"])
     assert dict((t, m) for t, _, m in checks)["every check after an edit <= 30 s"] == "longest 40 s (y)"

@@ -153,11 +153,15 @@ def threads_each(processes: int, cores: int | None = None) -> int:
 
 
 def edit_load(entry: dict) -> str:
-    """``, load L on C cores``: the machine's load at the end of the entry's longest edit (empty if not recorded)."""
+    """``, load L on C cores``: the machine's load at the end of the entry's longest edit, and the seconds it waited
+    for its race runs after its checks (empty where not recorded)."""
     seconds, loads = entry.get("edit_seconds") or [], entry.get("edit_loads") or []
     if not loads or len(loads) != len(seconds) or not entry.get("cores"):
         return ""
-    return f", load {loads[seconds.index(max(seconds))]:.0f} on {entry['cores']} cores"
+    longest = seconds.index(max(seconds))
+    waits = entry.get("edit_race_waits_s") or []
+    race = f"; {waits[longest]:.0f} s of it waiting for races" if len(waits) == len(seconds) else ""
+    return f", load {loads[longest]:.0f} on {entry['cores']} cores{race}"
 
 
 def verdicts(
