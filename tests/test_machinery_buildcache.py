@@ -332,6 +332,28 @@ def test_pools_of_several_processes_generate_at_most_one_job_a_slot(tmp_path, mo
         Slots(tmp_path / "empty")
 
 
+def test_a_job_waiting_for_a_slot_gives_up_when_its_pool_shuts_down(tmp_path):
+    """Every slot busy (held by another process: here a file opened apart, as another process would): the job
+    waits; once its pool is shut down it stops waiting and never runs."""
+    import fcntl
+
+    from utilities.machinery.codegen_workers import Pool, Slots
+
+    slots = Slots(tmp_path / "slots", 1)
+    ran = []
+    with open(slots.files[0], "rb") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        pool = Pool(1, run=ran.append, slots=slots)
+        future = pool.submit("job")
+        with pytest.raises(TimeoutError):
+            future.result(timeout=0.5)  # waiting for the slot
+        pool._stop.set()  # what shutdown does first (shutdown itself would not wait for the thread)
+        with pytest.raises(RuntimeError, match="shut down while this job waited"):
+            future.result(timeout=5)
+    assert ran == []
+    pool.shutdown()
+
+
 def test_pool_hands_out_placeholders_that_resolve_to_the_code_a_compile_returns(tmp_path):
     from utilities.machinery.codegen_workers import PENDING
 

@@ -169,6 +169,8 @@ def test_the_prebuild_and_the_whole_proof_have_targets_of_their_own() -> None:
         ("the whole proof <= 1200 s", False, "1201 s"),
     ]
     assert verdict([("prebuild (earlier)", 90.0, 0)]) == [] and verdict(None) == []  # not this run's: no verdict
+    assert verdict([("prebuild (earlier)", 90.0, 0), ("tests", 300.0, 0), ("all", 400.0, 0)]) == []  # resumed
+    assert verdict([("prebuild", 120.0, 1)]) == [("the prebuild <= 300 s", False, "120 s, exit 1")]  # a job failed
 
 
 def test_the_longest_check_after_an_edit_is_named_with_the_load_it_ran_under() -> None:

@@ -295,6 +295,8 @@ def test_the_gpu_sample_is_deterministic_and_spread():
     assert gpu.sample(list(range(100)), 4) == [0, 25, 50, 75] and gpu.sample([1, 2], 5) == [1, 2]
     assert gpu.selected("3b,4b") == ["3b products", "4b residue", "4b digit", "4b reconstruct"]
     assert gpu.selected("1_multipass") == ["1 multipass"]  # a notebook's name selects its exercise
+    assert gpu.selected("gemm_bias_relu") == gpu.selected("2a_epilogue_fusion") == ["2a gemm_bias_relu"]
+    assert gpu.selected("3b_ozaki_unfused") == ["3b products"]
     with pytest.raises(SystemExit, match="'1-multipass' names no exercise"):
         gpu.selected("2a,1-multipass")  # a typo would have skipped the exercise on a GPU, silently
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,16 @@ def test_counts_of_a_job_read_as_single_ranges_and_lists():
     assert prebuild.parse_counts("3-4+9") == [3, 4, 9]
 
 
+def test_the_ozaki_race_runs_slicing_kernels_are_prebuilt():
+    """3c's and 3d's race runs slice with the course's kernels at their own case: a job builds them, or the race
+    run's process builds them under compute-sanitizer in every notebook's first check."""
+    from utilities.ozaki.check import RACE_SHAPE, RACE_SLICES
+
+    slicing = [job.partition(":")[2] for job in prebuild.COURSE_JOBS.split(",") if job.startswith("slicing:")]
+    counts = {int(k): prebuild.parse_counts(c) for k, c in (spec.split("@") for spec in slicing)}
+    assert RACE_SLICES in counts.get(RACE_SHAPE[2], []), counts
+
+
 def test_every_job_kind_is_built_by_a_builder_and_described():
     kinds = {job.partition(":")[0] for job in prebuild.COURSE_JOBS.split(",")}
     assert kinds <= set(prebuild.BUILDERS) and kinds <= set(prebuild.SPEC_FORMS)
@@ -114,6 +125,8 @@ def test_every_job_gets_a_quarter_of_the_cores_in_workers_and_the_run_one_slot_a
     monkeypatch.setattr(prebuild.tempfile, "tempdir", str(tmp_path))
     slots = prebuild._slots(3)
     assert slots is not None and len(slots.files) == 3 and slots.folder.parent == tmp_path
+    cores = prebuild.codegen_workers.usable_cores()
+    assert 1 <= prebuild.codegen_workers.machine_slots() <= cores <= (os.cpu_count() or 1)
     line = prebuild.progress_line(1, 2, "fused:256x256x384", 80, 80, 10, "3 from another process")
     assert "fused:256x256x384: 80 s (3 from another process);" in line
 

@@ -43,15 +43,18 @@ def test_an_edit_runs_its_check_the_first_later_cell_that_uses_what_it_defines()
         ("g", "print('no use of x')", False),
         ("h", region("y = 1"), True),
         ("i", region("z = 1"), True),
+        ("j", region("def make_j(): pass\ncheck(make_j)"), True),
+        ("k", "# Your prediction: bits?\nbits = make_j()", False),  # a tagged prediction: never its check
     ]
     runs = notebooks.edit_runs(cells)
-    first, second, third, fourth, fifth = (notebooks.edited(cells[i][1]) for i in (0, 1, 5, 7, 8))
+    first, second, third, fourth, fifth, sixth = (notebooks.edited(cells[i][1]) for i in (0, 1, 5, 7, 8, 9))
     assert runs == [
         [first, "check(make_a, guess)"],
         [second, "check(make_b)"],
         [third, "print('no use of x')"],
         [fourth],
         [fifth],
+        [sixth],
     ]
     assert notebooks.defined_names("def f(): pass\nclass C: pass\na, (b, c) = 1, (2, 3)\nd: int = 4") == set("fCabcd")
     assert notebooks.defined_names("def broken(:") == set()

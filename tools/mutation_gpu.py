@@ -227,16 +227,21 @@ def plan_mutants(name: str, source: str, max_mutants: int) -> tuple[list[Planned
 
 
 def selected(only: str) -> list[str]:
-    """The exercises whose name contains one of the comma-separated ``only`` (all when empty; ``_`` reads as a
-    space, as in a notebook's name). A pattern that names none is an error: a GPU run would skip it silently."""
-    patterns = [p.strip().replace("_", " ") for p in only.split(",") if p.strip()]
-    unknown = [p for p in patterns if not any(p in n for n in GPU_EXERCISES)]
+    """The exercises that one of the comma-separated ``only`` names (all when empty): a part of the exercise's name
+    (``2a``, ``gemm_bias_relu``, ``1 multipass``), ``1_multipass`` for ``1 multipass``, or its notebook's name
+    (``3b_ozaki_unfused``). A pattern that names none is an error: a GPU run would skip it silently."""
+
+    def names(pattern: str, name: str) -> bool:
+        return pattern in name or pattern.replace("_", " ") in name or pattern in GPU_EXERCISES[name].stem
+
+    patterns = [p.strip() for p in only.split(",") if p.strip()]
+    unknown = [p for p in patterns if not any(names(p, n) for n in GPU_EXERCISES)]
     if unknown:
         raise SystemExit(
             f"mutation_gpu: --only {', '.join(map(repr, unknown))} names no exercise; the exercises are "
             + ", ".join(map(repr, GPU_EXERCISES))
         )
-    return [n for n in GPU_EXERCISES if not patterns or any(p in n for p in patterns)]
+    return [n for n in GPU_EXERCISES if not patterns or any(names(p, n) for p in patterns)]
 
 
 def measured(root: Path = ROOT) -> tuple[str, dict[str, dict[str, float]]]:

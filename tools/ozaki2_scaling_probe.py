@@ -1,6 +1,6 @@
 """Developer tool (issue 43): where Ozaki-II's scaling spends its time, each of its two kernels alone.
 
-Run on a GPU: ``python tools/ozaki2_scaling_probe.py [--size 8192] [--counts 1,4,8,15] [--repeats 10]``.
+Run on a GPU: ``python tools/ozaki2_scaling_probe.py [--size 8192] [--counts 2,4,8,15] [--repeats 10]``.
 
 The automatic plan's scaling is two kernels: A's residues from the row statistics the choice found
 (``residue_known_rows_kernel``) and B's, transposed, from its column statistics (``residue_cols_kernel``). Each is
@@ -34,11 +34,16 @@ def fit(counts: list[int], ms: list[float]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=8192, help="m = n = k (default 8192)")
-    parser.add_argument("--counts", default="1,4,8,15", help="moduli counts, comma-separated (default 1,4,8,15)")
+    parser.add_argument("--counts", default="2,4,8,15", help="moduli counts, comma-separated (default 2,4,8,15)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
-    counts = sorted({int(c) for c in args.counts.split(",")})
+    from utilities.ozaki2 import reference
+
+    try:  # before the GPU: 2..20 moduli
+        counts = sorted({reference.check_moduli(int(c)) for c in args.counts.split(",")})
+    except (ValueError, reference.ModuliError) as error:
+        parser.error(f"--counts {args.counts}: {error}")
     import cupy as cp  # after the arguments: --help needs no GPU
 
     from utilities import bench, inputs

@@ -174,14 +174,18 @@ def verdicts(
 ) -> list[tuple[str, bool, str]]:
     """(target, met, what was measured) for each target of the proof; ``stems``: the GPU notebooks, each of which
     needs a passing ledger row of both variants in ``ledger_rows`` (this run's); ``steps``: this run's (name,
-    seconds, exit), for the prebuild's time and the whole run's (a target of a step that did not run here is left
-    out: a report of an earlier run's logs)."""
+    seconds, exit), for the prebuild's time and the whole run's (a step that did not run in this invocation gets no
+    verdict: a report of an earlier run's logs, or the whole run's time when some steps ran before it resumed)."""
     out: list[tuple[str, bool, str]] = []
+    steps = steps or []
+    resumed = any(name.endswith("(earlier)") for name, _, _ in steps)  # "all" then times this invocation only
     for step, target, label in (("prebuild", "prebuild_s", "the prebuild"), ("all", "proof_s", "the whole proof")):
-        took = [seconds for name, seconds, code in steps or [] if name == step and code == 0]
-        if took:
-            limit = TARGETS[target]
-            out.append((f"{label} <= {limit:.0f} s", took[0] <= limit, f"{took[0]:.0f} s"))
+        took = [(seconds, code) for name, seconds, code in steps if name == step]
+        if not took or (step == "all" and resumed):
+            continue
+        (seconds, code), limit = took[0], TARGETS[target]
+        said = f"{seconds:.0f} s" + (f", exit {code}" if code else "")
+        out.append((f"{label} <= {limit:.0f} s", code == 0 and seconds <= limit, said))
     if tests is None:
         out.append(("GPU tests: 0 failed, 0 errors", False, "did not run"))
     else:

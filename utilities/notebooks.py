@@ -443,18 +443,20 @@ def defined_names(source: str) -> set[str]:
 
 def edit_runs(cells: list[tuple[str, str, bool]]) -> list[list[str]]:
     """For each exercise cell but a prediction (:func:`is_prediction`): its edited source, then its check, as an
-    attendee who changed it runs them: the first later cell that is not an exercise and uses a name the exercise
-    defines (3b's products kernel is checked after the epilogue's exercise and its check), else the cell after it
-    unless that is an exercise. The cells between already ran, top to bottom."""
+    attendee who changed it runs them: the first later cell that is neither an exercise nor a prediction and uses a
+    name the exercise defines (3b's products kernel is checked after the epilogue's exercise and its check), else
+    the cell after it unless that is an exercise or a prediction (an exercise that checks itself, as 4a's do). The
+    cells between already ran, top to bottom."""
     runs = []
     for index, (_, source, is_exercise) in enumerate(cells):
         if not is_exercise or is_prediction(source):
             continue
         names = defined_names(source)
-        later = cells[index + 1 :]
-        check = next((text for _, text, ex in later if not ex and names & _used_names(text)), None)
-        if check is None and later and not later[0][2]:
-            check = later[0][1]
+        later = [(text, ex) for _, text, ex in cells[index + 1 :] if not is_prediction(text)]
+        check = next((text for text, ex in later if not ex and names & _used_names(text)), None)
+        if check is None and index + 1 < len(cells) and not cells[index + 1][2]:
+            after = cells[index + 1][1]
+            check = None if is_prediction(after) else after
         runs.append([edited(source)] + ([check] if check is not None else []))
     return runs
 

@@ -378,11 +378,12 @@ CONV_SPEED_JOBS = ",".join(
 )
 PRIMER_JOBS = "primer:tile,primer:stack"  # notebook 0's two kernels
 # The plain numba kernels of the Ozaki tracks, at every K and count the notebooks use: slicing per K and slice count
-# (3b-3d's checks at K = 392, their 8192^3 runs, 3c's and 3d's sweeps, 4b's Ozaki-I beside Ozaki-II); Ozaki-II per K
+# (3b-3d's checks at K = 392 and their race runs' 3 slices, their 8192^3 runs, 3c's and 3d's sweeps, 4b's Ozaki-I
+# beside Ozaki-II); Ozaki-II per K
 # and moduli count (4b at 512, 2048 and 8192, with margin around the counts its inputs choose); the statistics and
 # choices of both automatic plans at the sizes 4b runs them.
 PLAIN_JOBS = (
-    "slicing:392@7+12,slicing:2048@3-10,slicing:4096@7,slicing:8192@1-7,"
+    "slicing:392@3+7+12,slicing:2048@3-10,slicing:4096@7,slicing:8192@1-7,"
     "ozaki_auto:2048x2048x2048,ozaki_auto:8192x8192x8192,"
     "ozaki2:512@14-17,ozaki2:2048@12-18,ozaki2:8192@14-16,"
     "ozaki2_auto:512x512x512,ozaki2_auto:2048x2048x2048,ozaki2_auto:8192x8192x8192"
@@ -635,20 +636,20 @@ def write_keys(path: Path, keys: dict[str, list[dict]]) -> None:
 
 def build_workers(cores: int) -> int:
     """Code generation workers for each job: a quarter of the cores (at least two). The jobs share the cores through
-    slots (``codegen_workers.Slots``, one per core), so a job generates with that many workers only when the cores
-    are free: a long job, alone once the others are done, no longer generates one function after another (the
-    prebuild's longest path: ``instructor-notes/machinery.md``)."""
+    slots (``codegen_workers.Slots``, one per core and per 3 GiB), so a job generates with that many workers only
+    when the cores are free: a long job, alone once the others are done, no longer generates one function after
+    another (the prebuild's longest path: ``instructor-notes/machinery.md``)."""
     return max(2, cores // 4)
 
 
-def _slots(cores: int) -> codegen_workers.Slots | None:
-    """One slot a core, in a folder of this run's, for the jobs' code generation workers to share (None where the
+def _slots(count: int) -> codegen_workers.Slots | None:
+    """``count`` slots in a folder of this run's, for the jobs' code generation workers to share (None where the
     system has no ``flock``: each job then generates with its own workers)."""
     try:
         import fcntl  # noqa: F401  (the slots' locks)
     except ImportError:
         return None
-    return codegen_workers.Slots(tempfile.mkdtemp(prefix="prebuild-slots-"), cores)
+    return codegen_workers.Slots(tempfile.mkdtemp(prefix="prebuild-slots-"), count)
 
 
 def estimate_left(
@@ -878,9 +879,28 @@ def main(argv: list[str] | None = None) -> int:
     print(f"prebuild: {len(jobs)} kernels, {parallel} at a time", flush=True)
     env = dict(os.environ)  # each build generates its code in worker processes of its own: share the cores
     given = env.get("COURSE_BUILD_JOBS")
-    slots = _slots(os.cpu_count() or 1)
+    slots = _slots(codegen_workers.machine_slots())  # one a core, and per 3 GiB of memory
     if slots is not None:
         env[codegen_workers.SLOTS_ENV] = str(slots.folder)
+    try:
+        return _run_jobs(jobs, args, env, given, parallel, known, arch)
+    finally:
+        if slots is not None:
+            shutil.rmtree(slots.folder, ignore_errors=True)
+
+
+def _run_jobs(
+    jobs: list[str],
+    args: argparse.Namespace,
+    env: dict[str, str],
+    given: str | None,
+    parallel: int,
+    known: dict[str, float],
+    arch: tuple[int, int] | None,
+) -> int:
+    """The prebuild's jobs, ``parallel`` at a time, each in a process of its own; progress lines, then the table."""
+    from .machinery import cpu_build
+
     if arch is not None:  # each job builds on the CPU (cpu_build): typed, generated, linked, never launched
         env[cpu_build.ENV] = f"{arch[0]}.{arch[1]}"
         print(f"prebuild: on the CPU, for sm_{arch[0]}{arch[1]} (no GPU needed; nothing is launched)", flush=True)
@@ -894,7 +914,7 @@ def main(argv: list[str] | None = None) -> int:
         began = time.perf_counter()
         running[job] = began
         cmd = [sys.executable, "-m", "utilities.prebuild", "--one", "--jobs", job, "--slices", str(args.slices)]
-        workers = given or str(build_workers(os.cpu_count() or 1))
+        workers = given or str(build_workers(codegen_workers.usable_cores()))
         done = subprocess.run(cmd, env={**env, "COURSE_BUILD_JOBS": workers}, capture_output=True, text=True)
         running.pop(job, None)
         if done.returncode:
@@ -918,8 +938,6 @@ def main(argv: list[str] | None = None) -> int:
             )
             note = notes.get(job, "")
             print(progress_line(len(results), len(jobs), job, seconds, now - start, left, note), flush=True)
-    if slots is not None:
-        shutil.rmtree(slots.folder, ignore_errors=True)
     _save_seconds({job: seconds for job, seconds, ok in results if ok})
     if args.keys:
         write_keys(Path(args.keys), keys)

@@ -22,6 +22,7 @@ import pickle
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -169,6 +170,23 @@ def _in_subprocess(job: Job) -> Result:
     return pickle.loads(proc.stdout)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, which a container may narrow), else the machine's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def machine_slots() -> int:
+    """Workers the machine holds at once: one per usable core and per 3 GiB of memory."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return usable_cores()
+    return max(1, min(usable_cores(), memory // WORKER_MEMORY))
+
+
 def workers_from_env() -> int:
     """``$COURSE_BUILD_JOBS``, else one worker per core, at most 16 and one per 3 GiB of memory.
 
@@ -200,6 +218,7 @@ class Slots:
         self.files = sorted(self.folder.glob("slot-*"))
         if not self.files:
             raise ValueError(f"{SLOTS_ENV}={self.folder}: no slot files in it (the prebuild makes them)")
+        self._turn = threading.Lock()  # one thread of a process looks for a slot; the others wait here, idle
 
     @classmethod
     def from_env(cls) -> Slots | None:
@@ -207,19 +226,28 @@ class Slots:
         folder = os.environ.get(SLOTS_ENV, "").strip()
         return cls(folder) if folder else None
 
-    def hold(self, run: Callable[[Job], Result], job: Job) -> Result:
-        """``run(job)`` while holding a free slot, waiting for one first."""
+    def hold(self, run: Callable[[Job], Result], job: Job, stop: threading.Event | None = None) -> Result:
+        """``run(job)`` while holding a free slot, waiting for one first (RuntimeError once ``stop`` is set)."""
+        with self._turn:
+            handle = self._take(stop)
+        try:
+            return run(job)
+        finally:
+            handle.close()  # the slot is free again
+
+    def _take(self, stop: threading.Event | None) -> Any:
         import fcntl
 
-        while True:
+        while stop is None or not stop.is_set():
             for path in random.sample(self.files, len(self.files)):  # no slot is everyone's first try
-                with open(path, "rb") as handle:
-                    try:
-                        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        continue
-                    return run(job)  # closing the file frees the slot
+                handle = open(path, "rb")  # noqa: SIM115  (held open while the slot is in use)
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return handle
+                except BlockingIOError:
+                    handle.close()
             time.sleep(SLOT_POLL_S)
+        raise RuntimeError("the code generation pool was shut down while this job waited for a slot")
 
 
 class Pool:
@@ -235,7 +263,8 @@ class Pool:
     ):
         self.workers = workers
         slots = slots if slots is not None else Slots.from_env()
-        self._run = run if slots is None else functools.partial(slots.hold, run)
+        self._stop = threading.Event()  # set by shutdown: a job still waiting for a slot gives up
+        self._run = run if slots is None else functools.partial(slots.hold, run, stop=self._stop)
         self._executor = executor
 
     def submit(self, job: Job) -> Future[Result] | None:
@@ -248,6 +277,7 @@ class Pool:
             return None  # at exit, and freeing one can need code that was never generated
 
     def shutdown(self) -> None:
+        self._stop.set()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
