@@ -16,7 +16,14 @@ from utilities.ozaki2 import reference as ref
 
 pytestmark = pytest.mark.gpu
 
-MODES = [{}, {"products": "batched"}, {"digits": "late"}, {"overlap": False}, {"products": "batched", "digits": "late"}]
+MODES = [
+    {},  # digits="auto": late where the products fit
+    {"digits": "early"},
+    {"products": "batched", "digits": "early"},
+    {"digits": "late"},
+    {"digits": "early", "overlap": False},
+    {"products": "batched", "digits": "late"},
+]
 
 
 @pytest.fixture(scope="module")
@@ -298,7 +305,7 @@ cp.cuda.set_allocator(None)  # every buffer its own allocation: memcheck sees a 
 from utilities import inputs
 from utilities.ozaki2.tensorcore import Ozaki2Gemm
 
-modes = [{}, {"digits": "late"}, {"products": "batched"}, {"overlap": False}]
+modes = [{}, {"digits": "early"}, {"digits": "late"}, {"products": "batched"}, {"digits": "early", "overlap": False}]
 for (m, n, k), moduli in [((256, 192, 320), 14), ((120, 136, 200), 14), ((120, 136, 200), "auto")]:
     a, b = cp.asarray(inputs.normal(m, k, 1)), cp.asarray(inputs.normal(k, n, 2))
     for options in modes:

@@ -121,6 +121,19 @@ def test_bad_plans_are_refused_before_anything_is_allocated():
         simt.SimtPlan(64, 64, 64, 14, xp=np).choose(np.zeros((64, 64)), np.zeros((64, 64)))
 
 
+def test_the_default_design_reads_digits_late_where_every_product_fits_in_a_quarter_of_the_memory():
+    """``Ozaki2Gemm(digits="auto")``: the automatic count keeps 20 int32 planes; 8192^2 of them is 5.4 GB."""
+    gb = 10**9
+    assert simt.digits_for(ref.MAX_MODULI, 8192, 8192, 141 * gb) == "late"  # an H200
+    assert simt.digits_for(ref.MAX_MODULI, 16384, 16384, 141 * gb) == "late"  # 21.5 GB of products
+    assert simt.digits_for(ref.MAX_MODULI, 16384, 16384, 80 * gb) == "early"  # past a quarter of an 80 GB GPU
+    assert simt.digits_for(ref.MAX_MODULI, 8192, 8192, 24 * gb) == "late"  # 21.5 GB: exactly within, on 24 GB
+    assert simt.digits_for(15, 8192, 8192, 16 * gb) == "early"
+    planes, m, n = 14, 300, 200
+    edge = planes * m * n * 4 * simt.LATE_SHARE
+    assert simt.digits_for(planes, m, n, edge) == "late" and simt.digits_for(planes, m, n, edge - 1) == "early"
+
+
 def _c_with_row_statistics(a: np.ndarray, b: np.ndarray, count: int, reuse: bool, c: np.ndarray) -> np.ndarray:
     """C from a plan whose A's residues take the statistics of A's rows found by the choice's own kernel (``reuse``)
     or find them again in their pass (the design before): every block runs; the choice's estimate kernels, which

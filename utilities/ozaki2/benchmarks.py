@@ -6,9 +6,11 @@ Names (the GPU report, ``../shared/RESULTS.md``):
 - ``cublas.dgemm``, ``ozaki2.auto`` (the count chosen on every call; ``params``: the count, the estimate, the
   choice's own time ``choice_ms`` and its share of the call), ``ozaki2.fixed`` (the same count, given),
   ``ozaki.fused`` (Ozaki-I, 7 slices), ``ozaki.auto`` (Ozaki-I, slices chosen on every call): end to end, timed
-  round by round, interleaved; at the smaller sizes also the plan's variants ``ozaki2.auto.batched`` (one
-  batched int8 GEMM), ``ozaki2.auto.late`` (digits taken in the reconstruction) and ``ozaki2.auto.serial`` (early
-  digits on one stream);
+  round by round, interleaved (the plan's default design: per-modulus GEMMs, digits late where the products fit,
+  ``simt.digits_for``); at the smaller sizes also the plan's designs named outright: ``ozaki2.auto.batched`` (one
+  batched int8 GEMM), ``ozaki2.auto.early`` (each product's digits right after its GEMM, on a second stream),
+  ``ozaki2.auto.late`` (digits taken in the reconstruction) and ``ozaki2.auto.serial`` (early digits on one
+  stream);
 - stages alone, at the chosen count: ``ozaki2.choice``, ``ozaki2.scaling``, ``ozaki2.products`` (``params``
   say per-modulus or batched, early or late digits), ``ozaki2.reconstruct`` (from digits or products),
   ``cublas.igemm``; each with its floor (``floor_ms``: bytes at the measured copy bandwidth, int8 operations at
@@ -36,10 +38,11 @@ from ..peaks import measure_copy_bandwidth
 from . import model
 from .tensorcore import Ozaki2Gemm
 
-VARIANTS = {
-    "ozaki2.auto.batched": {"products": "batched"},
+VARIANTS = {  # every design named outright: the default's digits depend on the GPU's memory (simt.digits_for)
+    "ozaki2.auto.batched": {"products": "batched", "digits": "early"},
+    "ozaki2.auto.early": {"digits": "early"},
     "ozaki2.auto.late": {"digits": "late"},
-    "ozaki2.auto.serial": {"overlap": False},
+    "ozaki2.auto.serial": {"digits": "early", "overlap": False},
 }
 RECOMPUTE = {"ozaki2.auto.recompute": {"statistics": "recompute"}}  # A's row statistics found twice: the old path
 VARIANT_SIZES = 8192  # the variants run up to this size (each plan holds its own buffers)
@@ -194,16 +197,16 @@ def stage_records(
         {"moduli": count} | floor("early", "choice", True),
         bytes_moved=model.design("early", m, n, k, count, auto=True)[0].bytes,
     )
-    for options in ({}, {"products": "batched"}, {"digits": "late"}):
+    for options in ({"digits": "early"}, {"products": "batched", "digits": "early"}, {"digits": "late"}):
         plan = Ozaki2Gemm(m, n, k, count, **options)
         plan(a, b, out=c)
         design = "late" if plan.digits is None else "early"
         modes = {"moduli": count, **_modes(plan)}
-        if not options:
+        if options == {"digits": "early"}:  # the scaling is the same in every design: its params name none
             timed(
                 "ozaki2.scaling",
                 lambda plan=plan: plan.scale(a, b),
-                modes | floor(design, "scaling"),
+                {"moduli": count} | floor(design, "scaling"),
                 bytes_moved=model.design(design, m, n, k, count)[0].bytes,
             )
         products = model.design(design, m, n, k, count)

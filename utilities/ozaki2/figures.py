@@ -47,17 +47,19 @@ def stages_against_floors(
     records: Sequence[plots.BenchRecord | Mapping],
     *,
     size: int | None = None,
+    digits: str = "early",
     path: str | os.PathLike[str] | None = None,
 ) -> Figure:
-    """Each stage of the default design (per-modulus products, early digits) as a bar of its measured time beside
-    its floor (``params["floor_ms"]``, from ``benchmarks.stage_records``), at ``size`` (the largest if None)."""
+    """Each stage of a design (per-modulus products, ``digits`` early or late: the choice and the scaling are the
+    same in both) as a bar of its measured time beside its floor (``params["floor_ms"]``, from
+    ``benchmarks.stage_records``), at ``size`` (the largest if None)."""
     recs = [plots.as_record(r) for r in records]
     recs = [
         r
         for r in recs
         if "floor_ms" in r.params
         and r.params.get("products", "per-modulus") == "per-modulus"
-        and r.params.get("digits", "early") == "early"
+        and r.params.get("digits", digits) == digits
     ]
     size = size or max((r.m for r in recs), default=0)
     by = {r.name.split(".")[1]: r for r in recs if r.m == size}
@@ -73,6 +75,6 @@ def stages_against_floors(
         ax.annotate(f"{got / low:.1f}x", (x - 0.2, got), ha="center", va="bottom", fontsize="small")
     ax.set_xticks(list(xs), names)
     ax.set_ylabel("ms")
-    ax.set_title(f"Ozaki-II stages against their floors, {size}^3")
+    ax.set_title(f"Ozaki-II stages against their floors, {size}^3, digits {digits}")
     ax.legend(fontsize="small")
     return plots.finish(fig, path)

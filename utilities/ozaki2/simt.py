@@ -495,6 +495,17 @@ def reconstruct_launch(
 K_ALIGN = 16  # the residue planes' padded width: cuBLAS's int8 GEMM wants lda = ldb a multiple of 4 (16 B lines)
 PRODUCTS = ("per-modulus", "batched")
 DIGITS = ("early", "late")
+LATE_SHARE = 4  # digits="auto" reads them late when the int32 products fit in 1/LATE_SHARE of the free memory
+
+
+def digits_for(planes: int, m: int, n: int, memory_bytes: int) -> str:
+    """The digits design ``Ozaki2Gemm(digits="auto")`` takes: "late" (every int32 product kept, read once by the
+    reconstruction: 4 bytes an entry a modulus after the GEMMs, against early's 6) when ``planes`` int32 planes of
+    m x n take at most a quarter of ``memory_bytes`` (the GPU's free memory when the plan is made), else "early"
+    (two int32 planes at a time)."""
+    return "late" if planes * m * n * 4 * LATE_SHARE <= memory_bytes else "early"
+
+
 STATISTICS = ("reuse", "recompute")  # A's row statistics in the scaling of moduli="auto": the choice's, or found again
 
 

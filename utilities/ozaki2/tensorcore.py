@@ -14,7 +14,8 @@ Stages (each compared with ``utilities.ozaki2.reference`` by the checkers):
 2. N int8 products on tensor cores through cuBLAS (``utilities.cublas``): one ``igemm`` per modulus (the default:
    on Hopper the batched call is slower for large n), or one strided-batched call; ``digits="early"`` reduces
    each int32 product to its one-byte CRT digit right after its GEMM, on a second stream so that it can run
-   beside the next GEMM (``overlap``), ``digits="late"`` keeps all N int32 products for the reconstruction;
+   beside the next GEMM (``overlap``), ``digits="late"`` keeps all N int32 products for the reconstruction, which
+   reads each once (fewer bytes); ``"auto"``, the default, takes late where the products fit;
 3. the reconstruction: the digits (or products), the CRT in double-double, alpha and beta, into C.
 
 The residues are int8 planes (N, m, kp) and (N, n, kp), kp a multiple of 16. Buffers are allocated for the largest
@@ -33,6 +34,7 @@ from ..guard import Canvas, Written
 from ..machinery import launch
 from ..operands import require_fp64_gemm
 from ..smem import ceil_to
+from . import reference as ref
 from . import simt
 from .simt import DIGITS as DIGITS  # the plan's host side (plain Python): re-exported for its users
 from .simt import K_ALIGN, Kernels
@@ -44,8 +46,9 @@ class Ozaki2Gemm(simt.SimtPlan):
 
     ``plan(a, b, c=None, alpha=1.0, beta=0.0, out=None)``; A and B float64, C-contiguous. With ``moduli="auto"``
     each call chooses the count from its inputs (``self.choice`` says what it chose and why). ``products``:
-    "per-modulus" or "batched" cuBLAS calls; ``digits``: "early" (each product reduced to a byte after its GEMM)
-    or "late" (the reconstruction reads the int32 products); ``overlap``: the early reductions on a second stream;
+    "per-modulus" or "batched" cuBLAS calls; ``digits``: "early" (each product reduced to a byte after its GEMM),
+    "late" (the reconstruction reads the int32 products) or "auto" (late where every int32 product fits in a
+    quarter of the GPU's free memory: ``simt.digits_for``); ``overlap``: the early reductions on a second stream;
     ``statistics``: with ``moduli="auto"``, A's residues from the choice's row statistics ("reuse") or found again
     ("recompute").
     The buffers, the choice, the residues, the digits and the reconstruction are ``utilities.ozaki2.simt``'s
@@ -61,10 +64,14 @@ class Ozaki2Gemm(simt.SimtPlan):
         kernels: Kernels | None = None,
         *,
         products: str = "per-modulus",
-        digits: str = "early",
+        digits: str = "auto",
         overlap: bool = True,
         statistics: str = "reuse",
     ):
+        if digits == "auto":  # late where every int32 product fits (fewer bytes after the GEMMs), else early
+            planes = ref.MAX_MODULI if moduli == "auto" else ref.check_moduli(moduli)
+            free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()  # the pool's too
+            digits = simt.digits_for(planes, m, n, free)
         super().__init__(m, n, k, moduli, kernels, products=products, digits=digits, statistics=statistics, xp=cp)
         self.overlap = overlap and products == "per-modulus"
         self._side = cp.cuda.Stream(non_blocking=True) if self.overlap else None
