@@ -68,6 +68,8 @@ def test_the_stand_in_device_reports_a_hopper_and_does_nothing(cupy):
     cupy.cuda.get_current_stream().synchronize()
     cupy.cuda.Stream(non_blocking=True).wait_event(cupy.cuda.Event(disable_timing=True))  # Ozaki-II's two streams
     assert cupy.cuda.runtime.getDeviceProperties(0)["major"] == 9
+    free, total = device.mem_info  # Ozaki-II's digits="auto" weighs its products against the free memory
+    assert free == total == cpu_build.MEMORY_BYTES and cupy.get_default_memory_pool().free_bytes() == 0
     assert cupy.cuda.device.get_cublas_handle() == 0 and cupy.cuda.cublas.CUBLAS_OP_T == 0  # Ozaki-II's igemm
     assert cupy.cuda.cublas.gemmEx(0, 1, 2) == 0 and cupy.cuda.runtime.CUDA_R_8I == 0  # ... does nothing
     with pytest.raises(RuntimeError, match="needs a GPU"):

@@ -43,6 +43,7 @@ from . import versions
 ENV = "COURSE_CPU_BUILD"  # "9.0": this process (and the prebuild's jobs) builds for that GPU on the CPU
 NEEDS = ("numba-cuda", "nvmath-python", "nvidia-libmathdx-cu13")
 # what the stand-in device reports (an H100 / H200 SXM): plans size grids and check shared memory with these
+MEMORY_BYTES = 80 * 10**9  # the stand-in device's memory, free and total
 DEVICE_ATTRIBUTES = {
     "MultiProcessorCount": 132,
     "MaxSharedMemoryPerBlockOptin": 232448,
@@ -199,6 +200,11 @@ class _Device(_DoesNothing):
     def attributes(self) -> dict[str, int]:
         return dict(DEVICE_ATTRIBUTES)
 
+    @property
+    def mem_info(self) -> tuple[int, int]:
+        """(free, total) bytes: the smaller sm_90 part's, an 80 GB H100 (Ozaki-II's digits="auto" asks)."""
+        return MEMORY_BYTES, MEMORY_BYTES
+
     def synchronize(self) -> None:
         return None
 
@@ -220,6 +226,9 @@ class _Pool:
         return 0
 
     def total_bytes(self) -> int:
+        return 0
+
+    def free_bytes(self) -> int:
         return 0
 
 
