@@ -233,8 +233,9 @@ def test_a_run_cut_short_is_reported_from_its_logs_on_any_machine(tmp_path: Path
     assert "| prebuild (earlier) | 252 | 0 |" in text and "| solutions (did not finish) | 0 | -1 |" in text
     assert "| GPU tests: 0 failed, 0 errors | **no** | did not run |" in text
     assert "2b_back_to_back: m.k" in text
-    assert text.index("| workshop-0") < text.index("| core-0") < text.index("| tests-0") < text.index("| solutions"), (
-        "the run-through first: the tests and the ledger build the notebooks' kernels, which would serve it"
+    assert text.index("| workshop-0") < text.index("| tests-0") < text.index("| solutions") < text.index("| core-0"), (
+        "the run-through first and alone among notebooks: the tests and the ledger build the notebooks' kernels, "
+        "which would serve it; the core path, which measures no clock, beside them"
     )
     whole = json.loads((out / "nvidia-h200-workshop.json").read_text())["notebooks"]
     assert [e["notebook"] for e in whole] == ["2b_back_to_back"]

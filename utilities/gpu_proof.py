@@ -8,17 +8,17 @@ Steps, on a GPU machine:
 
 1. the build cache: ``--import`` of a bundle when given, then ``python -m utilities.prebuild`` (every kernel of the
    course; after an import that served every kernel, it only loads them: its time says whether the bundle did);
-2. at once: the run-through of every GPU notebook (``utilities.workshop``, its filled exercise in a fresh kernel,
-   then each exercise edited and checked again), the notebooks spread over ``--parallel`` processes, beside the
-   run-through of the core path (``--core --no-edits``: its notebooks with their stretch sections skipped, two
-   processes, its edits left to the whole run, which makes the same ones): the attendee's clocks (build waits,
-   checks after an edit, with the machine's load) measured on the cache as the day finds it, before anything else
-   has run the notebooks (their cells define the exercises' factories in ``__main__``: what the tests and the
-   ledger build there would serve the run-through), among notebook processes only, as on a machine a room shares,
-   never beside the tests (each process's BLAS threads its share of the cores);
+2. the run-through of every GPU notebook (``utilities.workshop``, its filled exercise in a fresh kernel, then each
+   exercise edited and checked again), the notebooks spread over ``--parallel`` processes: the attendee's clocks
+   (build waits, checks after an edit, with the machine's load) measured on the cache as the day finds it, before
+   anything else has run the notebooks (their cells define the exercises' factories in ``__main__``: what the tests
+   and the ledger build there would serve the run-through), among ``--parallel`` notebook processes only, as on a
+   machine that many attendees share (each process's BLAS threads its share of the cores);
 3. at once: the GPU tests (``pytest -m 'gpu or device'``, their files spread over :data:`TEST_PROCESSES` processes
-   by the seconds each took in the last run) beside the solutions in fresh kernels (``utilities.ledger run
-   --variants solution``, ``--parallel`` processes): what is right, no attendee's clock measured.
+   by the seconds each took in the last run), the solutions in fresh kernels (``utilities.ledger run --variants
+   solution``, ``--parallel`` processes) and the run-through of the core path (``--core --no-edits``: its notebooks
+   with their stretch sections skipped, two processes; the whole run made the same edits): what is right and runs
+   to the end, no attendee's clock measured.
 
 It writes into ``--out`` (default ``results/``): ``<gpu>-gpu-tests.json`` (this run added to the earlier ones),
 ``<gpu>-workshop.json`` (the run-through's entries, whole and core), ``<gpu>-notebooks.json`` (the ledger: the
@@ -377,11 +377,11 @@ def main(argv: list[str] | None = None) -> int:
         entries = json.loads(previous.read_text()).get("notebooks", [])
         weights = {e["notebook"]: e["wall_s"] for e in entries if not e.get("core")}
     groups = split_evenly(stems, weights, args.parallel)
-    # 2. the whole run-through beside the core path, first: the attendee's clocks (builds, checks after an edit) on
-    # the cache as the day finds it (nothing else has built the notebooks' kernels yet), among notebook processes only
+    # 2. the whole run-through, first: the attendee's clocks (builds, checks after an edit) on the cache as the day
+    # finds it (nothing else has built the notebooks' kernels yet), among notebook processes only
     core_stems = [s for s in DAY if s in stems]
     core_groups = split_evenly(core_stems, weights, 2)
-    runner.threads = threads_each(len(groups) + len(core_groups))
+    runner.threads = threads_each(len(groups))
     started = []
     for i, group in enumerate(groups):
         if not runner.done(f"workshop-{i}"):
@@ -402,29 +402,13 @@ def main(argv: list[str] | None = None) -> int:
                     ],
                 )
             )
-    for i, group in enumerate(core_groups):
-        if not runner.done(f"core-{i}"):
-            started.append(
-                runner.start(
-                    f"core-{i}",
-                    [
-                        py,
-                        "-m",
-                        "utilities.workshop",
-                        "--core",
-                        "--no-edits",
-                        *group,
-                        "--json",
-                        str(logs / f"core-{i}.json"),
-                    ],
-                )
-            )
     runner.wait(*started)
 
-    # 3. the GPU tests beside the solutions in fresh kernels (what is right; no attendee's clock measured here)
+    # 3. the GPU tests beside the solutions in fresh kernels and the core path's run-through (what is right and runs
+    # to the end; no attendee's clock measured here)
     test_files = sorted(f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py"))
     test_groups = split_evenly(test_files, file_seconds(out / f"{slug}-gpu-tests.json"), TEST_PROCESSES)
-    runner.threads = threads_each(len(test_groups) + args.parallel)
+    runner.threads = threads_each(len(test_groups) + args.parallel + len(core_groups))
     started = []
     for i, files in enumerate(test_groups):
         if not runner.done(f"tests-{i}"):
@@ -449,6 +433,23 @@ def main(argv: list[str] | None = None) -> int:
                 ],
             )
         )
+    for i, group in enumerate(core_groups):
+        if not runner.done(f"core-{i}"):
+            started.append(
+                runner.start(
+                    f"core-{i}",
+                    [
+                        py,
+                        "-m",
+                        "utilities.workshop",
+                        "--core",
+                        "--no-edits",
+                        *group,
+                        "--json",
+                        str(logs / f"core-{i}.json"),
+                    ],
+                )
+            )
     runner.wait(*started)
 
     # the results
@@ -490,8 +491,8 @@ def main(argv: list[str] | None = None) -> int:
                 "date": date,
                 "gpu": gpu,
                 "commit": commit,
-                "command": f"{command}: after {cache}, {len(groups)} notebook processes at once (whole) beside "
-                f"{len(core_groups)} (core), before anything else ran the notebooks",
+                "command": f"{command}: after {cache}, {len(groups)} notebook processes at once (whole), before "
+                f"anything else ran the notebooks; then {len(core_groups)} (core) beside the tests and the solutions",
                 "notebooks": whole + core,
             },
             indent=1,
