@@ -203,11 +203,11 @@ def stage_records(
         design = "late" if plan.digits is None else "early"
         modes = {"moduli": count, **_modes(plan)}
         if options == {"digits": "early"}:  # the scaling is the same in every design: its params name none
-            timed(
+            timed(  # the automatic plan's (``auto``, after its choice): B's column statistics are the choice's
                 "ozaki2.scaling",
-                lambda plan=plan: plan.scale(a, b),
-                {"moduli": count} | floor(design, "scaling"),
-                bytes_moved=model.design(design, m, n, k, count)[0].bytes,
+                lambda: auto.scale(a, b, columns_known=True, rows_known=True),
+                {"moduli": count, "auto": True} | floor(design, "scaling", True),
+                bytes_moved=model.design(design, m, n, k, count, auto=True)[1].bytes,
             )
         products = model.design(design, m, n, k, count)
         gemm_floor = floor(design, "products")

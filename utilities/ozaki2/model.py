@@ -4,10 +4,10 @@ The same accounting as Ozaki-I's (``utilities.roofline``: operations and compuls
 kernel's floor the longer of the two at the measured ceilings, kernels one after another add up). A m x k and
 B k x n in FP64, N moduli:
 
-- ``choice`` (automatic count only): A read by column chunks and by rows, B read by rows (the statistics of the
+- ``choice`` (automatic count only): A and B each read twice, by rows and by column chunks (the statistics of the
   estimate: each line's norm, its largest magnitude, the exact integers of the scaling, and C's line norms);
-- ``scaling``: B read by column chunks (each column's exponent), then A and B read once more and N int8 residues
-  written per entry;
+- ``scaling``: with a fixed count, B read by column chunks first (each column's exponent; the automatic plan's
+  choice found them), then A and B read once more and N int8 residues written per entry;
 - ``products``: N int8 GEMMs, int32 out;
 - ``digits`` (design "early"): each int32 product read once more and written as a one-byte digit;
 - ``reconstruct``: the N digits (design "early") or the N int32 products (design "late") of each entry read, C
@@ -32,8 +32,8 @@ def design(variant: str, m: int, n: int, k: int, moduli: int, *, auto: bool = Fa
         if isinstance(v, bool) or int(v) != v or v <= 0:
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     a, b, c, N = float(m * k), float(k * n), float(m * n), float(moduli)
-    kernels = [KernelWork("choice", 0.0, 8.0 * (2 * a + b))] if auto else []
-    kernels.append(KernelWork("scaling", 0.0, 8.0 * (a + 2 * b) + N * (a + b)))
+    kernels = [KernelWork("choice", 0.0, 8.0 * (2 * a + 2 * b))] if auto else []
+    kernels.append(KernelWork("scaling", 0.0, 8.0 * (a + b + (0.0 if auto else b)) + N * (a + b)))
     ops = 2.0 * N * m * n * k
     if variant == "fused":
         return [*kernels, KernelWork("fused kernel", ops, N * (a + b) + 8.0 * c)]
