@@ -41,6 +41,35 @@ def test_an_exported_bundle_imports_every_entry_on_a_like_machine(tmp_path):
     assert bundle.import_(target, tmp_path / "course.bundle", MACHINE) == (0, 8)  # a second import writes nothing
 
 
+def test_a_read_touches_an_entry_and_an_export_of_this_run_leaves_the_untouched_cubins_out(tmp_path):
+    """A cache that built many commits holds the cubins of code changed since: the export of the last full
+    prebuild's entries (``--only-this-run``) leaves out the cubins nothing read or wrote since it started; every other
+    kind of entry stays."""
+    source = _cache(tmp_path / "a")
+    old_cubin, new_cubin, trait = "fe" + "2" * 62, "fd" + "3" * 62, "ff" + "1" * 62
+    source.put(new_cubin, (4).to_bytes(4, "little") + b"kern" + b"\x7fELF" + bytes(50_000))
+    for key, _ in bundle.entries(source):
+        os.utime(source.root / key[:2] / key, (1_000_000.0, 1_000_000.0))  # all from an earlier commit
+    assert source.get(new_cubin) is not None  # read by this run
+    assert (source.root / new_cubin[:2] / new_cubin).stat().st_mtime > 1_000_000.0
+    done = bundle.export(source, tmp_path / "course.bundle", MACHINE, fresh_since=2_000_000.0)
+    _, files = bundle.read(tmp_path / "course.bundle")
+    assert new_cubin in files and trait in files and old_cubin not in files
+    assert done.stale[0] == 1 and "1 stale cubins" in done.summary()
+    assert bundle.export(source, tmp_path / "all.bundle", MACHINE).stale == (0, 0)  # without: every cubin
+
+
+def test_only_the_last_full_prebuild_dates_an_export(tmp_path):
+    jobs = prebuild.COURSE_JOBS.split(",")
+    assert prebuild.last_full_run(tmp_path)[0] is None  # none recorded
+    prebuild._record_run(tmp_path, {"started": 5.0, "jobs": jobs[:3], "built": True})
+    assert "other jobs" in prebuild.last_full_run(tmp_path)[1]
+    prebuild._record_run(tmp_path, {"started": 5.0, "jobs": jobs[::-1], "built": False})
+    assert "did not build every job" in prebuild.last_full_run(tmp_path)[1]
+    prebuild._record_run(tmp_path, {"started": 5.0, "jobs": jobs[::-1], "built": True})
+    assert prebuild.last_full_run(tmp_path) == (5.0, "")
+
+
 def test_a_launch_only_bundle_leaves_the_ltoir_out_and_keeps_its_digests(tmp_path):
     source = _cache(tmp_path / "a")
     ltoir = {key: payload for key, payload in bundle.entries(source) if bundle.kind_of(payload).startswith("LTO-IR")}

@@ -4,7 +4,8 @@
 # Makes a virtual environment with the GPU machine's stack the first time ($CPU_BUILD_VENV, default ../venv-build;
 # $PYTHON, default python3.12: the GPU image's Python minor version, which a kernel's IR depends on), builds every
 # prebuild job into $COURSE_BUILD_CACHE (default ../cpu-cache) with `python -m utilities.prebuild --arch sm_90`
-# ($CPU_BUILD_PARALLEL jobs at a time, default half the cores, each with two code generation workers), then writes OUT_DIR/course-sm90-cpu-<commit>.bundle. $CUDA_PINS pins the CUDA wheels to the GPU machine's (its
+# ($CPU_BUILD_PARALLEL jobs at a time, default half the cores, each with two code generation workers), then writes OUT_DIR/course-sm90-cpu-<commit>.bundle (the cubins that prebuild touched: a cache that built
+# earlier commits keeps theirs too). $CUDA_PINS pins the CUDA wheels to the GPU machine's (its
 # `python -c "from utilities.machinery.buildcache import generator_environment as g; print(g())"` names them),
 # e.g. CUDA_PINS="nvidia-cuda-nvrtc==13.0.88 nvidia-nvjitlink==13.0.88 nvidia-nvvm==13.0.88" for the H200 image of
 # 2026-11-28: an import refuses other NVRTC and nvJitLink versions, and nvJitLink 13.0 cannot link what a newer NVVM
@@ -31,5 +32,6 @@ mkdir -p "$out"
 # each job's kernels and keys beside the bundle: a GPU proof's prebuild-keys.json holds the GPU's, to compare
 "$venv/bin/python" -m utilities.prebuild --arch sm_90 --parallel "${CPU_BUILD_PARALLEL:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}" \
     --keys "$out/course-sm90-cpu-$commit.keys.json"
-"$venv/bin/python" -m utilities.prebuild --arch sm_90 --export "$out/course-sm90-cpu-$commit.bundle"
+# the cubins this prebuild touched: a cache that built earlier commits holds their kernels too
+"$venv/bin/python" -m utilities.prebuild --arch sm_90 --export "$out/course-sm90-cpu-$commit.bundle" --only-this-run
 echo "cpu_bundle: $out/course-sm90-cpu-$commit.bundle in $(((SECONDS - start) / 60)) min"

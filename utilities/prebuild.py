@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 from .machinery import codegen_workers
 
@@ -586,6 +587,32 @@ def _save_seconds(seconds: dict[str, float]) -> None:
         pass  # an estimate for the next run is a convenience, never a reason to fail
 
 
+RUN_FILE = "prebuild-run.json"  # beside the cache: when the last prebuild started, its jobs, whether all built
+
+
+def _record_run(root: Path | None, record: dict[str, Any]) -> None:
+    if root is None:
+        return
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / RUN_FILE).write_text(json.dumps(record, indent=1))
+    except OSError:
+        pass  # what an export may leave out: a convenience, never a reason to fail
+
+
+def last_full_run(root: Path) -> tuple[float | None, str]:
+    """When the last prebuild of every course job started, if all of them built (else None, and why not)."""
+    try:
+        record = json.loads((root / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None, f"no prebuild recorded in {root} (run python -m utilities.prebuild first)"
+    if sorted(record.get("jobs", [])) != sorted(COURSE_JOBS.split(",")):
+        return None, "the last prebuild ran other jobs than the course's: every job must run, or its cubins go"
+    if not record.get("built"):
+        return None, "the last prebuild did not build every job"
+    return float(record["started"]), ""
+
+
 def order(jobs: list[str], known: dict[str, float]) -> list[str]:
     """Longest first (known seconds, else the kind's typical seconds), so that no long build starts last."""
     return sorted(jobs, key=lambda job: -known.get(job, KIND_SECONDS.get(job.partition(":")[0], 120)))
@@ -772,6 +799,7 @@ def bundle_command(
     compare: bool,
     with_ltoir: bool = False,
     arch: tuple[int, int] | None = None,
+    only_this_run: bool = False,
 ) -> int:
     """``--export``, ``--import`` and ``--compare``: one line each of what was done, sizes included."""
     from .machinery.buildcache import DiskCache, bundle, default_cache_dir
@@ -791,8 +819,14 @@ def bundle_command(
             print(f"prebuild: {count:5d} entries, {size / mib:8.1f} MiB: {kind}")
         manifest = {**facts, "date": time.strftime("%Y-%m-%d")}
         limit = int(max_part_mb * mib) if max_part_mb else None
+        since = None
+        if only_this_run:
+            since, why = last_full_run(root)
+            if since is None:
+                print(f"prebuild: --only-this-run: {why}", file=sys.stderr)
+                return 1
         try:
-            done = bundle.export(cache, Path(export), manifest, limit, with_ltoir=with_ltoir)
+            done = bundle.export(cache, Path(export), manifest, limit, with_ltoir=with_ltoir, fresh_since=since)
         except bundle.BundleError as error:
             print(f"prebuild: {error}", file=sys.stderr)
             return 1
@@ -844,6 +878,12 @@ def main(argv: list[str] | None = None) -> int:
         help="--export: carry libmathdx's generated code too (ten times larger; a kernel the bundle lacks then only "
         "links); by default a bundle holds what a launch of its kernels reads",
     )
+    parser.add_argument(
+        "--only-this-run",
+        action="store_true",
+        help="--export: leave out the cubins the last prebuild of every job did not touch (kernels of code changed "
+        "since: a cache that built many commits holds them)",
+    )
     args = parser.parse_args(argv)
     from .machinery import cpu_build
 
@@ -851,8 +891,12 @@ def main(argv: list[str] | None = None) -> int:
         arch = cpu_build.target(args.arch) if args.arch else None
     except ValueError as error:
         parser.error(str(error))
+    if args.only_this_run and not args.export:
+        parser.error("--only-this-run goes with --export")
     if args.export or args.into or args.compare:
-        return bundle_command(args.export, args.into, args.max_part_mb, args.compare, args.with_ltoir, arch)
+        return bundle_command(
+            args.export, args.into, args.max_part_mb, args.compare, args.with_ltoir, arch, args.only_this_run
+        )
     jobs = [job for job in args.jobs.split(",") if job]
     unknown = [job for job in jobs if job.partition(":")[0] not in BUILDERS]
     if unknown:
@@ -882,11 +926,17 @@ def main(argv: list[str] | None = None) -> int:
     slots = _slots(codegen_workers.machine_slots())  # one a core, and per 3 GiB of memory
     if slots is not None:
         env[codegen_workers.SLOTS_ENV] = str(slots.folder)
+    from .machinery.buildcache.store import default_cache_dir
+
+    root, run = default_cache_dir(), {"started": time.time(), "jobs": jobs, "built": False}
+    _record_run(root, run)
     try:
-        return _run_jobs(jobs, args, env, given, parallel, known, arch)
+        code = _run_jobs(jobs, args, env, given, parallel, known, arch)
     finally:
         if slots is not None:
             shutil.rmtree(slots.folder, ignore_errors=True)
+    _record_run(root, {**run, "built": code == 0})
+    return code
 
 
 def _run_jobs(

@@ -53,12 +53,15 @@ class Exported:
     payload_bytes: int  # their payloads, uncompressed
     bundle_bytes: int  # what was written, headers included
     left_out: tuple[int, int] = (0, 0)  # LTO-IR entries a launch-only bundle left out, and their bytes in the cache
+    stale: tuple[int, int] = (0, 0)  # cubins no process touched since ``fresh_since``, left out, and their bytes
 
     def summary(self) -> str:
         mib = 2**20
         where = ", ".join(p.name for p in self.parts)
         count, size = self.left_out
         kept = f"launch-only, {count} LTO-IR entries ({size / mib:.1f} MiB) left out; " if count else ""
+        old, old_size = self.stale
+        kept += f"{old} stale cubins ({old_size / mib:.1f} MiB) left out; " if old else ""
         return (
             f"bundle: {kept}{self.entries} entries, {self.cache_bytes / mib:.1f} MiB in the cache "
             f"({self.payload_bytes / mib:.1f} MiB uncompressed) -> {self.bundle_bytes / mib:.1f} MiB in "
@@ -105,9 +108,26 @@ def _stored_size(cache: DiskCache, key: str) -> int:
     return (cache.root / key[:2] / key).stat().st_size
 
 
-def _stream(cache: DiskCache, manifest: dict[str, Any], with_ltoir: bool) -> tuple[bytes, int, int, int, tuple]:
-    """The bundle's stream, the number of entries, the cache's bytes, the payloads' bytes and what was left out."""
+def stale(cache: DiskCache, found: list[tuple[str, bytes]], since: float) -> set[str]:
+    """The cubins of ``found`` no process read or wrote since ``since`` (a time, seconds since the epoch): kernels
+    of code changed since, which nothing builds any more. Every other kind of entry stays (each is small)."""
+    old = set()
+    for key, payload in found:
+        path = cache.root / key[:2] / key
+        if kind_of(payload) == CUBINS and path.exists() and path.stat().st_mtime < since:
+            old.add(key)
+    return old
+
+
+def _stream(
+    cache: DiskCache, manifest: dict[str, Any], with_ltoir: bool, fresh_since: float | None = None
+) -> tuple[bytes, int, int, int, tuple, tuple]:
+    """The bundle's stream, the number of entries, the cache's bytes, the payloads' bytes, what was left out and the
+    stale cubins left out (count, bytes)."""
     found, left_out = (list(entries(cache)), (0, 0)) if with_ltoir else launch_entries(cache)
+    dropped = stale(cache, found, fresh_since) if fresh_since is not None else set()
+    old = (len(dropped), sum(_stored_size(cache, key) for key in dropped))
+    found = [(key, payload) for key, payload in found if key not in dropped]
     manifest = {
         **manifest,
         "format": BUNDLE_FORMAT,
@@ -126,7 +146,7 @@ def _stream(cache: DiskCache, manifest: dict[str, Any], with_ltoir: bool) -> tup
             info.size, info.mtime, info.mode = len(data), 0, 0o644
             tar.addfile(info, io.BytesIO(data))
     cache_bytes = sum(_stored_size(cache, key) for key, _ in found if (cache.root / key[:2] / key).exists())
-    return raw.getvalue(), len(found), cache_bytes, sum(len(p) for _, p in found), left_out
+    return raw.getvalue(), len(found), cache_bytes, sum(len(p) for _, p in found), left_out, old
 
 
 def part_paths(path: Path, count: int) -> list[Path]:
@@ -141,11 +161,13 @@ def export(
     max_part_bytes: int | None = None,
     *,
     with_ltoir: bool = False,
+    fresh_since: float | None = None,
 ) -> Exported:
     """Write the cache's entries to ``path`` (or ``path.part1``... of at most ``max_part_bytes`` each): what a
-    launch reads, or everything with ``with_ltoir`` (the module docstring says when that is worth it)."""
+    launch reads, or everything with ``with_ltoir`` (the module docstring says when that is worth it). With
+    ``fresh_since`` (the start of a prebuild of every job), the cubins no process touched since are left out."""
     path = Path(path)
-    stream, count, cache_bytes, payload_bytes, left_out = _stream(cache, manifest, with_ltoir)
+    stream, count, cache_bytes, payload_bytes, left_out, old = _stream(cache, manifest, with_ltoir, fresh_since)
     if count == 0:
         raise BundleError(f"the build cache at {cache.root.parent} holds no kernels: run ./course prebuild first")
     room = len(stream) if not max_part_bytes else max_part_bytes - HEADER
@@ -160,7 +182,7 @@ def export(
     for number, (where, chunk) in enumerate(zip(paths, chunks, strict=True), start=1):
         header = MAGIC + number.to_bytes(2, "little") + len(chunks).to_bytes(2, "little") + digest
         where.write_bytes(header + chunk)
-    return Exported(paths, count, cache_bytes, payload_bytes, sum(p.stat().st_size for p in paths), left_out)
+    return Exported(paths, count, cache_bytes, payload_bytes, sum(p.stat().st_size for p in paths), left_out, old)
 
 
 def _read_parts(path: Path) -> bytes:
@@ -255,6 +277,9 @@ def import_(cache: DiskCache, path: Path | str, expected: dict[str, Any]) -> tup
     return written, present
 
 
+CUBINS = "cubins (linked kernels)"
+
+
 def kind_of(payload: bytes) -> str:
     """What an entry holds, from its first bytes: libmathdx's LTO-IR or its digest, a linked cubin (ELF), or a small
     value."""
@@ -264,7 +289,7 @@ def kind_of(payload: bytes) -> str:
         return "LTO-IR (libmathdx device functions)"
     named = 4 + int.from_bytes(payload[:4], "little")  # a kernel's cubin follows the entry name it was linked with
     if payload.startswith(b"\x7fELF") or payload[named : named + 4] == b"\x7fELF":
-        return "cubins (linked kernels)"
+        return CUBINS
     return "traits and other small values"
 
 

@@ -82,6 +82,10 @@ class DiskCache:
             path.unlink(missing_ok=True)
             return None
         self.stats.hits += count
+        try:
+            os.utime(path)  # read now: an export of this run's entries keeps it (bundle.export's ``fresh_since``)
+        except OSError:
+            pass  # a read-only cache serves all the same
         return payload
 
     def put(self, key: str, payload: bytes) -> None:
