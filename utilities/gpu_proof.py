@@ -383,25 +383,15 @@ def main(argv: list[str] | None = None) -> int:
     core_groups = split_evenly(core_stems, weights, 2)
     runner.threads = threads_each(len(groups))
     started = []
+
+    def workshop(step: str, *arguments: str) -> tuple[str, subprocess.Popen, float] | None:
+        """A run-through step: ``python -m utilities.workshop ARGUMENTS --json <logs>/<step>.json``."""
+        return runner.start(step, [py, "-m", "utilities.workshop", *arguments, "--json", str(logs / f"{step}.json")])
+
     for i, group in enumerate(groups):
         if not runner.done(f"workshop-{i}"):
-            started.append(
-                runner.start(
-                    f"workshop-{i}",
-                    [
-                        py,
-                        "-m",
-                        "utilities.workshop",
-                        *group,
-                        "--json",
-                        str(logs / f"workshop-{i}.json"),
-                        "--ledger",
-                        str(logs / f"ledger-exercise-{i}.json"),
-                        "--sharing",
-                        str(len(groups)),
-                    ],
-                )
-            )
+            ledger_rows = str(logs / f"ledger-exercise-{i}.json")
+            started.append(workshop(f"workshop-{i}", *group, "--ledger", ledger_rows, "--sharing", str(len(groups))))
     runner.wait(*started)
 
     # 3. the GPU tests beside the solutions in fresh kernels and the core path's run-through (what is right and runs
@@ -435,21 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     for i, group in enumerate(core_groups):
         if not runner.done(f"core-{i}"):
-            started.append(
-                runner.start(
-                    f"core-{i}",
-                    [
-                        py,
-                        "-m",
-                        "utilities.workshop",
-                        "--core",
-                        "--no-edits",
-                        *group,
-                        "--json",
-                        str(logs / f"core-{i}.json"),
-                    ],
-                )
-            )
+            started.append(workshop(f"core-{i}", "--core", "--no-edits", *group))
     runner.wait(*started)
 
     # the results

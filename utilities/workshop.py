@@ -9,10 +9,11 @@ Each notebook runs in a fresh Jupyter kernel (nbclient, as JupyterLab runs it: n
 private folder (``utilities.execution`` says why not in ``notebooks/``). Its exercise cells get the solution's code
 (cells matched by id, so the exercise and the solution must be in sync); the "reveal" cells are skipped. Then, in
 the same kernel, each exercise is **edited** the way an attendee would (one statement added to its first solution
-region, which changes the compiled code but not the result) and re-run with the cell after it, its check: that is
-the wait for a check after an edit (exercises checked together, such as 3b's products and epilogue, run again up to
-their check). A prediction is not edited: the cell after it is a measurement, not a check. A last cell, which the
-attendee never sees, prints the kernel's builds. Per notebook the entry records
+region, which changes the compiled code but not the result) and re-run with its check (``notebooks.edit_runs``:
+the first later cell that uses what it defines, so that 3b's products kernel, checked after the epilogue's exercise,
+gets its own): that is the wait for a check after an edit. A prediction is not edited: the cell after it is a
+measurement, not a check. A last cell, which the attendee never sees, prints the kernel's builds. Per notebook the
+entry records
 
 - ``wall_s``: the whole notebook, top to bottom;
 - ``longest_build_s`` and ``build_wait_s``: the longest kernel build and the sum of all of them (the build hook of
