@@ -46,7 +46,7 @@ def builds(monkeypatch):
         started.append(FakeProcess(args, **kwargs))
         return started[-1]
 
-    monkeypatch.setattr(contract_builds, "BUILDS", contract_builds.Builds(popen))
+    monkeypatch.setattr(contract_builds, "BUILDS", contract_builds.Builds(popen, spares=0))
     monkeypatch.setattr(contract_builds, "skipped", lambda environ=None, modules=None: "")
     return started
 
@@ -111,7 +111,7 @@ def test_nothing_is_built_ahead_for_a_skeleton_a_sanitized_run_or_off_the_gpu(tm
     check(lambda: None, block=1, exercise=fn, sanitize=False, races=False)
     assert len(builds) == 2
     builds.clear()
-    monkeypatch.setattr(contract_builds, "BUILDS", contract_builds.Builds(lambda *a, **k: builds.append(a)))
+    monkeypatch.setattr(contract_builds, "BUILDS", contract_builds.Builds(lambda *a, **k: builds.append(a), spares=0))
     path = tmp_path / "skeleton.py"
     path.write_text(f"def make_kernel(scale):\n    return scale  {checker.PLACEHOLDER}\n")
     namespace: dict = {}
@@ -184,3 +184,148 @@ def test_the_contract_builds_every_block_the_notebook_checks_and_not_the_first_o
     for text in wanted[1:]:
         assert text in contract, f"a later block of the notebook's is not built ahead:\n{text}"
     assert len(set(contract)) == len(contract) >= 2
+
+
+@pytest.mark.parametrize("track", ["0", "1", "2a", "2b", "2c", "2d", "3d"])
+def test_the_race_run_started_ahead_is_the_one_a_later_check_of_the_notebook_takes_over(track):
+    check, calls = _notebook_calls()[track]
+    small = [({**kw, "small": True}) for _, kw in calls]
+    wanted, contract = _texts(check, [(a, kw) for (a, _), kw in zip(calls, small, strict=True)])
+    ahead = [textwrap.dedent(check.driver([], *a, small=True, **kw)) for a, kw in check.contract(*calls[0])]
+    for text in wanted[1:]:
+        assert text in ahead, f"a later check's race run is not started ahead:\n{text}"
+
+
+class FakeRun:
+    """A race run under way: its reports are clean; a cancel is kept."""
+
+    def __init__(self, text):
+        self.text, self.cancelled, self.seconds = text, False, 1.0
+
+    def reports(self, wait=None):
+        return []
+
+    def cancel(self):
+        self.cancelled = True
+
+
+def shared_toy(tmp_path, value: int = 2, fails: bool = False):
+    """The toy checker with a race run (``shared=True``)."""
+    path = tmp_path / f"shared_{value}.py"
+    path.write_text(EXERCISE.format(value=value))
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+
+    def driver(functions, *args, block=1, small=False, **kwargs):
+        return f"make_kernel({block})  # small={small}\n"
+
+    def contract(args, kwargs):
+        return [(args, {**kwargs, "block": b}) for b in (1, 2, 3)]
+
+    @checker.checker("toy", driver=driver, contract=contract, shared=True)
+    def check_toy(run, *, block=1) -> CheckResult:
+        if fails:
+            raise CheckFailure("C", "stage 'C': wrong")
+        return checker.passed("toy", 1, 0)
+
+    return check_toy, namespace["make_kernel"]
+
+
+@pytest.fixture
+def races(monkeypatch, builds):
+    """Race runs started through a stand-in of ``sanitizer.start``, as on a GPU with compute-sanitizer."""
+    from utilities import sanitizer
+
+    runs: list[FakeRun] = []
+
+    def start(text, tools=()):
+        runs.append(FakeRun(text))
+        return runs[-1]
+
+    monkeypatch.setattr(checker, "RACES_AHEAD", checker.RacesAhead(start))
+    monkeypatch.setattr(checker, "RACE_VERDICTS", {})
+    monkeypatch.setattr(sanitizer, "start", start)
+    monkeypatch.setattr(checker, "race_check_skipped", lambda environ=None, modules=None: ("", False))
+    return runs
+
+
+def test_the_first_check_starts_the_other_blocks_race_runs_and_a_later_check_takes_its_own_over(tmp_path, races):
+    check, fn = shared_toy(tmp_path)
+    check(lambda: None, block=2, exercise=fn)
+    assert len(races) == 3, "its own run and those of blocks 1 and 3, all at the first check"
+    assert all("small=True" in r.text for r in races) and "make_kernel(2)" in races[-1].text
+    check(lambda: None, block=1, exercise=fn)
+    check(lambda: None, block=3, exercise=fn)
+    assert len(races) == 3 and not checker.RACES_AHEAD.by_text, "taken over: nothing started after the first check"
+
+
+def test_a_failed_check_or_an_edit_stops_the_race_runs_started_ahead(tmp_path, races):
+    check, fn = shared_toy(tmp_path, fails=True)
+    with pytest.raises(CheckFailure):
+        check(lambda: None, block=1, exercise=fn)
+    assert [r.cancelled for r in races] == [True, True, True]
+    check, first = shared_toy(tmp_path, value=3)
+    check(lambda: None, block=1, exercise=first)
+    check, edited = shared_toy(tmp_path, value=4)
+    check(lambda: None, block=1, exercise=edited)
+    cancelled = [r.cancelled for r in races[3:]]
+    assert cancelled == [True, True, False, False, False, False], "the old code's runs ahead stop, the new ones run"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Spare interpreters: an edit's builds start with their imports done
+# ------------------------------------------------------------------------------------------------------------
+
+LIGHT_SPARE = "import runpy, sys\npath = sys.stdin.readline().strip()\nif path:\n    runpy.run_path(path)\n"
+
+
+def test_a_spare_runs_the_script_it_is_handed_and_a_new_one_waits_for_the_next_edit(tmp_path, monkeypatch):
+    monkeypatch.setattr(contract_builds, "SPARE_CODE", LIGHT_SPARE)
+    builds = contract_builds.Builds(spares=1)
+    try:
+        assert builds.warm() == 1 and builds.warm() == 0, "one spare, started once"
+        spare = builds.spares[0].process
+        out = tmp_path / "ran.txt"
+        assert builds.start("code", [f"open({str(out)!r}, 'w').write('built')\n"]) == 1
+        [build] = builds.by_code["code"]
+        assert build.process is spare and build.process.wait(timeout=30) == 0 and out.read_text() == "built"
+        assert len(builds.spares) == 1 and builds.spares[0].process is not spare, "a new spare for the next edit"
+    finally:
+        builds.close()
+
+
+def test_a_spare_that_died_gives_way_to_a_fresh_interpreter(tmp_path, monkeypatch):
+    monkeypatch.setattr(contract_builds, "SPARE_CODE", "raise SystemExit(3)  # an import failed\n")
+    builds = contract_builds.Builds(spares=1)
+    try:
+        builds.warm()
+        assert builds.spares[0].process.wait(timeout=30) == 3
+        out = tmp_path / "ran.txt"
+        builds.start("code", [f"open({str(out)!r}, 'w').write('built')\n"])
+        [build] = builds.by_code["code"]
+        assert build.process.wait(timeout=30) == 0 and out.read_text() == "built"
+    finally:
+        builds.close()
+
+
+def test_the_skeletons_check_warms_the_spares_for_the_first_edit(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(contract_builds, "BUILDS", contract_builds.Builds(lambda *a, **k: started.append(a) or
+                                                                          FakeSpare(), spares=2))  # fmt: skip
+    monkeypatch.setattr(contract_builds, "skipped", lambda environ=None, modules=None: "")
+    check, _ = toy(tmp_path)
+    path = tmp_path / "skeleton.py"
+    path.write_text(f"def make_kernel(scale):\n    return scale  {checker.PLACEHOLDER}\n")
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    check(lambda: None, block=1, exercise=namespace["make_kernel"])
+    assert len(started) == 2 and all(args[0][1] == "-c" for args in started), "two spares, nothing built"
+
+
+class FakeSpare:
+    """A spare that is still importing."""
+
+    pid = None
+
+    def poll(self):
+        return None

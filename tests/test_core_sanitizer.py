@@ -718,3 +718,11 @@ def test_the_multipass_check_reads_past_its_operands_under_memcheck():
     assert multipass.check_pass_gemm.bounds and multipass.check_pass_gemm.shared
     text = multipass._driver([], "int8", small=True)
     assert "announce(A=a, B=bt)" in text and "(a, bt)" in text
+
+
+def test_the_cause_comes_before_the_findings_however_long_they_are():
+    report = sanitizer.parse("racecheck", RACE)
+    report.findings = report.findings * 3  # three long reports of one kind: the hint once, at the top
+    message = sanitizer.describe([report])
+    assert message.startswith("hint: ") and message.index("cuda.syncthreads() is missing") < message.index("racecheck:")
+    assert message.count("hint: ") == 1

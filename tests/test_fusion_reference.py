@@ -217,7 +217,7 @@ def test_a_correct_kernel_passes(batched, capsys):
     ("mistake", "stage", "hint", "with_stages"),
     [
         ("no relu0", "d0", "ReLU missing in the first epilogue", True),
-        ("no relu0", "d1", "ReLU missing in the first epilogue", False),
+        ("no relu0", "d0 (inferred from D1: this plan does not keep D0)", "ReLU missing in the first epilogue", False),
         ("alpha0 twice", "d0", "alpha0 applied twice", True),
         ("no relu1", "d1", "ReLU missing in the second epilogue", True),
         ("no beta", "d1", "beta1*C1 missing", True),

@@ -4,6 +4,7 @@ their domain on every run, and spot unfinished exercises."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -316,6 +317,37 @@ def test_a_gemm_that_reads_c_when_beta_is_zero_is_named(define):
     with pytest.raises(CheckFailure, match="C was read although beta = 0") as info:
         check.check_ozaki_gemm(reads_c, 7, shapes=[(40, 24, 56)], seed=5, exercise=attempt)
     assert info.value.stage == "C" and "at (row" in str(info.value)
+
+
+def forgets_the_sentinel(slices: int = 7):
+    """3d's fused kernel without its NaN branch (issue: accepted on an H200): every entry is
+    alpha * ldexp(acc, int32(e_i + f_j - 14)) (+ beta C), also where e_i or f_j is the sentinel NONFINITE_SHIFT. The
+    digits of such a line are zero, so its entries come out +-0 or beta C instead of NaN."""
+
+    def run(a, b, c, alpha, beta):
+        st = ozaki.ozaki_stages(a, b, slices)
+        acc = ozaki.reconstruct(st.diagonals, np.zeros_like(st.e), np.full_like(st.f, 14))  # the FP64 sum, unscaled
+        shift = (st.e.astype(np.int64)[:, None] + st.f.astype(np.int64)[None, :] - 14).astype(np.int32)  # wraps
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = alpha * np.ldexp(acc, shift)
+        return out + beta * c if beta != 0.0 else out
+
+    return run
+
+
+def test_a_gemm_without_the_sentinels_nan_is_rejected_and_named():
+    """Issue: with the NaN and Inf pairs met only at alpha = 0 (BLAS's quick return: beta C accepted there), a fused
+    kernel that skips the sentinel's NaN passed. They meet alpha != 0 too; the hint names the line and the sentinel."""
+    for seed in SEEDS:
+        with pytest.raises(CheckFailure) as info:
+            check.check_ozaki_gemm(forgets_the_sentinel(), 7, shapes=[(40, 24, 56)], seed=seed)
+        message = str(info.value)
+        assert info.value.stage == "C" and "a NaN in" in message and "sentinel" in message, message
+        assert re.search(r"(row|column) \d+ of (A|B) holds a NaN or an Inf", message), message
+        assert "NONFINITE_SHIFT" in message and "must be NaN" in message, message
+    for adversarial in (True, False):
+        run = reference_run(7)
+        assert check.check_ozaki_gemm(run, 7, shapes=[(40, 24, 56)], seed=1, adversarial=adversarial)
 
 
 # --- the products stage's hint: a right kernel is not sent back to its code ----------------------------------------

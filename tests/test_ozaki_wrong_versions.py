@@ -243,3 +243,5 @@ def test_every_alpha_and_beta_combination_meets_the_gemm_check():
     cases = 2 + 14 + 2 + 2  # random and spread, adversarial, the ends of the range, NaN and Inf
     nonfinite = [check.GEMM_SCALARS[i % len(check.GEMM_SCALARS)] for i in (cases - 2, cases - 1)]
     assert all(alpha == 0.0 for alpha, _ in nonfinite), "the NaN and Inf pairs meet alpha = 0"
+    again = {(alpha < 0, beta == 0.0) for alpha, beta in check.NONFINITE_SCALARS if alpha != 0.0}
+    assert {(True, True), (False, False)} <= again, "and again alpha != 0 (either sign), with beta 0 and not"

@@ -99,6 +99,8 @@ def test_a_run_records_builds_edits_and_the_first_error(tmp_path):
     assert len(entry.edit_seconds) == len(entry.edit_loads) == 1 and entry.cores > 0  # one edit, its load beside it
     assert max(entry.edit_seconds) == pytest.approx(entry.longest_check_after_edit_s, abs=0.05)
     assert entry.edit_build_stages_s == {}  # the build cache timed no build work (the build was a stand-in)
+    [lines] = entry.edit_lines  # no check printed a line: each cell's end time only
+    assert lines and all(line.startswith("cell ended at ") for line in lines)
     assert workshop.stage_difference({"linking": 2.0}, {"linking": 5.5, "generating": 1.0}) == {
         "linking": 3.5,
         "generating": 1.0,
@@ -226,3 +228,10 @@ def test_the_race_runs_waits_are_read_from_the_checks_lines() -> None:
     assert workshop.race_wait_of(text) == 23.0 and workshop.race_run_of(text) == 41.0
     assert workshop.race_wait_of("… b2b_kernel: races not checked: no GPU\n") == 0.0
     assert workshop.race_run_of("… b2b_kernel: races not checked: no GPU\n") == 0.0
+
+
+def test_an_edit_keeps_the_lines_its_checks_printed() -> None:
+    text = "a table\n✓ toy: passed on 3 inputs\n… toy: 12 s waiting for your kernel at this block\n" + "✗ x\n" * 20
+    lines = workshop.check_lines(text)
+    assert lines[:2] == ["✓ toy: passed on 3 inputs", "… toy: 12 s waiting for your kernel at this block"]
+    assert len(lines) == 12 and "a table" not in lines

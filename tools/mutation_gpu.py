@@ -370,7 +370,7 @@ def worker(plan_path: Path, out_dir: Path) -> int:
             return "passed", "", "", None
         verdict = type(error).__name__ == "CheckFailure"
         how = "" if verdict else f"{type(error).__name__}: "
-        return "rejected", (how + str(error))[:1500], getattr(error, "stage", "") if verdict else "", error
+        return "rejected", (how + str(error))[:4000], getattr(error, "stage", "") if verdict else "", error
 
     if plan["start"] == 0:
         started = time.perf_counter()

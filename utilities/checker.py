@@ -533,7 +533,11 @@ def checker(
             if shared and races and not sanitize and given:
                 tools = sanitizer_tools(bounds)
                 race = RaceCheck(name, lambda: driver(given, *args, small=True, **kwargs), given, tools)
-            code = _build_ahead(name, driver, contract, given, args, kwargs) if contract and not sanitize else None
+            code = (
+                _build_ahead(name, driver, contract, given, args, kwargs, race.tools if race else ())
+                if contract and not sanitize
+                else None
+            )
             try:
                 if race:
                     race.begin()
@@ -584,21 +588,31 @@ def checker(
     return wrap
 
 
-def _build_ahead(name: str, driver: Any, contract: Contract, given: list[Any], args: tuple, kwargs: dict) -> str | None:
-    """The first check of new code starts the builds of the contract's other blocks; a later one waits for them.
-    Returns the code's key (None: nothing built ahead here, or code still holding a placeholder)."""
+def _build_ahead(
+    name: str, driver: Any, contract: Contract, given: list[Any], args: tuple, kwargs: dict, tools: Sequence[str] = ()
+) -> str | None:
+    """The first check of new code starts the builds of the contract's other blocks, and with ``tools`` (the check's
+    race run) their race runs too; a later one waits for the builds and takes over its race run. Returns the code's
+    key (None: nothing built ahead here, or code still holding a placeholder)."""
     from . import contract_builds, sanitizer
 
-    if not given or contract_builds.skipped() or untouched_exercise(*given) is not None:
+    if not given or contract_builds.skipped():
         return None
+    if untouched_exercise(*given) is not None:
+        contract_builds.BUILDS.warm()  # the skeleton's check: interpreters ready for the first edit's builds
+        return None
+    blocks = contract(args, kwargs)
     try:
-        texts = [driver(given, *a, **kw) for a, kw in contract(args, kwargs)]
+        texts = [driver(given, *a, **kw) for a, kw in blocks]
         code, scripts = contract_builds.scripts_for(given, texts, driver(given, *args, **kwargs))
     except (sanitizer.NotRebuilt, OSError, TypeError):
         return None  # the race run says why, where it matters
     builds = contract_builds.BUILDS
     if code not in builds.by_code:
         builds.start(code, scripts)
+        if tools:
+            RACES_AHEAD.start(code, given, [driver(given, *a, small=True, **kw) for a, kw in blocks], tools,
+                              own=driver(given, *args, small=True, **kwargs))  # fmt: skip
     elif builds.running(code):
         waited = builds.wait(code)
         if waited >= 1.0:
@@ -611,6 +625,7 @@ def _cancel_builds(code: str | None) -> None:
         from . import contract_builds
 
         contract_builds.BUILDS.cancel(code)
+        RACES_AHEAD.cancel(code)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -620,6 +635,54 @@ def _cancel_builds(code: str | None) -> None:
 # The verdict of every race run of this process, by its script (the attendee's sources and the smallest case): a
 # check called again on the same code (3b's three plans, say) is not run again.
 RACE_VERDICTS: dict[str, tuple[str, str]] = {}
+
+
+class RacesAhead:
+    """The race runs of a contract's other blocks, started with the first check of new code (beside the builds of
+    those blocks, whose kernels their scripts wait for and load): a later check at one of those blocks takes its run
+    over, half done or done, instead of starting it after the first check has passed. ``start`` is
+    ``utilities.sanitizer.start``'s form (a test passes a stand-in)."""
+
+    def __init__(self, start: Callable[..., Any] | None = None) -> None:
+        self.starter = start
+        self.by_text: dict[str, tuple[str, Any]] = {}  # a script's text: (its code, its run)
+
+    def start(self, code: str, functions: Sequence[Any], drivers: Sequence[str], tools: Sequence[str], own: str) -> int:
+        """Start the race run of every block's driver but ``own`` (the check's own run starts with it), once per
+        script; runs of other code are stopped (an edit made them useless). Returns the runs started."""
+        from . import sanitizer
+
+        for text, (other, _) in list(self.by_text.items()):
+            if other != code:
+                self.by_text.pop(text)[1].cancel()
+        starter = self.starter or sanitizer.start
+        started = 0
+        for driver in dict.fromkeys(d for d in drivers if d != own):
+            try:
+                text = sanitizer.script(functions, driver, sanitizer.PREAMBLE)
+            except (sanitizer.NotRebuilt, OSError, TypeError):
+                continue
+            if text in RACE_VERDICTS or text in self.by_text:
+                continue
+            pending = starter(text, tools=tuple(tools))
+            if pending is not None:
+                self.by_text[text] = (code, pending)
+                started += 1
+        return started
+
+    def take(self, text: str) -> Any:
+        """The run started ahead for the script ``text`` (None: none was), now the caller's."""
+        entry = self.by_text.pop(text, None)
+        return None if entry is None else entry[1]
+
+    def cancel(self, code: str) -> None:
+        """Stop the runs of ``code`` (its check failed: the attendee edits again)."""
+        for text, (other, _) in list(self.by_text.items()):
+            if other == code:
+                self.by_text.pop(text)[1].cancel()
+
+
+RACES_AHEAD = RacesAhead()
 
 
 def kernels_off_gpu(environ: Mapping[str, str] | None = None, modules: Mapping[str, Any] | None = None) -> str:
@@ -727,7 +790,7 @@ class RaceCheck:
             return
         if self.text in RACE_VERDICTS:
             return
-        self.pending = sanitizer.start(self.text, tools=self.tools)
+        self.pending = RACES_AHEAD.take(self.text) or sanitizer.start(self.text, tools=self.tools)
         if self.pending is None:
             self.note = f"races not checked: {sanitizer.MISSING.split('; the sanitizer run')[0]}"
 

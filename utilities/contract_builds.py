@@ -8,6 +8,10 @@ process of its own while the check of the first block builds in the notebook's. 
 for those processes, then finds its kernel in the build cache: served by its fingerprint
 (``machinery.buildcache.dispatch``), neither typed nor linked.
 
+A build process starts warm: a spare interpreter that has imported CuPy, numba-cuda and nvmath-python waits for
+its script (:class:`Spare`), started when a check first runs (the untouched skeleton's check, say) and again after
+each use, so an edit's builds begin at once instead of after seconds of imports.
+
 A build that fails or is stopped costs nothing but its time: the check then builds the kernel itself, as without
 this module. A failed check stops the builds of its code (the attendee edits again). It runs where the check's
 kernels run on a GPU; ``COURSE_BUILD_AHEAD=off`` turns it off.
@@ -59,12 +63,97 @@ class Build:
         stop_process(self.process)
 
 
+# What a spare imports before its script comes: what every build script imports first, and the slowest to import.
+SPARE_IMPORTS = "import cupy, numba.cuda, nvmath.device; from utilities.machinery import buildcache"
+# A spare's loop: one line on its standard input names the script to run (an empty line, or none: it exits).
+SPARE_CODE = (
+    SPARE_IMPORTS + "\nimport runpy, sys\npath = sys.stdin.readline().strip()\n"
+    "if path:\n    sys.argv = [path]\n    runpy.run_path(path, run_name='__main__')\n"
+)
+SPARES = 2  # spare interpreters kept ready: the most other blocks a contract has
+
+
+@dataclass
+class Spare:
+    """An interpreter that has done its imports and waits for a script (its output in ``folder/log.txt``)."""
+
+    process: Any
+    folder: Path
+
+    def run(self, script: str) -> Build | None:
+        """Hand it ``script``; None when it is gone (it died, or was stopped)."""
+        path = self.folder / "built_ahead.py"
+        path.write_text(script)
+        try:
+            if self.process.poll() is not None:
+                return None
+            self.process.stdin.write(f"{path}\n")
+            self.process.stdin.close()
+        except (OSError, ValueError, AttributeError):
+            return None
+        return Build(self.process, self.folder)
+
+    def stop(self) -> None:
+        from .sanitizer import stop_process
+
+        stop_process(self.process)
+
+
 class Builds:
     """The builds under way, by the attendee's code (the sources of the exercise's functions): an edit is new code."""
 
-    def __init__(self, popen: Any = None) -> None:
+    def __init__(self, popen: Any = None, spares: int = SPARES) -> None:
         self.popen = popen or subprocess.Popen
         self.by_code: dict[str, list[Build]] = {}
+        self.spares: list[Spare] = []
+        self.want_spares = spares
+
+    def warm(self) -> int:
+        """Start spare interpreters until :attr:`want_spares` wait (gone ones replaced); returns those started."""
+        from .sanitizer import script_environment
+
+        self.spares = [spare for spare in self.spares if spare.process.poll() is None]
+        started = 0
+        while len(self.spares) < self.want_spares:
+            folder = Path(tempfile.mkdtemp(prefix="course-build-ahead-"))
+            with (folder / "log.txt").open("w") as log:
+                try:
+                    process = self.popen(
+                        [sys.executable, "-c", SPARE_CODE], stdin=subprocess.PIPE, stdout=log,
+                        stderr=subprocess.STDOUT, env=script_environment(), start_new_session=True, text=True,
+                    )  # fmt: skip
+                except OSError:
+                    return started
+            self.spares.append(Spare(process, folder))
+            started += 1
+        return started
+
+    def _launch(self, script: str) -> Build | None:
+        """``script`` in a spare when one waits, else in a fresh interpreter."""
+        while self.spares:
+            build = self.spares.pop(0).run(script)
+            if build is not None:
+                return build
+        from .sanitizer import script_environment
+
+        folder = Path(tempfile.mkdtemp(prefix="course-build-ahead-"))
+        path = folder / "built_ahead.py"
+        path.write_text(script)
+        with (folder / "log.txt").open("w") as log:
+            try:
+                process = self.popen(
+                    [sys.executable, str(path)], stdout=log, stderr=subprocess.STDOUT,
+                    env=script_environment(), start_new_session=True,
+                )  # fmt: skip
+            except OSError:
+                return None
+        return Build(process, folder)
+
+    def close(self) -> None:
+        """Stop the spares (the notebook's kernel is shutting down)."""
+        for spare in self.spares:
+            spare.stop()
+        self.spares = []
 
     def start(self, code: str, scripts: Sequence[str]) -> int:
         """Start one process per script, once per ``code`` (a second call for the same code starts nothing);
@@ -73,23 +162,9 @@ class Builds:
             return 0
         for other in [c for c in self.by_code if c != code]:
             self.cancel(other)
-        from .sanitizer import script_environment
-
-        started = []
-        for script in dict.fromkeys(scripts):
-            folder = Path(tempfile.mkdtemp(prefix="course-build-ahead-"))
-            path = folder / "built_ahead.py"
-            path.write_text(script)
-            with (folder / "log.txt").open("w") as log:
-                try:
-                    process = self.popen(
-                        [sys.executable, str(path)], stdout=log, stderr=subprocess.STDOUT,
-                        env=script_environment(), start_new_session=True,
-                    )  # fmt: skip
-                except OSError:
-                    continue
-            started.append(Build(process, folder))
+        started = [build for build in map(self._launch, dict.fromkeys(scripts)) if build is not None]
         self.by_code[code] = started
+        self.warm()  # for the next edit
         return len(started)
 
     def wait(self, code: str, limit: float = WAIT_S) -> float:

@@ -272,8 +272,10 @@ def access_target(finding: Finding, arrays: dict[str, int]) -> str:
 
 
 def describe(reports: Sequence[Report]) -> str:
-    """The message of a failed sanitizer run: each tool's first findings, where they happened, what causes them."""
-    parts = []
+    """The message of a failed sanitizer run: what causes each kind of finding first (a long report must not push the
+    cause out of sight), then each tool's first findings and where they happened."""
+    kinds = dict.fromkeys(finding.kind for report in reports for finding in report.findings[:3])
+    parts = [f"hint: {HINTS[kind]}" for kind in kinds]
     for report in reports:
         if report.failed:
             parts.append(f"{report.tool}: the script did not run to its end:\n{report.failed}")
@@ -283,7 +285,7 @@ def describe(reports: Sequence[Report]) -> str:
             text = f"{report.tool}: " + (f"your kernel {target}: " if target else "") + finding.headline
             if where:
                 text += f"\n  where: {'; '.join(dict.fromkeys(where))}"
-            parts.append(text + f"\n  hint: {finding.explain()}")
+            parts.append(text)
         if len(report.findings) > 3:
             parts.append(f"{report.tool}: ... and {len(report.findings) - 3} more reports")
         if not report.findings and report.summary:

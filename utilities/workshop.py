@@ -29,7 +29,9 @@ entry records
   ``edit_build_stages_s``: what the edits' builds spent in each kind of build work the build cache times (linking
   with nvJitLink, generating libmathdx code; the rest of a build is numba's typing and lowering); ``edit_seconds``
   and ``edit_loads``: each edit's seconds and the machine's load average at its end, beside ``cores`` (a check after
-  an edit on a shared machine waits for its builds' share of the cores);
+  an edit on a shared machine waits for its builds' share of the cores); ``edit_lines``: each edit's lines that its
+  checks printed (verdicts, waits, race runs) and the second at which each of its cells ended (where an edit's
+  time went);
 - ``error``: the first cell that raised (the run stops there), or a figure shown as text and not as an image;
   ``traceback``: the whole traceback of that cell.
 
@@ -77,6 +79,7 @@ class Entry:
     edit_build_stages_s: dict[str, float] = field(default_factory=dict)  # the edits' build work by kind (nvJitLink...)
     edit_loads: list[float] = field(default_factory=list)  # each edit: the machine's load average (1 min) at its end
     cores: int = 0  # the machine's cores, beside the loads
+    edit_lines: list[list[str]] = field(default_factory=list)  # each edit: its checks' lines, each cell's end time
 
 
 # --- the run ---------------------------------------------------------------------------------------------------
@@ -147,6 +150,13 @@ def race_run_of(text: str) -> float:
     return float(max((int(m.group(1)) for m in RACE_LINE.finditer(text)), default=0))
 
 
+def check_lines(text: str, most: int = 12) -> list[str]:
+    """The lines of a cell's output that checks print (a verdict, a wait, a race run: they start with ✓, ✗ or …),
+    each cut to 200 characters; at most ``most``."""
+    marks = ("✓", "✗", "…")
+    return [line[:200] for line in text.splitlines() if line.startswith(marks)][:most]
+
+
 def load_average() -> float:
     """The machine's load average over the last minute (0 where the system does not say)."""
     try:
@@ -190,13 +200,17 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool, with_edits:
         race_waits: list[float] = []
         race_runs: list[float] = []
         loads: list[float] = []
+        lines: list[list[str]] = []
         for cells in edits if not error else []:
             start = time.perf_counter()
             race_waits.append(0.0)
             race_runs.append(0.0)
+            lines.append([])
             for source in cells:
                 cell_run, cell = session.run(source)
                 text = execution.stream_text(cell)
+                lines[-1] += check_lines(text)
+                lines[-1].append(f"cell ended at {time.perf_counter() - start:.1f} s")
                 race_waits[-1] += race_wait_of(text)
                 race_runs[-1] = max(race_runs[-1], race_run_of(text))
                 if cell_run.error:
@@ -227,6 +241,7 @@ def _run_notebook(stem: str, root: Path, timeout: float, core: bool, with_edits:
         edit_build_stages_s=edit_stages,
         edit_loads=loads,
         cores=os.cpu_count() or 0,
+        edit_lines=lines[: len(seconds)],
     )
 
 

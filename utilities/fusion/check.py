@@ -21,14 +21,17 @@ Domain, fed on every run beside the random inputs:
   GPU's own D0 within the second stage's rounding alone (``reference.d1_from_d0``), not D0's error besides.
 
 Outputs handed back from a guard band (``utilities.guard``) fail the stage when the kernel wrote outside them. A
-hint names a mistake only when its result, computed, matches the kernel's (``_diagnose``).
+hint names a mistake only when its result, computed, matches the kernel's (``_diagnose``). A plan that does not keep
+D0 (``B2B_CONFIGS[0]``, no ``stages``) still has its first epilogue checked: a wrong D1 that one of that epilogue's
+mistakes gives (its D1 computed, within the bound ``reference.b2b_bound`` derives for it) fails stage
+``d0 (inferred from D1: this plan does not keep D0)`` with the D0 stage's words (``_inferred_d0``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -93,21 +96,32 @@ def _structure_hint(got: np.ndarray, want: np.ndarray, bound: np.ndarray, what: 
     return ""
 
 
+def _wrong(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """The entries of ``got`` farther than ``bound`` from ``want`` (equal values, infinities too, are right)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return ~((np.abs(got.astype(np.float64) - want) <= bound) | (got == want))
+
+
+def _explains(
+    got: np.ndarray, want: np.ndarray, bound: np.ndarray, value: np.ndarray, slack: np.ndarray, wrong: np.ndarray
+) -> bool:
+    """Whether ``value`` (a known mistake's result, within ``slack``) explains ``got``: it matches ``got`` almost
+    everywhere and at almost every ``wrong`` entry, where it is wrong too (so the right result never explains)."""
+    if not wrong.any() or not _within(got, value, slack):
+        return False
+    return _within(got[wrong], value[wrong], slack[wrong]) and not _within(value[wrong], want[wrong], bound[wrong], 0.5)
+
+
 def _diagnose(
     got: np.ndarray, bound: np.ndarray, candidates: dict[str, np.ndarray], want: np.ndarray, what: str
 ) -> str:
-    """The hint of the first candidate (a known mistake's result) that explains ``got``: it matches ``got`` almost
-    everywhere and at almost every wrong entry, where it is wrong too; else a structural hint."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        wrong = ~((np.abs(got.astype(np.float64) - want) <= bound) | (got == want))
+    """The hint of the first candidate (a known mistake's result) that explains ``got`` (:func:`_explains`); else a
+    structural hint."""
+    wrong = _wrong(got, want, bound)
     for hint, value in candidates.items():
         value = np.where(np.isnan(value) & ~np.isnan(want), got.astype(np.float64), value)  # NaN: unknown there
         slack = bound + 4 * ref.U16 * np.abs(value)  # the bound was derived for ``want``, not for ``value``
-        if not _within(got, value, slack) or not wrong.any():
-            continue
-        if _within(got[wrong], value[wrong], slack[wrong]) and not _within(
-            value[wrong], want[wrong], bound[wrong], 0.5
-        ):
+        if _explains(got, want, bound, value, slack, wrong):
             return hint
     return _structure_hint(got, want, bound, what)
 
@@ -117,16 +131,38 @@ def _diagnose(
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _d0_candidates(x: ref.B2BInputs, r: ref.B2BReference) -> dict[str, np.ndarray]:
-    a = float(x.alpha0)
+def _first_epilogues(x: ref.B2BInputs, r: ref.B2BReference) -> dict[str, tuple[np.ndarray, float]]:
+    """The first epilogue's usual mistakes: hint -> (the D0 it gives, in FP64; the factor its FP32 rounding of the
+    accumulator carries, alpha0's place in ``reference.b2b_bound``)."""
+    a0, a1 = float(x.alpha0), float(x.alpha1)
     return {
-        "ReLU missing in the first epilogue: D0 = relu(alpha0 * acc)": a * r.p0,
-        "alpha0 missing: D0 = relu(alpha0 * acc)": ref.relu(r.p0),
+        "ReLU missing in the first epilogue: D0 = relu(alpha0 * acc)": (a0 * r.p0, a0),
+        "alpha0 missing: D0 = relu(alpha0 * acc)": (ref.relu(r.p0), 1.0),
         "ReLU applied before alpha0: alpha0 * relu(acc) (with a negative alpha0 the order shows): scale first, "
-        "then ReLU": a * ref.relu(r.p0),
-        "alpha0 applied twice": ref.relu(a * a * r.p0),
-        "alpha1 used instead of alpha0": ref.relu(float(x.alpha1) * r.p0),
+        "then ReLU": (a0 * ref.relu(r.p0), a0),
+        "alpha0 applied twice": (ref.relu(a0 * a0 * r.p0), a0 * a0),
+        "alpha1 used instead of alpha0": (ref.relu(a1 * r.p0), a1),
     }
+
+
+def _d0_candidates(x: ref.B2BInputs, r: ref.B2BReference) -> dict[str, np.ndarray]:
+    return {hint: d0 for hint, (d0, _) in _first_epilogues(x, r).items()}
+
+
+def _inferred_d0(x: ref.B2BInputs, r: ref.B2BReference, got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> str:
+    """Where D0 is not kept: the hint of the first mistake of the first epilogue whose D1 explains ``got`` (the
+    second stage right on that mistake's D0, within the bound ``reference.b2b_bound`` derives for it, which counts
+    the FP16 store of D0 and the FP32 sums), or ""."""
+    b1, c = x.b1.astype(np.float64), x.c1.astype(np.float64)
+    wrong = _wrong(got, want, bound)
+    for hint, (d0, scale) in _first_epilogues(x, r).items():
+        with np.errstate(over="ignore", invalid="ignore"):
+            d1 = ref.relu(float(x.alpha1) * (d0 @ b1) + float(x.beta1) * c)
+            _, slack = ref.b2b_bound(x.a0, x.b0, x.b1, x.c1, scale, x.alpha1, x.beta1, np.abs(d0), d1, r.p0)
+        d1 = np.where(np.isnan(d1) & ~np.isnan(want), got.astype(np.float64), d1)  # NaN: unknown there
+        if _explains(got, want, bound, d1, slack, wrong):
+            return hint
+    return ""
 
 
 def _d1_candidates(x: ref.B2BInputs, r: ref.B2BReference) -> dict[str, np.ndarray]:
@@ -145,10 +181,7 @@ def _d1_candidates(x: ref.B2BInputs, r: ref.B2BReference) -> dict[str, np.ndarra
         "alpha1 applied twice": ref.relu(a1 * a1 * y0b1 + b1 * c),
         "alpha1 also scales C1: alpha1 * (acc + beta1 * C1)": ref.relu(a1 * (y0b1 + b1 * c)),
         "alpha0 applied again in the second GEMM": ref.relu(a0 * a1 * y0b1 + b1 * c),
-        "D0 without its ReLU fed the second GEMM (ReLU missing in the first epilogue)": ref.relu(
-            a1 * ((a0 * r.p0) @ x.b1.astype(np.float64)) + b1 * c
-        ),
-    }
+    }  # without D0 kept, a wrong first epilogue is inferred from D1 (``_inferred_d0``)
     return out
 
 
@@ -189,21 +222,39 @@ def _check_b2b_case(x: ref.B2BInputs, got: np.ndarray, kept: dict[str, np.ndarra
                 continue
             xb = x if b is None else ref.B2BInputs(x.name, *(t[b] for t in x.args()[:4]), *x.args()[4:])
             rb = r if b is None else ref.B2BReference(*(getattr(r, f)[b] for f in r.__dataclass_fields__))
-            hint = _diagnose(g, bd, candidates(xb, rb), w, stage.upper())
+            named = candidates(xb, rb)
+            hint = _diagnose(g, bd, named, w, stage.upper())
+            first = _inferred_d0(xb, rb, g, w, bd) if stage == "d1" and "d0" not in kept else ""
+            if first and hint in named:  # a second-epilogue mistake explains D1 as well
+                hint, first = f"{hint}; or, in the first epilogue (D0 is not kept to tell): {first}", ""
             if b is not None and not hint:
                 other = next((o for o in batches if o != b and _within(g, want[o], bound[o])), None)
                 if other is not None:
                     hint = f"batch {b} holds the result of batch {other}: offset every operand by the batch index"
             where = stage if b is None else f"{stage} (batch {b})"
-            compare(
-                where,
-                value,
-                want,
-                bound=bound if b is None else _only(bound, b),
-                names=names,
-                hint=hint,
-                case=f"{label}, alpha0={x.alpha0}, alpha1={x.alpha1}, beta1={x.beta1}",
-            )
+            try:
+                compare(
+                    where,
+                    value,
+                    want,
+                    bound=bound if b is None else _only(bound, b),
+                    names=names,
+                    hint=first or hint,
+                    case=f"{label}, alpha0={x.alpha0}, alpha1={x.alpha1}, beta1={x.beta1}",
+                )
+            except CheckFailure as failure:
+                if not first:
+                    raise
+                _raise_inferred(failure, b)
+
+
+def _raise_inferred(failure: CheckFailure, b: int | None) -> NoReturn:
+    """Raise D1's ``failure``, whose hint names a mistake of the first epilogue, as a failure of stage 'd0': D1 pins
+    it there, and the stage tells the attendee where to look."""
+    where = "d0 (" + ("" if b is None else f"batch {b}, ") + "inferred from D1: this plan does not keep D0)"
+    raise CheckFailure(
+        where, f"stage '{where}': D1 is what a mistake in the first epilogue gives (the hint names it)\n{failure}"
+    ) from None
 
 
 def _only(bound: np.ndarray, b: int) -> np.ndarray:

@@ -74,6 +74,9 @@ RACE_SHAPE, RACE_SLICES = (128, 128, GEMM_SHAPES[1][2]), 3
 # alpha of either sign and 0, beta 0 (C handed in all NaN: it must not be read) and not, in every combination: the
 # order of each step shows. A shape's 20 cases meet each; its NaN and Inf pairs, the last two, meet alpha = 0.
 GEMM_SCALARS = ((1.0, 0.0), (0.5, -2.0), (-1.5, 0.0), (-0.75, 1.25), (0.0, 1.25), (0.0, 0.0), (2.0, 0.5))
+# The NaN and Inf pairs again, at alpha != 0 (beta C and 0): where alpha = 0 BLAS's quick return accepts beta C, so
+# only these show a C that is not NaN at the sentinel's lines (22 cases a shape).
+NONFINITE_SCALARS = ((2.0, 0.5), (-1.5, 0.0))
 GEMM_NEEDS = {
     "exponent shifts of A": (),
     "exponent shifts of B": (),
@@ -97,8 +100,8 @@ DOMAIN_EPILOGUE = (
 )
 DOMAIN_GEMM = (
     "shapes of 2 x 3 and 3 x 2 tiles, one padded; random, spread and adversarial operands; rows near DBL_MAX and "
-    "subnormal rows; a NaN and an Inf in each operand; zero rows and columns; alpha of either sign and 0, beta 0 and "
-    "not in every combination, a C full of NaN when beta = 0; " + ALPHA_ZERO
+    "subnormal rows; a NaN and an Inf in each operand, at alpha 0 and not; zero rows and columns; alpha of either "
+    "sign and 0, beta 0 and not in every combination, a C full of NaN when beta = 0; " + ALPHA_ZERO
 )
 
 
@@ -882,9 +885,11 @@ def check_ozaki_gemm(
     count = 0
     for m, n, k in shapes:
         cases = list(_cases(m, k, n, seed + count, nonfinite=True))
-        for case, a, b in cases if adversarial else cases[:2] + cases[-2:]:
+        chosen = cases if adversarial else cases[:2] + cases[-2:]
+        scalars = [GEMM_SCALARS[(count + i) % len(GEMM_SCALARS)] for i in range(len(chosen))]
+        chosen, scalars = chosen + cases[-2:], scalars + list(NONFINITE_SCALARS)  # the NaN and Inf pairs, alpha != 0
+        for (case, a, b), (alpha, beta) in zip(chosen, scalars, strict=True):
             c = rng.standard_normal((m, n))
-            alpha, beta = GEMM_SCALARS[count % len(GEMM_SCALARS)]
             label = f"{case} {m}x{n}x{k}, {slices} slices, alpha={alpha}, beta={beta}"
             got = output(run(a, b, np.full_like(c, np.nan) if beta == 0.0 else c.copy(), alpha, beta), "C", label)
             ref = _reference.ozaki_stages(a, b, slices)
@@ -912,7 +917,7 @@ def check_ozaki_gemm(
                 st = _reference.ozaki_stages(a, b, other)
                 return reconstruct(st.diagonals, st.e, st.f, alpha, beta, c)
 
-            hint = _gemm_hint(got, want, bound, alpha, beta, kept, recount, slices)
+            hint = _gemm_hint(got, want, bound, alpha, beta, kept, recount, slices, shifts=(ref.e, ref.f))
             compare("C", got, want, bound=bound, names=("row", "col"), case=label, hint=hint)
             count += 1
     tile = "" if not block else "; block " + ", ".join(f"{key} {value}" for key, value in block.items())
@@ -928,10 +933,12 @@ def _gemm_hint(
     kept: dict[str, Any],
     recount: Callable[[int], np.ndarray] | None = None,
     slices: int = 0,
+    shifts: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> str:
-    """What a wrong C is, where the checker tested it: an alpha = 0 shortcut, or C of one slice more or fewer
-    (``recount(s)``), recomputed; the stages before C, when the plan kept them, compared right (so C's own step is
-    wrong); whole tiles still holding the poison. "" else."""
+    """What a wrong C is, where the checker tested it: an alpha = 0 shortcut; a line of A or B whose shift is the
+    sentinel (``shifts``: the reference's e and f) without its NaN; C of one slice more or fewer (``recount(s)``),
+    recomputed; the stages before C, when the plan kept them, compared right (so C's own step is wrong); whole tiles
+    still holding the poison. "" else."""
     got = np.asarray(got)
     if got.shape != want.shape:
         return ""
@@ -940,6 +947,8 @@ def _gemm_hint(
     if not wrong.any():
         return ""
     hints = [alpha_zero_hint(got, want, alpha, beta)]
+    if not hints[0] and shifts is not None and (sentinel := _sentinel_hint(got, want, *shifts)):
+        return sentinel
     for other in (slices - 1, slices + 1) if recount is not None and not hints[0] else ():
         if _slicing.MIN_SLICES <= other <= _slicing.MAX_SLICES:
             value = recount(other)
@@ -955,6 +964,30 @@ def _gemm_hint(
     if tiles and (poison == _tile_mask(poison.shape, tiles, 128)).all():
         hints.append(f"the tiles of C at rows and columns {plain(tiles[:6])} still hold the poison: never written")
     return "; ".join(h for h in hints if h)
+
+
+def _sentinel_hint(got: np.ndarray, want: np.ndarray, e: np.ndarray, f: np.ndarray) -> str:
+    """The first row of A and column of B whose shift is the sentinel and whose line of C is not all NaN where it
+    must be, named with an entry; "" when there is none."""
+    missed = np.isnan(want) & ~np.isnan(got)
+    said = []
+    for axis, shift, line, operand, index in ((1, e, "row", "A", "e"), (0, f, "column", "B", "f")):
+        lines = np.flatnonzero((np.asarray(shift) == NONFINITE_SHIFT) & missed.any(axis=axis))
+        if lines.size:
+            i = int(lines[0])
+            j = int(np.flatnonzero(missed[i] if axis == 1 else missed[:, i])[0])
+            at = (i, j) if axis == 1 else (j, i)
+            said.append(
+                f"{line} {i} of {operand} holds a NaN or an Inf (its shift {index}[{i}] is the non-finite sentinel "
+                f"NONFINITE_SHIFT = {NONFINITE_SHIFT}): C's {line} {i} must be NaN, got C[{at[0]}, {at[1]}] = "
+                f"{float(got[at])!r}"
+            )
+    if not said:
+        return ""
+    return "; ".join(said) + (
+        "; write NaN where e[row] or f[col] is NONFINITE_SHIFT, whatever alpha and beta: that line's digits are zero, "
+        "so scaling them gives 0 (or beta C), not NaN"
+    )
 
 
 def _tiles_where(mask: np.ndarray, size: int) -> list[tuple[int, int]]:
