@@ -329,3 +329,29 @@ class FakeSpare:
 
     def poll(self):
         return None
+
+
+HARD_CODED = """
+def make_kernel(scale):
+    total = 0
+    for i in range(1, scale):  # a start of 1 is no size
+        total += i
+    for i in range(64):  # the fragment's size at one block
+        total += i
+    return total
+"""
+
+
+def test_a_loop_bound_written_as_a_number_fails_the_parameters_stage_at_once(tmp_path, builds):
+    path = tmp_path / "hard_coded.py"
+    path.write_text(HARD_CODED)
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    check, fine = toy(tmp_path)
+    assert checker.hard_coded_bounds(fine) == [] and check(lambda: None, block=1, exercise=fine).status == "passed"
+    assert checker.hard_coded_bounds(namespace["make_kernel"]) == ["make_kernel: for i in range(64):  # the " +
+                                                                    "fragment's size at one block"]  # fmt: skip
+    builds.clear()
+    with pytest.raises(CheckFailure) as failure:
+        check(lambda: None, block=1, exercise=namespace["make_kernel"])
+    assert failure.value.stage == "parameters" and "range(64)" in str(failure.value) and not builds

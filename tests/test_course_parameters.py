@@ -220,3 +220,17 @@ def test_d0s_fragment_held_at_one_blocks_size_is_seen_by_the_other_plan():
 
     with pytest.raises(fusion.CheckFailure):
         fusion.check_back_to_back(run, shape=other["shape"], block=other["block"], seed=1)
+
+
+@pytest.mark.parametrize("exercise", list(CONTRACTS))
+def test_no_solution_kernel_loops_to_a_number_and_the_hard_coded_mistake_would_be_named(exercise):
+    """The check's first stage for a kernel with a contract (``checker.hard_coded_bounds``) finds no loop bound
+    written as a number in the solution's cell: it rejects only the mistake."""
+    from utilities.checker import literal_bounds
+
+    cell = _gpu_tool().GPU_EXERCISES[exercise]
+    nb = nbformat.read(ROOT / "solutions" / f"{cell.stem}.ipynb", as_version=4)
+    source = next(c.source for c in nb.cells if c.get("id") == cell.cell)
+    assert literal_bounds(source) == []
+    mutated = source.replace("range(", "range(64) or range(", 1)
+    assert mutated == source or literal_bounds(mutated), "a first loop turned to a number is found"

@@ -460,6 +460,44 @@ def untouched_exercise(*functions: Any) -> str | None:
     return None
 
 
+def hard_coded_bounds(*functions: Any) -> list[str]:
+    """The loops of ``functions`` whose bound is a number (``for i in range(64)``), each as "name: its line": in a
+    kernel whose factory computes its sizes from the block (a fragment's F0, a tile's TK), such a bound is right at
+    one block only, and past a fragment's end it writes nothing any result shows."""
+    import textwrap
+
+    found = []
+    for fn in functions:
+        if fn is None:
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(getattr(fn, "py_func", None) or inspect.unwrap(fn)))
+        except (OSError, TypeError):
+            continue
+        name = getattr(fn, "__name__", "the exercise")
+        found += [f"{name}: {line}" for line in literal_bounds(source)]
+    return found
+
+
+def literal_bounds(source: str) -> list[str]:
+    """The lines of ``source`` (Python) holding a ``range`` whose end is a number of 2 or more."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"):
+            continue
+        stop = node.args[1] if len(node.args) >= 2 else node.args[0] if node.args else None
+        if isinstance(stop, ast.Constant) and isinstance(stop.value, int) and stop.value >= 2:
+            found.append(lines[node.lineno - 1].strip())
+    return found
+
+
 def unfinished_for(stage: str, functions: Sequence[Any], needs: Mapping[str, Any] | None) -> str | None:
     """Why a failure of ``stage`` is an unfinished exercise, or None when it is a wrong one.
 
@@ -515,8 +553,10 @@ def checker(
       synccheck beside the check (:class:`RaceCheck`); ``races=False`` skips it for one call. With ``bounds=True``
       memcheck runs beside them: a read past an operand that no result shows (a prefetch past the end of K) fails.
     - ``contract(args, kwargs)`` (with a ``driver``): the arguments of the driver at every block the notebook checks
-      the exercise at, given one check's. On a GPU, the first check of new code builds the others' kernels beside it
-      (``utilities.contract_builds``); a later check of the same code waits for them and finds its kernel built.
+      the exercise at, given one check's. A loop bound written as a number in the exercise fails the stage
+      "parameters" at once (:func:`hard_coded_bounds`): past a fragment's end no result may show it. On a GPU, the
+      first check of new code builds the others' kernels beside it (``utilities.contract_builds``) and starts their
+      race runs (:class:`RacesAhead`); a later check of the same code waits for them and finds its kernel built.
     """
     if (shared or contract is not None) and driver is None:
         raise TypeError(f"{name}: shared=True or a contract needs a driver (the code that runs the exercise's kernel)")
@@ -533,6 +573,15 @@ def checker(
             if shared and races and not sanitize and given:
                 tools = sanitizer_tools(bounds)
                 race = RaceCheck(name, lambda: driver(given, *args, small=True, **kwargs), given, tools)
+            literal = hard_coded_bounds(*given) if contract is not None else []
+            if literal:
+                raise CheckFailure(
+                    "parameters",
+                    f"stage 'parameters' of {name}: a loop bound written as a number, in {literal[0]}\n"
+                    "hint: this kernel is checked at blocks of other sizes (its contract), where a fragment or a tile "
+                    "holds another count: loop to the size the factory computes (F0, F1, TK...), not to its value at "
+                    "one block",
+                )
             code = (
                 _build_ahead(name, driver, contract, given, args, kwargs, race.tools if race else ())
                 if contract and not sanitize

@@ -52,7 +52,8 @@ MISTAKES = [
                 "        pass  # every warp is done reading GEMM 0's",
             message="cuda.syncthreads() is missing", stage="sanitizer"),
     Mistake("2b b2b", "hard-coded size", "D0's fragment loop over 64 values a thread (F0 at the notebook's block; the "
-            "contract's other has 32)", old="        for i in range(F0):\n", new="        for i in range(64):\n"),
+            "contract's other has 32)", old="        for i in range(F0):\n", new="        for i in range(64):\n",
+            message="a loop bound written as a number", stage="parameters"),
     Mistake("2b b2b", "missing", "forgets the second ReLU",
             old="out[i] = x if x > 0 else float32(0)\n                #",  # the branch that reads C1
             new="out[i] = x\n                #", message="ReLU missing in the second epilogue"),
