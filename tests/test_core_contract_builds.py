@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from utilities import checker, contract_builds
+from utilities import beside_checks, checker, contract_builds
 from utilities.checker import CheckFailure, CheckResult
 
 EXERCISE = '''
@@ -124,9 +124,9 @@ def test_nothing_is_built_ahead_for_a_skeleton_a_sanitized_run_or_off_the_gpu(tm
 
 
 def test_builds_run_where_the_checks_kernels_run_on_a_gpu(monkeypatch):
-    """Where the race run runs (``checker.kernels_off_gpu``, tested with it), unless ``COURSE_BUILD_AHEAD=off``."""
+    """Where the race run runs (``beside_checks.kernels_off_gpu``), unless ``COURSE_BUILD_AHEAD=off``."""
     seen = []
-    monkeypatch.setattr(checker, "kernels_off_gpu", lambda environ, modules: seen.append(modules) or "no GPU")
+    monkeypatch.setattr(beside_checks, "kernels_off_gpu", lambda environ, modules: seen.append(modules) or "no GPU")
     assert contract_builds.skipped({}, {"m": 1}) == "no GPU" and seen == [{"m": 1}]
     assert contract_builds.skipped({contract_builds.ENV: "off"}, {}) == "COURSE_BUILD_AHEAD=off"
 

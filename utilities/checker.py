@@ -42,7 +42,6 @@ import inspect
 import os
 import re
 import secrets
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from .beside_checks import kernels_off_gpu, switched_off
 from .guard import Written
 
 # The marker that ends every skeleton line of an exercise notebook (``utilities.notebooks`` writes it).
@@ -732,28 +732,6 @@ class RacesAhead:
 
 
 RACES_AHEAD = RacesAhead()
-
-
-def kernels_off_gpu(environ: Mapping[str, str] | None = None, modules: Mapping[str, Any] | None = None) -> str:
-    """Why the check's kernels did not run on a GPU here ("" when they did): numba's simulator ran them on the CPU,
-    numba-cuda was never imported, or there is no GPU. What runs beside a check (its race run, the builds of its
-    contract's other blocks) runs only where they did."""
-    environ = os.environ if environ is None else environ
-    modules = sys.modules if modules is None else modules
-    if environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
-        return "numba's CUDA simulator ran the kernels, on the CPU"
-    cuda = modules.get("numba.cuda")
-    if cuda is None:
-        return "no kernel ran on a GPU (numba.cuda was never imported)"
-    try:
-        return "" if cuda.is_available() else "no GPU"
-    except Exception:  # a driver that cannot start
-        return "no GPU"
-
-
-def switched_off(name: str, environ: Mapping[str, str]) -> bool:
-    """Whether the environment variable ``name`` turns its switch off: 0, off, no or false, any case."""
-    return environ.get(name, "").strip().lower() in ("0", "off", "no", "false")
 
 
 def race_check_skipped(

@@ -41,8 +41,8 @@ buildcache.install(quiet=True)  # the kernel built here is stored where the note
 
 def skipped(environ: Mapping[str, str] | None = None, modules: Mapping[str, Any] | None = None) -> str:
     """Why nothing is built ahead here ("" when it is): ``COURSE_BUILD_AHEAD=off``, or the check's kernels did not
-    run on a GPU (``checker.kernels_off_gpu``)."""
-    from .checker import kernels_off_gpu, switched_off
+    run on a GPU (``beside_checks.kernels_off_gpu``)."""
+    from .beside_checks import kernels_off_gpu, switched_off
 
     environ = os.environ if environ is None else environ
     if switched_off(ENV, environ):
