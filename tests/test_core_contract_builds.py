@@ -336,6 +336,8 @@ def make_kernel(scale):
     total = 0
     for i in range(1, scale):  # a start of 1 is no size
         total += i
+    for j in range(4):  # the four bytes of a word: the same at every block
+        total += j
     for i in range(64):  # the fragment's size at one block
         total += i
     return total

@@ -479,8 +479,12 @@ def hard_coded_bounds(*functions: Any) -> list[str]:
     return found
 
 
+SIZE_FLOOR = 16  # the smallest size a block sets in the course's kernels (a fragment, a tile); below it, a loop's
+# number is a word's width or the like (3b's four bytes of a word), the same at every block
+
+
 def literal_bounds(source: str) -> list[str]:
-    """The lines of ``source`` (Python) holding a ``range`` whose end is a number of 2 or more."""
+    """The lines of ``source`` (Python) holding a ``range`` whose end is a number of :data:`SIZE_FLOOR` or more."""
     import ast
 
     try:
@@ -493,7 +497,7 @@ def literal_bounds(source: str) -> list[str]:
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"):
             continue
         stop = node.args[1] if len(node.args) >= 2 else node.args[0] if node.args else None
-        if isinstance(stop, ast.Constant) and isinstance(stop.value, int) and stop.value >= 2:
+        if isinstance(stop, ast.Constant) and isinstance(stop.value, int) and stop.value >= SIZE_FLOOR:
             found.append(lines[node.lineno - 1].strip())
     return found
 
