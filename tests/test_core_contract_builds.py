@@ -289,7 +289,7 @@ def test_a_spare_runs_the_script_it_is_handed_and_a_new_one_waits_for_the_next_e
         assert builds.start("code", [f"open({str(out)!r}, 'w').write('built')\n"]) == 1
         [build] = builds.by_code["code"]
         assert build.process is spare and build.process.wait(timeout=30) == 0 and out.read_text() == "built"
-        assert len(builds.spares) == 1 and builds.spares[0].process is not spare, "a new spare for the next edit"
+        assert not builds.spares and builds.warm() == 1, "a new spare for the next edit, after the check"
     finally:
         builds.close()
 
@@ -357,3 +357,28 @@ def test_a_loop_bound_written_as_a_number_fails_the_parameters_stage_at_once(tmp
     with pytest.raises(CheckFailure) as failure:
         check(lambda: None, block=1, exercise=namespace["make_kernel"])
     assert failure.value.stage == "parameters" and "range(64)" in str(failure.value) and not builds
+
+
+def test_no_race_run_starts_ahead_where_race_runs_are_off(tmp_path, races, monkeypatch):
+    monkeypatch.setattr(checker, "race_check_skipped", lambda environ=None, modules=None: ("COURSE_RACECHECK=off", 1))
+    check, fn = shared_toy(tmp_path)
+    check(lambda: None, block=2, exercise=fn)
+    assert races == [] and not checker.RACES_AHEAD.by_text
+
+
+def test_a_run_taken_over_gets_its_time_limit_from_the_take_and_only_for_its_own_tools():
+    class Run:
+        def __init__(self):
+            self.now, self.started, self.timeout = 100.0, 100.0, 180.0
+
+        def clock(self):
+            return self.now
+
+    run = Run()
+    ahead = checker.RacesAhead(lambda text, tools=(): run)
+    checker.RACE_VERDICTS.pop("script", None)
+    ahead.by_text["script"] = ("code", run, ("racecheck", "synccheck"))
+    assert ahead.take("script", ("racecheck", "synccheck", "memcheck")) is None, "another check's tools"
+    run.now = 250.0  # taken 150 s after its start
+    assert ahead.take("script", ("racecheck", "synccheck")) is run and run.timeout == 330.0
+    assert ahead.take("script", ("racecheck", "synccheck")) is None, "taken once"

@@ -37,6 +37,7 @@ inside the image or in its padding); otherwise its message names the stage and t
 
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
 import os
@@ -586,11 +587,9 @@ def checker(
                     "holds another count: loop to the size the factory computes (F0, F1, TK...), not to its value at "
                     "one block",
                 )
-            code = (
-                _build_ahead(name, driver, contract, given, args, kwargs, race.tools if race else ())
-                if contract and not sanitize
-                else None
-            )
+            ahead = race.tools if race and not race_check_skipped()[0] else ()  # no race run: none ahead either
+            ahead_of = contract and not sanitize
+            code = _build_ahead(name, driver, contract, given, args, kwargs, ahead) if ahead_of else None
             try:
                 if race:
                     race.begin()
@@ -600,6 +599,9 @@ def checker(
                     race.cancel()
                 _cancel_builds(code)
                 raise
+            finally:
+                if ahead_of:
+                    _warm_spares()  # after the check's own build: ready for the next edit
             if result.status != "passed":
                 _cancel_builds(code)
                 if race:
@@ -652,25 +654,33 @@ def _build_ahead(
     if not given or contract_builds.skipped():
         return None
     if untouched_exercise(*given) is not None:
-        contract_builds.BUILDS.warm()  # the skeleton's check: interpreters ready for the first edit's builds
-        return None
-    blocks = contract(args, kwargs)
+        return None  # the skeleton's check: nothing to build (the spares warm after it)
     try:
+        blocks = contract(args, kwargs)
         texts = [driver(given, *a, **kw) for a, kw in blocks]
         code, scripts = contract_builds.scripts_for(given, texts, driver(given, *args, **kwargs))
+        smalls = [driver(given, *a, small=True, **kw) for a, kw in blocks] if tools else []
+        own = driver(given, *args, small=True, **kwargs) if tools else ""
     except (sanitizer.NotRebuilt, OSError, TypeError):
         return None  # the race run says why, where it matters
     builds = contract_builds.BUILDS
     if code not in builds.by_code:
         builds.start(code, scripts)
         if tools:
-            RACES_AHEAD.start(code, given, [driver(given, *a, small=True, **kw) for a, kw in blocks], tools,
-                              own=driver(given, *args, small=True, **kwargs))  # fmt: skip
+            RACES_AHEAD.start(code, given, smalls, tools, own=own)
     elif builds.running(code):
         waited = builds.wait(code)
         if waited >= 1.0:
             print(f"… {name}: {waited:.0f} s waiting for your kernel at this block, built beside the first check")
     return code
+
+
+def _warm_spares() -> None:
+    """Interpreters ready for the next edit's builds, where builds run ahead (``contract_builds.Builds.warm``)."""
+    from . import contract_builds
+
+    if not contract_builds.skipped():
+        contract_builds.BUILDS.warm()
 
 
 def _cancel_builds(code: str | None) -> None:
@@ -698,14 +708,14 @@ class RacesAhead:
 
     def __init__(self, start: Callable[..., Any] | None = None) -> None:
         self.starter = start
-        self.by_text: dict[str, tuple[str, Any]] = {}  # a script's text: (its code, its run)
+        self.by_text: dict[str, tuple[str, Any, tuple[str, ...]]] = {}  # a script's text: (its code, run, tools)
 
     def start(self, code: str, functions: Sequence[Any], drivers: Sequence[str], tools: Sequence[str], own: str) -> int:
         """Start the race run of every block's driver but ``own`` (the check's own run starts with it), once per
         script; runs of other code are stopped (an edit made them useless). Returns the runs started."""
         from . import sanitizer
 
-        for text, (other, _) in list(self.by_text.items()):
+        for text, (other, _, _) in list(self.by_text.items()):
             if other != code:
                 self.by_text.pop(text)[1].cancel()
         starter = self.starter or sanitizer.start
@@ -719,23 +729,32 @@ class RacesAhead:
                 continue
             pending = starter(text, tools=tuple(tools))
             if pending is not None:
-                self.by_text[text] = (code, pending)
+                self.by_text[text] = (code, pending, tuple(tools))
                 started += 1
         return started
 
-    def take(self, text: str) -> Any:
-        """The run started ahead for the script ``text`` (None: none was), now the caller's."""
-        entry = self.by_text.pop(text, None)
-        return None if entry is None else entry[1]
+    def take(self, text: str, tools: Sequence[str]) -> Any:
+        """The run of ``tools`` started ahead for the script ``text`` (None: none was), now the caller's: its time
+        limit counts from now, as a run started now would."""
+        entry = self.by_text.get(text)
+        if entry is None or entry[2] != tuple(tools):
+            return None
+        del self.by_text[text]
+        pending = entry[1]
+        if hasattr(pending, "clock") and hasattr(pending, "timeout"):
+            pending.timeout += pending.clock() - pending.started
+        return pending
 
-    def cancel(self, code: str) -> None:
-        """Stop the runs of ``code`` (its check failed: the attendee edits again)."""
-        for text, (other, _) in list(self.by_text.items()):
-            if other == code:
+    def cancel(self, code: str | None = None) -> None:
+        """Stop the runs of ``code`` (its check failed: the attendee edits again), or every run (None: the process
+        ends)."""
+        for text, (other, _, _) in list(self.by_text.items()):
+            if code is None or other == code:
                 self.by_text.pop(text)[1].cancel()
 
 
 RACES_AHEAD = RacesAhead()
+atexit.register(RACES_AHEAD.cancel)  # a block no check took: its run ends with the notebook's kernel
 
 
 def race_check_skipped(
@@ -821,7 +840,7 @@ class RaceCheck:
             return
         if self.text in RACE_VERDICTS:
             return
-        self.pending = RACES_AHEAD.take(self.text) or sanitizer.start(self.text, tools=self.tools)
+        self.pending = RACES_AHEAD.take(self.text, self.tools) or sanitizer.start(self.text, tools=self.tools)
         if self.pending is None:
             self.note = f"races not checked: {sanitizer.MISSING.split('; the sanitizer run')[0]}"
 

@@ -19,6 +19,7 @@ kernels run on a GPU; ``COURSE_BUILD_AHEAD=off`` turns it off.
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
@@ -164,7 +165,6 @@ class Builds:
             self.cancel(other)
         started = [build for build in map(self._launch, dict.fromkeys(scripts)) if build is not None]
         self.by_code[code] = started
-        self.warm()  # for the next edit
         return len(started)
 
     def wait(self, code: str, limit: float = WAIT_S) -> float:
@@ -187,6 +187,7 @@ class Builds:
 
 
 BUILDS = Builds()
+atexit.register(BUILDS.close)  # the spares end with the notebook's kernel (they would at the end of their stdin too)
 
 
 def scripts_for(functions: Sequence[Any], driver_texts: Sequence[str], own: str) -> tuple[str, list[str]]:
