@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import cuda, float64, int32, int64
+from numba import cuda, float64, int8, int32, int64
 
 from .. import plans
 from ..machinery import launch
@@ -292,14 +292,12 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
     statistics (``istats`` (3, n) int64, ``utilities.precision_gpu``: exponent, S, non-finite flag) and is written
     to ``nu`` (n,) by the blocks of the first row tile.
 
-    A block reads 32 columns by 64 rows (each warp 32 consecutive doubles of a row; a thread 8 consecutive rows of
-    its column) and splits each value once. Then, one modulus at a time, each thread packs its 8 residues into two
-    words of a shared tile (32 columns by 16 words and a pad: the stores meet no bank twice), and the block writes
-    each column's 16 words (two columns, 128 bytes, per warp store). Two tiles take turns, so one barrier a modulus
-    suffices, and the block's 4 KiB of shared memory leaves the SM's occupancy to its registers at any count.
+    A block reads 32 columns by 64 rows (each warp 32 consecutive doubles of a row), keeps the residues of one tile
+    in shared memory (count x 32 x 68 bytes: 64 rows and a pad that keeps the stores free of bank conflicts), and
+    writes each column's 64 residues as 16 words (two columns, 128 bytes, per warp store).
     """
-    N, PER = count, COLS_DEPTH // COLS_ROWS
-    WORDS_PER_COL, WORDS_PER_THREAD = COLS_DEPTH // 4, PER // 4
+    N, PER, PADDED = count, COLS_DEPTH // COLS_ROWS, COLS_DEPTH + 4
+    WORDS_PER_COL = COLS_DEPTH // 4
     THREADS = COLS_TILE * COLS_ROWS
     exponent = make_exponent(count)
     split_residue = make_split_residue(count, residue_factory)
@@ -308,11 +306,10 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
     def residue_cols_kernel(b, istats, words, nu):
         k, n = b.shape
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        col0, row0 = cuda.blockIdx.x * COLS_TILE, cuda.blockIdx.y * COLS_DEPTH + ty * PER
+        col0, row0 = cuda.blockIdx.x * COLS_TILE, cuda.blockIdx.y * COLS_DEPTH
         col = col0 + tx
-        tile = cuda.shared.array((2, COLS_TILE, WORDS_PER_COL + 1), int32)
-        his = cuda.local.array(PER, float64)
-        lows = cuda.local.array(PER, float64)
+        tile = cuda.shared.array((N, COLS_TILE, PADDED), int8)
+        vals = cuda.local.array(PER, float64)
         shift = int32(0)
         bad = int64(0)
         if col < n:
@@ -321,27 +318,22 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
             if cuda.blockIdx.y == 0 and ty == 0:
                 nu[col] = shift
         for i in range(PER):  # all loads first
-            row = row0 + i
-            his[i] = b[row, col] if row < k and col < n else 0.0
-        for i in range(PER):  # a column with a NaN or an Inf: zero residues
-            his[i], lows[i] = split(his[i] if bad == 0 else 0.0, shift)
+            row = row0 + ty + i * COLS_ROWS
+            vals[i] = b[row, col] if row < k and col < n else 0.0
+        for i in range(PER):
+            h, low = split(vals[i] if bad == 0 else 0.0, shift)  # a column with a NaN or an Inf: zero residues
+            for t in range(N):
+                tile[t, tx, ty + i * COLS_ROWS] = split_residue(h, low, t)
+        cuda.syncthreads()
         tid = ty * COLS_TILE + tx
         word0 = cuda.blockIdx.y * WORDS_PER_COL
         for t in range(N):
-            turn = t % 2  # the tile the previous modulus read is written two moduli later: past this one's barrier
-            for j in range(WORDS_PER_THREAD):
-                i = 4 * j
-                tile[turn, tx, ty * WORDS_PER_THREAD + j] = pack_digits(
-                    split_residue(his[i], lows[i], t),
-                    split_residue(his[i + 1], lows[i + 1], t),
-                    split_residue(his[i + 2], lows[i + 2], t),
-                    split_residue(his[i + 3], lows[i + 3], t),
-                )
-            cuda.syncthreads()
             for idx in range(tid, COLS_TILE * WORDS_PER_COL, THREADS):
                 c, w = idx // WORDS_PER_COL, idx % WORDS_PER_COL
                 if col0 + c < n and word0 + w < words.shape[2]:
-                    words[t, col0 + c, word0 + w] = tile[turn, c, w]
+                    four = tile[t, c]
+                    words[t, col0 + c, word0 + w] = pack_digits(four[4 * w], four[4 * w + 1], four[4 * w + 2],
+                                                                four[4 * w + 3])  # fmt: skip
 
     return residue_cols_kernel
 
