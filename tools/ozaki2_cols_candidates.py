@@ -28,26 +28,24 @@ from utilities.precision_gpu import BAD, EXP, TERMS
 from utilities.simt import pack_digits
 
 CANDIDATES = ("words", "turns")
+PER = simt.COLS_DEPTH // simt.COLS_ROWS  # rows a thread
+TILE, DEPTH, THREADS = simt.COLS_TILE, simt.COLS_DEPTH, simt.COLS_TILE * simt.COLS_ROWS
+WORDS_PER_COL, WORDS_PER_THREAD = simt.COLS_DEPTH // 4, PER // 4
+PADDED_WORDS = WORDS_PER_COL + 1  # a pad word a column: a warp's stores of 32 columns meet no bank twice
 
 
 @functools.cache
-def make_words_kernel(count: int) -> Any:
-    """The candidate ``words`` (see the module docstring); the course kernel's arguments and launch."""
-    N, PER = count, simt.COLS_DEPTH // simt.COLS_ROWS
-    TILE, WORDS_PER_COL, WORDS_PER_THREAD = simt.COLS_TILE, simt.COLS_DEPTH // 4, PER // 4
-    PADDED_WORDS, THREADS, DEPTH = WORDS_PER_COL + 1, simt.COLS_TILE * simt.COLS_ROWS, simt.COLS_DEPTH
+def make_load_column(count: int) -> Any:
+    """A device function ``load_column(b, istats, nu, vals) -> shift``: the course kernel's first part, the same
+    in both candidates: the thread's column's exponent (written to ``nu`` by the first row tile) and its ``PER``
+    rows of B into ``vals`` (zeros past the edges and in a column with a NaN or an Inf)."""
     exponent = simt.make_exponent(count)
-    split_residue = simt.make_split_residue(count, simt.make_residue)
-    split = simt.split
 
-    @cuda.jit
-    def residue_cols_words_kernel(b, istats, words, nu):
+    @cuda.jit(device=True)
+    def load_column(b, istats, nu, vals):
         k, n = b.shape
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        col0, row0 = cuda.blockIdx.x * TILE, cuda.blockIdx.y * DEPTH + ty * PER
-        col = col0 + tx
-        tile = cuda.shared.array((N, TILE, PADDED_WORDS), int32)
-        vals = cuda.local.array(PER, float64)
+        col, row0 = cuda.blockIdx.x * TILE + tx, cuda.blockIdx.y * DEPTH + ty * PER
         shift = int32(0)
         bad = int64(0)
         if col < n:
@@ -55,9 +53,28 @@ def make_words_kernel(count: int) -> Any:
             shift = exponent(istats[EXP, col], istats[TERMS, col], bad)
             if cuda.blockIdx.y == 0 and ty == 0:
                 nu[col] = shift
-        for i in range(PER):  # all loads first; a column with a NaN or an Inf: zero residues
+        for i in range(PER):  # all loads first
             row = row0 + i
             vals[i] = b[row, col] if row < k and col < n and bad == 0 else 0.0
+        return shift
+
+    return load_column
+
+
+@functools.cache
+def make_words_kernel(count: int) -> Any:
+    """The candidate ``words`` (see the module docstring); the course kernel's arguments and launch."""
+    N = count
+    load_column = make_load_column(count)
+    split_residue = simt.make_split_residue(count, simt.make_residue)
+    split = simt.split
+
+    @cuda.jit
+    def residue_cols_words_kernel(b, istats, words, nu):
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        tile = cuda.shared.array((N, TILE, PADDED_WORDS), int32)
+        vals = cuda.local.array(PER, float64)
+        shift = load_column(b, istats, nu, vals)
         for j in range(WORDS_PER_THREAD):
             h0, l0 = split(vals[4 * j], shift)
             h1, l1 = split(vals[4 * j + 1], shift)
@@ -69,50 +86,39 @@ def make_words_kernel(count: int) -> Any:
                     split_residue(h2, l2, t), split_residue(h3, l3, t),
                 )  # fmt: skip
         cuda.syncthreads()
-        tid = ty * TILE + tx
-        word0 = cuda.blockIdx.y * WORDS_PER_COL
         for t in range(N):
-            for idx in range(tid, TILE * WORDS_PER_COL, THREADS):
-                c, w = idx // WORDS_PER_COL, idx % WORDS_PER_COL
-                if col0 + c < n and word0 + w < words.shape[2]:
-                    words[t, col0 + c, word0 + w] = tile[t, c, w]
+            store_plane(tile, t, t, words, b.shape[1])
 
     return residue_cols_words_kernel
+
+
+@cuda.jit(device=True)
+def store_plane(tile, at, t, words, n):
+    """The block's words of plane ``t`` from ``tile[at]``, 16 a column, two columns a warp store."""
+    col0, word0 = cuda.blockIdx.x * TILE, cuda.blockIdx.y * WORDS_PER_COL
+    for idx in range(cuda.threadIdx.y * TILE + cuda.threadIdx.x, TILE * WORDS_PER_COL, THREADS):
+        c, w = idx // WORDS_PER_COL, idx % WORDS_PER_COL
+        if col0 + c < n and word0 + w < words.shape[2]:
+            words[t, col0 + c, word0 + w] = tile[at, c, w]
 
 
 @functools.cache
 def make_turns_kernel(count: int) -> Any:
     """The candidate ``turns`` (see the module docstring); the course kernel's arguments and launch."""
-    N, PER = count, simt.COLS_DEPTH // simt.COLS_ROWS
-    TILE, WORDS_PER_COL, WORDS_PER_THREAD = simt.COLS_TILE, simt.COLS_DEPTH // 4, PER // 4
-    PADDED_WORDS, THREADS, DEPTH = WORDS_PER_COL + 1, simt.COLS_TILE * simt.COLS_ROWS, simt.COLS_DEPTH
-    exponent = simt.make_exponent(count)
+    N = count
+    load_column = make_load_column(count)
     split_residue = simt.make_split_residue(count, simt.make_residue)
     split = simt.split
 
     @cuda.jit
     def residue_cols_turns_kernel(b, istats, words, nu):
-        k, n = b.shape
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        col0, row0 = cuda.blockIdx.x * TILE, cuda.blockIdx.y * DEPTH + ty * PER
-        col = col0 + tx
         tile = cuda.shared.array((2, TILE, PADDED_WORDS), int32)
         his = cuda.local.array(PER, float64)
         lows = cuda.local.array(PER, float64)
-        shift = int32(0)
-        bad = int64(0)
-        if col < n:
-            bad = istats[BAD, col]
-            shift = exponent(istats[EXP, col], istats[TERMS, col], bad)
-            if cuda.blockIdx.y == 0 and ty == 0:
-                nu[col] = shift
-        for i in range(PER):  # all loads first
-            row = row0 + i
-            his[i] = b[row, col] if row < k and col < n and bad == 0 else 0.0
+        shift = load_column(b, istats, nu, his)
         for i in range(PER):
             his[i], lows[i] = split(his[i], shift)
-        tid = ty * TILE + tx
-        word0 = cuda.blockIdx.y * WORDS_PER_COL
         for t in range(N):
             turn = t % 2  # written again two moduli later: past the barrier of the modulus between
             for j in range(WORDS_PER_THREAD):
@@ -122,10 +128,7 @@ def make_turns_kernel(count: int) -> Any:
                     split_residue(his[i + 2], lows[i + 2], t), split_residue(his[i + 3], lows[i + 3], t),
                 )  # fmt: skip
             cuda.syncthreads()
-            for idx in range(tid, TILE * WORDS_PER_COL, THREADS):
-                c, w = idx // WORDS_PER_COL, idx % WORDS_PER_COL
-                if col0 + c < n and word0 + w < words.shape[2]:
-                    words[t, col0 + c, word0 + w] = tile[turn, c, w]
+            store_plane(tile, turn, t, words, b.shape[1])
 
     return residue_cols_turns_kernel
 
