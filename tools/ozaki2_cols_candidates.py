@@ -17,15 +17,20 @@ Neither is in the course until a run says which is faster.
 
 from __future__ import annotations
 
+import argparse
 import functools
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from numba import cuda, float64, int32, int64
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from utilities.ozaki2 import simt
-from utilities.precision_gpu import BAD, EXP, TERMS
-from utilities.simt import pack_digits
+from numba import cuda, float64, int32, int64  # noqa: E402
+
+from utilities.ozaki2 import simt  # noqa: E402
+from utilities.precision_gpu import BAD, EXP, TERMS  # noqa: E402
+from utilities.simt import pack_digits  # noqa: E402
 
 CANDIDATES = ("words", "turns")
 PER = simt.COLS_DEPTH // simt.COLS_ROWS  # rows a thread
@@ -134,3 +139,16 @@ def make_turns_kernel(count: int) -> Any:
 
 
 FACTORIES: dict[str, Callable[[int], Any]] = {"words": make_words_kernel, "turns": make_turns_kernel}
+
+
+def main() -> None:
+    """``python tools/ozaki2_cols_candidates.py``: the candidates, one line each (the probe times them on a GPU)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.parse_args()
+    for name, factory in FACTORIES.items():
+        print(f"{name}: {factory.__doc__.splitlines()[0]}")
+    print("time them beside the course's kernel: python tools/ozaki2_scaling_probe.py --candidates")
+
+
+if __name__ == "__main__":
+    main()
