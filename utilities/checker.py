@@ -465,14 +465,14 @@ def hard_coded_bounds(*functions: Any) -> list[str]:
     """The loops of ``functions`` whose bound is a number (``for i in range(64)``), each as "name: its line": in a
     kernel whose factory computes its sizes from the block (a fragment's F0, a tile's TK), such a bound is right at
     one block only, and past a fragment's end it writes nothing any result shows."""
-    import textwrap
+    from .sanitizer import source_of
 
     found = []
     for fn in functions:
         if fn is None:
             continue
         try:
-            source = textwrap.dedent(inspect.getsource(getattr(fn, "py_func", None) or inspect.unwrap(fn)))
+            source = source_of(fn)
         except (OSError, TypeError):
             continue
         name = getattr(fn, "__name__", "the exercise")

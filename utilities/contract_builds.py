@@ -111,23 +111,36 @@ class Builds:
 
     def warm(self) -> int:
         """Start spare interpreters until :attr:`want_spares` wait (gone ones replaced); returns those started."""
-        from .sanitizer import script_environment
-
         self.spares = [spare for spare in self.spares if spare.process.poll() is None]
         started = 0
         while len(self.spares) < self.want_spares:
-            folder = Path(tempfile.mkdtemp(prefix="course-build-ahead-"))
-            with (folder / "log.txt").open("w") as log:
-                try:
-                    process = self.popen(
-                        [sys.executable, "-c", SPARE_CODE], stdin=subprocess.PIPE, stdout=log,
-                        stderr=subprocess.STDOUT, env=script_environment(), start_new_session=True, text=True,
-                    )  # fmt: skip
-                except OSError:
-                    return started
-            self.spares.append(Spare(process, folder))
+            spawned = self._spawn(["-c", SPARE_CODE], stdin=subprocess.PIPE, text=True)
+            if spawned is None:
+                return started
+            self.spares.append(Spare(*spawned))
             started += 1
         return started
+
+    def _spawn(self, args: list[str], script: str | None = None, **options: Any) -> tuple[Any, Path] | None:
+        """An interpreter (``python *args``; with ``script``, written to ``folder/built_ahead.py``, that file's path
+        last) in a session of its own, its output in a fresh ``folder/log.txt``: (process, folder), or None when it
+        could not start."""
+        from .sanitizer import script_environment
+
+        folder = Path(tempfile.mkdtemp(prefix="course-build-ahead-"))
+        if script is not None:
+            path = folder / "built_ahead.py"
+            path.write_text(script)
+            args = [*args, str(path)]
+        with (folder / "log.txt").open("w") as log:
+            try:
+                process = self.popen(
+                    [sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, env=script_environment(),
+                    start_new_session=True, **options,
+                )  # fmt: skip
+            except OSError:
+                return None
+        return process, folder
 
     def _launch(self, script: str) -> Build | None:
         """``script`` in a spare when one waits, else in a fresh interpreter."""
@@ -135,19 +148,10 @@ class Builds:
             build = self.spares.pop(0).run(script)
             if build is not None:
                 return build
-        from .sanitizer import script_environment
-
-        folder = Path(tempfile.mkdtemp(prefix="course-build-ahead-"))
-        path = folder / "built_ahead.py"
-        path.write_text(script)
-        with (folder / "log.txt").open("w") as log:
-            try:
-                process = self.popen(
-                    [sys.executable, str(path)], stdout=log, stderr=subprocess.STDOUT,
-                    env=script_environment(), start_new_session=True,
-                )  # fmt: skip
-            except OSError:
-                return None
+        spawned = self._spawn([], script)
+        if spawned is None:
+            return None
+        process, folder = spawned
         return Build(process, folder)
 
     def close(self) -> None:
