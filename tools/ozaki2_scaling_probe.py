@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -125,7 +127,14 @@ def main() -> None:
         a0, slope = fit([r["moduli"] for r in mine], [r["ms"] for r in mine])
         print(f"{name}: {a0:.3f} ms a pass + {slope:.3f} ms a modulus")
     if args.json:
-        Path(args.json).write_text(json.dumps({"size": size, "copy_tbs": copy_tbs, "rows": rows}, indent=1) + "\n")
+        name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+        head = {
+            "gpu": name.decode() if isinstance(name, bytes) else str(name),
+            "date": time.strftime("%Y-%m-%d"),
+            "command": shlex.join(["python3", "tools/ozaki2_scaling_probe.py", *sys.argv[1:]]),
+        }
+        report = {**head, "size": size, "copy_tbs": copy_tbs, "rows": rows}
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":
