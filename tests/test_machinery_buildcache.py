@@ -711,6 +711,7 @@ from utilities.machinery.buildcache import DiskCache, linking
 
 class Lazy:
     stage = ""
+    keep_code = generate_code = False  # no libmathdx code here: nothing to combine
     def timed(self, what):
         return contextlib.nullcontext()
     def digest(self, data):

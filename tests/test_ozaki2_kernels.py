@@ -184,35 +184,3 @@ def test_the_reconstruction_is_nearly_correctly_rounded():
 
 def test_nonfinite_shift_is_the_operands_sentinel():
     assert NONFINITE_SHIFT == np.iinfo(np.int32).max
-
-
-def _candidates():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "tools" / "ozaki2_cols_candidates.py"
-    spec = importlib.util.spec_from_file_location("ozaki2_cols_candidates", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize("candidate", ["words", "turns"])
-def test_each_candidate_column_kernel_writes_the_course_kernels_words(candidate):
-    """``tools/ozaki2_cols_candidates.py`` (timed by the scaling probe): the same words and exponents as the course's
-    column kernel on the test above's B (NaN, zero, subnormal and near-DBL_MAX columns, partial tiles)."""
-    count, k, n = 3, 150, 37
-    b = inputs.exponent_spread(k, n, 2.0, 11)
-    b[:, 3], b[7, 5], b[:, 8] = 0.0, np.nan, np.ldexp(b[:, 8], -1050)
-    b[9, 30] = 1.6e308
-    kp = -(-k // 16) * 16
-    stats = cuda.to_device(column_statistics(b))
-    out = []
-    for kernel in (simt.make_residue_cols_kernel(count), _candidates().FACTORIES[candidate](count)):
-        words = cuda.to_device(np.full((count, n, kp), 99, np.int8).view(np.int32))
-        nu = cuda.to_device(np.full(n, -7, np.int32))
-        step = simt.residue_cols_launch(k, n, kp, count)
-        kernel[step.grid, step.block](cuda.to_device(b), stats, words, nu)
-        out.append((words.copy_to_host(), nu.copy_to_host()))
-    np.testing.assert_array_equal(out[1][0], out[0][0])
-    np.testing.assert_array_equal(out[1][1], out[0][1])

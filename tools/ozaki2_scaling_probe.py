@@ -8,9 +8,6 @@ timed alone (CUDA events, ``utilities.bench``) at several moduli counts, and its
 ``a`` is the pass over the operand (its loads and the split of each entry), ``b`` one modulus's residues and their
 stores. Beside each: the bytes it moves at this run's copy rate (its floor), and how far the time is from it. The
 residues are not checked here (the tests and the checkers do that).
-
-``--candidates`` also times the column kernel's candidate rewrites (``tools/ozaki2_cols_candidates.py``) beside it,
-each first checked word for word against the course kernel's output on the same B (a mismatch stops the run).
 """
 
 from __future__ import annotations
@@ -36,41 +33,12 @@ def fit(counts: list[int], ms: list[float]) -> tuple[float, float]:
     return mean_t - slope * mean_n, slope
 
 
-def candidates(count: int, cols, b, plan, b_words) -> dict:
-    """The column kernel's candidates, each as (a call, the bytes it moves), after checking that each writes the
-    course kernel's words and exponents."""
-    import cupy as cp
-
-    from utilities.machinery import launch
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from ozaki2_cols_candidates import FACTORIES
-
-    launch.launch(cols.kernel, cols.grid, cols.block, 0, b, plan.stats.cols_i, b_words, plan.nu)
-    want_words, want_nu = b_words.copy(), plan.nu.copy()
-    out = {}
-    for name, factory in FACTORIES.items():
-        kernel = factory(count)
-        b_words.fill(99)
-        launch.launch(kernel, cols.grid, cols.block, 0, b, plan.stats.cols_i, b_words, plan.nu)
-        if not (cp.array_equal(b_words, want_words) and cp.array_equal(plan.nu, want_nu)):
-            raise SystemExit(f"candidate {name!r} at {count} moduli: other words than the course's column kernel")
-        out[f"columns, candidate {name}"] = (
-            lambda kernel=kernel: launch.launch(
-                kernel, cols.grid, cols.block, 0, b, plan.stats.cols_i, b_words, plan.nu
-            ),
-            b.nbytes + count * b_words.shape[1] * b_words.shape[2] * 4,
-        )
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=8192, help="m = n = k (default 8192)")
     parser.add_argument("--counts", default="2,4,8,15", help="moduli counts, comma-separated (default 2,4,8,15)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", help="also write the rows here")
-    parser.add_argument("--candidates", action="store_true", help="time the column kernel's candidates too")
     args = parser.parse_args()
     from utilities.ozaki2 import reference
 
@@ -111,8 +79,6 @@ def main() -> None:
                 b.nbytes + count * size * kp,
             ),
         }
-        if args.candidates:
-            kernels.update(candidates(count, cols, b, plan, b_words))
         for name, (fn, moved) in kernels.items():
             record = bench.bench(fn, m=size, n=size, k=size, name=name, repeats=args.repeats, bytes_moved=moved)
             floor_ms = moved / (copy_tbs * 1e12) * 1e3

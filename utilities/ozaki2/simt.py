@@ -14,9 +14,9 @@ device in the plan. The designs, for 8192^3 with 15 moduli (``utilities.ozaki2.m
   (``utilities.precision_gpu.make_row_statistics``), its exponent mu, then every residue of ``trunc(x 2^mu)``,
   four int8 residues to a 4-byte store, K-contiguous for cuBLAS;
 - ``residue_cols_kernel``: B stays row-major and is read once more after its column statistics: a block takes 32
-  columns by 64 rows (coalesced reads along n), turns each entry into its residues, and writes them transposed
-  through shared memory, so that every residue plane of B is B^T, K-contiguous: the layout cuBLAS's int8 GEMM
-  is fast in (B column-major), with coalesced 4-byte stores;
+  columns by 64 rows (coalesced reads along n), turns each entry into its residues, packs four rows' residues into
+  a word in registers and writes the words transposed through shared memory, so that every residue plane of B is
+  B^T, K-contiguous: the layout cuBLAS's int8 GEMM is fast in (B column-major), with coalesced 4-byte stores;
 - ``digits_kernel``: right after the int32 GEMM of modulus t, each product becomes its CRT digit
   ``u = (P_t mod p) y_t mod p`` in [0, p), one byte: the reconstruction then reads N bytes an entry, not 4N;
 - ``reconstruct_kernel``: one thread per entry of C: the three sums of ``u_t c_t``, the fraction in double-double,
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import cuda, float64, int8, int32, int64
+from numba import cuda, float64, int32, int64
 
 from .. import plans
 from ..machinery import launch
@@ -292,12 +292,14 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
     statistics (``istats`` (3, n) int64, ``utilities.precision_gpu``: exponent, S, non-finite flag) and is written
     to ``nu`` (n,) by the blocks of the first row tile.
 
-    A block reads 32 columns by 64 rows (each warp 32 consecutive doubles of a row), keeps the residues of one tile
-    in shared memory (count x 32 x 68 bytes: 64 rows and a pad that keeps the stores free of bank conflicts), and
-    writes each column's 64 residues as 16 words (two columns, 128 bytes, per warp store).
+    A block reads 32 columns by 64 rows (each warp 32 consecutive doubles of a row, each thread 8 consecutive rows
+    of its column), packs the residues of four rows into a word in registers, keeps the block's words in shared
+    memory (count x 32 x 17 words: a column's 16 and a pad word that keeps a warp's stores free of bank conflicts)
+    and writes each column's 16 words (two columns, 128 bytes, per warp store).
     """
-    N, PER, PADDED = count, COLS_DEPTH // COLS_ROWS, COLS_DEPTH + 4
-    WORDS_PER_COL = COLS_DEPTH // 4
+    N, PER = count, COLS_DEPTH // COLS_ROWS
+    WORDS_PER_COL, WORDS_PER_THREAD = COLS_DEPTH // 4, PER // 4
+    PADDED = WORDS_PER_COL + 1
     THREADS = COLS_TILE * COLS_ROWS
     exponent = make_exponent(count)
     split_residue = make_split_residue(count, residue_factory)
@@ -306,9 +308,9 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
     def residue_cols_kernel(b, istats, words, nu):
         k, n = b.shape
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        col0, row0 = cuda.blockIdx.x * COLS_TILE, cuda.blockIdx.y * COLS_DEPTH
+        col0, row0 = cuda.blockIdx.x * COLS_TILE, cuda.blockIdx.y * COLS_DEPTH + ty * PER
         col = col0 + tx
-        tile = cuda.shared.array((N, COLS_TILE, PADDED), int8)
+        tile = cuda.shared.array((N, COLS_TILE, PADDED), int32)
         vals = cuda.local.array(PER, float64)
         shift = int32(0)
         bad = int64(0)
@@ -317,13 +319,19 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
             shift = exponent(istats[EXP, col], istats[TERMS, col], bad)
             if cuda.blockIdx.y == 0 and ty == 0:
                 nu[col] = shift
-        for i in range(PER):  # all loads first
-            row = row0 + ty + i * COLS_ROWS
-            vals[i] = b[row, col] if row < k and col < n else 0.0
-        for i in range(PER):
-            h, low = split(vals[i] if bad == 0 else 0.0, shift)  # a column with a NaN or an Inf: zero residues
-            for t in range(N):
-                tile[t, tx, ty + i * COLS_ROWS] = split_residue(h, low, t)
+        for i in range(PER):  # all loads first; a column with a NaN or an Inf: zero residues
+            row = row0 + i
+            vals[i] = b[row, col] if row < k and col < n and bad == 0 else 0.0
+        for j in range(WORDS_PER_THREAD):
+            h0, l0 = split(vals[4 * j], shift)
+            h1, l1 = split(vals[4 * j + 1], shift)
+            h2, l2 = split(vals[4 * j + 2], shift)
+            h3, l3 = split(vals[4 * j + 3], shift)
+            for t in range(N):  # four rows' residues of one modulus: one 4-byte store
+                tile[t, tx, ty * WORDS_PER_THREAD + j] = pack_digits(
+                    split_residue(h0, l0, t), split_residue(h1, l1, t),
+                    split_residue(h2, l2, t), split_residue(h3, l3, t),
+                )  # fmt: skip
         cuda.syncthreads()
         tid = ty * COLS_TILE + tx
         word0 = cuda.blockIdx.y * WORDS_PER_COL
@@ -331,9 +339,7 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
             for idx in range(tid, COLS_TILE * WORDS_PER_COL, THREADS):
                 c, w = idx // WORDS_PER_COL, idx % WORDS_PER_COL
                 if col0 + c < n and word0 + w < words.shape[2]:
-                    four = tile[t, c]
-                    words[t, col0 + c, word0 + w] = pack_digits(four[4 * w], four[4 * w + 1], four[4 * w + 2],
-                                                                four[4 * w + 3])  # fmt: skip
+                    words[t, col0 + c, word0 + w] = tile[t, c, w]
 
     return residue_cols_kernel
 

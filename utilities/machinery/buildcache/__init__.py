@@ -39,7 +39,14 @@ from ..codegen_workers import Pool
 from . import linking, progress
 from .dispatch import patch_dispatch
 from .interposer import LazyMathdx, rebind_trait_helpers
-from .linking import CachingLinker, ResolvingObjectCode, cubin_key, patch_cubin, resolve_placeholders
+from .linking import (
+    CachingLinker,
+    ResolvingObjectCode,
+    cubin_key,
+    drop_unused_variables,
+    patch_cubin,
+    resolve_placeholders,
+)
 from .progress import BuildProgress, patch_compile
 from .store import CacheStats, DiskCache, default_cache_dir, make_key
 
@@ -89,6 +96,7 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
         return None
     from numba.cuda import codegen, dispatcher
     from numba.cuda.core import sigutils
+    from numba.cuda.cudadrv import driver
     from nvmath.bindings import mathdx
     from nvmath.device import common_backend, cublasdx, cublasdx_backend
 
@@ -102,6 +110,7 @@ def install(cache_dir: Path | str | None = None, *, quiet: bool = False) -> Disk
     lazy.generate_code = cpu_build.linking()
     lazy.install()
     patch_cubin(codegen.CUDACodeLibrary, cache, env, lazy)
+    drop_unused_variables(driver._Linker)
     rebind_trait_helpers(cublasdx_backend, [cublasdx], mathdx, common_backend)
     object_code, linker = cublasdx_backend.ObjectCode, cublasdx_backend.Linker
     resolving = ResolvingObjectCode(object_code, lazy)

@@ -37,6 +37,7 @@ from typing import Any
 
 from .. import codegen_workers
 from ..codegen_workers import PENDING, Job, Pool, Result, Step, is_placeholder
+from .combined import DEVICE_FUNCTIONS, Combiner
 from .store import CodeDigest, DiskCache, digest_key, make_key
 
 # Calls that create a descriptor: name -> (argument positions holding one handle, positions holding handle lists).
@@ -152,6 +153,7 @@ class LazyMathdx:
         self.fallbacks: dict[str, Callable[[], Result]] = {}
         self.claims: set[str] = set()  # keys of code this process claimed (store.DiskCache.claim) and owes
         self.absent: dict[str, Job] = {}  # cache key -> how to generate code whose digest alone the cache holds
+        self.jobs: dict[str, Job] = {}  # cache key -> how to generate a device function's code (``combined``)
         self.recipes: dict[int, list[Any]] = {}
         self.deps: dict[int, list[int]] = {}
         self.kinds: dict[int, str] = {}
@@ -169,6 +171,7 @@ class LazyMathdx:
         # seconds this process spent blocked in each kind of build work (the build report's breakdown)
         self.seconds: Counter[str] = Counter()
         self._lock = threading.RLock()
+        self.combiner = Combiner(self)  # a kernel's device functions in one code (``combined``)
 
     @contextlib.contextmanager
     def timed(self, activity: str) -> Iterator[None]:
@@ -364,6 +367,10 @@ class LazyMathdx:
             return self.real[name](*args)
         key = make_key("ltoir", [name, self._snapshot(code), [self._snapshot(h) for h in targets]], self.environment)
         fallback = (name, args, code, targets)
+        if name == DEVICE_FUNCTIONS and key not in self.jobs:  # to merge with its kernel's other functions
+            recorded = self._job(name, code, targets)
+            if recorded is not None:
+                self.jobs[key] = recorded
 
         def regenerate() -> None:  # a served descriptor asked for something the cache does not hold
             for h in targets:
@@ -512,11 +519,20 @@ class LazyMathdx:
 
     def keep(self) -> None:
         """Every piece of code this process's workers (or another process) are generating, waited for and stored:
-        the end of a job run with :attr:`keep_code`, whose kernels may all have been served without a link."""
+        the end of a job run with :attr:`keep_code`, whose kernels may all have been served without a link; and
+        the codes that hold a kernel's functions together (``combined``)."""
         for key in list(self.futures):
             result = self._result(key)
             if self.cache.get(key, count=False) is None:  # its worker's callback may not have stored it yet
                 self._store(key, result)
+        self.combiner.keep()
+
+    def key_of(self, data: bytes) -> str | None:
+        """The cache key of the recipe whose code ``data`` is (a placeholder, or code this process was handed), else
+        None."""
+        if is_placeholder(data):
+            return bytes(data[len(PENDING) :]).decode()
+        return self.recipe_of.get(hashlib.sha256(data).hexdigest())
 
     def _result(self, key: str) -> Result:
         """The generated code of a pool job: waited for, or generated here if the worker failed."""
@@ -576,11 +592,8 @@ class LazyMathdx:
         (a placeholder names it; real bytes are looked up among the code this process was handed), never the
         bytes' digest, which changes each time libmathdx generates the code again (the module docstring). Bytes
         that no recipe of this process made (not libmathdx's code): their SHA-256."""
-        if is_placeholder(data):
-            return recipe_digest(bytes(data[len(PENDING) :]).decode())
-        sha = hashlib.sha256(data).hexdigest()
-        key = self.recipe_of.get(sha)
-        return recipe_digest(key) if key is not None else sha
+        key = self.key_of(data)
+        return recipe_digest(key) if key is not None else hashlib.sha256(data).hexdigest()
 
     def _label(self, handles: Iterable[int]) -> str:
         names = []

@@ -30,6 +30,7 @@ from typing import Any
 
 from .. import cpu_build
 from ..codegen_workers import is_placeholder
+from . import combined
 from .canonical import canonical_ir, nested_name
 from .interposer import LazyMathdx
 from .store import DiskCache, make_key
@@ -163,12 +164,9 @@ def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy:
         KEYS.append((qualified_name(self._entry_name or ""), key))
         data = cache.get(key)
         if data is None:
-            resolve_placeholders(self._linking_files, lazy)  # a new link needs the code itself
-            lazy.stage = "linking with nvJitLink"
-            with lazy.timed("linking kernels (nvJitLink)"):
-                cubin = original(self, cc)
+            cubin = _link(self, cc, original, lazy)
             LINKED.append(qualified_name(self._entry_name or ""))
-            if not any(_SCRIPT_CODE.search(text) for text in self.llvm_strs):
+            if not _attendees(self):
                 COURSE_LINKED.append(LINKED[-1])
                 COURSE_LINKED_KEYS.append(key)
             # numba-cuda 0.30 returns a cuda.core ObjectCode
@@ -176,6 +174,8 @@ def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy:
         else:
             from cuda.core import ObjectCode
 
+            if lazy.keep_code and combined.enabled(cpu_build.active() is not None):  # what an edit of it will link
+                combined.want(self._linking_files, lazy, lazy.combiner)
             entry, code = _unnamed(data)
             if self._entry_name is not None and entry:
                 self._entry_name = entry  # the same kernel, linked under the numbers of the process that built it
@@ -186,6 +186,51 @@ def patch_cubin(library_class: Any, cache: DiskCache, env: dict[str, str], lazy:
         return cubin
 
     library_class.get_cubin = get_cubin
+
+
+def drop_unused_variables(linker_class: Any) -> None:
+    """numba's kernel links (``driver._Linker``) told that a variable no device code reads may go
+    (nvJitLink's ``-optimize-unused-variables``).
+
+    libmathdx's code declares thousands of C++ compile-time constants as globals (``integral_constant<...>::value``,
+    cuBLASDx's trait counters), every one of which nvJitLink otherwise keeps and ptxas assembles: a 3b products
+    kernel's cubin held 25,825 symbols in 5.2 MB for 15 KB of machine code. Without them it is 39 KB, with the same
+    machine code, ptxas takes a fifth of its time, and bundles and module loads shrink with it. No host code of the
+    course or of numba reads a module variable that its kernels do not (``instructor-notes/machinery.md``)."""
+    import dataclasses
+
+    original = linker_class._get_linker_options
+    if getattr(original, "_course", False):
+        return
+
+    def options(self: Any, ptx: Any) -> Any:
+        made = original(self, ptx)
+        return dataclasses.replace(made, optimize_unused_variables=True) if self._has_ltoir else made
+
+    options._course = True  # type: ignore[attr-defined]
+    linker_class._get_linker_options = options
+
+
+def _attendees(library: Any) -> bool:
+    """Whether the kernel is a notebook's (defined in ``__main__``), not the course's."""
+    return any(_SCRIPT_CODE.search(text) for text in library.llvm_strs)
+
+
+def _link(library: Any, cc: tuple[int, ...], original: Callable[..., Any], lazy: LazyMathdx) -> Any:
+    """numba's link of ``library`` (``original``), its libmathdx functions as one module where the cache holds it
+    (a third of the link's time: ``combined``), else as separate modules, each placeholder resolved first."""
+    files = library._linking_files
+    again = lazy.keep_code or _attendees(library)  # a kernel that may be linked again: its combined code is worth it
+    use = lazy.generate_code and combined.enabled(cpu_build.active() is not None)
+    swapped = combined.swap(files, lazy, lazy.combiner, again) if use else None
+    resolve_placeholders(swapped or files, lazy)  # a new link needs the code itself
+    lazy.stage = "linking with nvJitLink"
+    library._linking_files = swapped or files
+    try:
+        with lazy.timed("linking kernels (nvJitLink)"):
+            return original(library, cc)
+    finally:
+        library._linking_files = files
 
 
 def resolve_placeholders(linked: Iterable[Any], lazy: LazyMathdx) -> None:
