@@ -111,7 +111,8 @@ def cubin_recipe(library: Any, cc: tuple[int, ...], digest: Callable[[bytes], st
     """What a linked kernel's key is made of: its own LLVM IR (the SHA-256 of :func:`~.canonical.canonical_ir`'s
     text, a notebook's copies of course functions under the course module's name: :func:`main_aliases`) and entry name,
     NVVM options, what stands for every linked module (``digest``: :meth:`LazyMathdx.digest`, which names libmathdx's
-    code by its recipe), and the target."""
+    code by its recipe), the target, and that the link drops unread variables (:func:`drop_unused_variables`: a
+    cubin linked before keeps them, and is linked again)."""
     texts, entry = list(library.llvm_strs), getattr(library, "_entry_name", None)
     for alias in main_aliases([*texts, entry or ""]):
         texts, entry = [t.replace(*alias) for t in texts], entry.replace(*alias) if entry else entry
@@ -125,6 +126,7 @@ def cubin_recipe(library: Any, cc: tuple[int, ...], digest: Callable[[bytes], st
         "max_registers": library._max_registers,
         "lto": bool(library._lto),
         "cc": list(cc),
+        "unused_variables": "dropped",
     }
 
 
