@@ -20,19 +20,19 @@ def _dev(x):
     return cuda.to_device(np.ascontiguousarray(x))
 
 
-def row_stats(x: np.ndarray, w: np.ndarray | None = None):
+def row_stats(x: np.ndarray, w: np.ndarray | None = None, terms: bool = True):
     m, k = x.shape
     f, i, top = _dev(np.zeros((3, m))), _dev(np.zeros((3, m), np.int64)), _dev(np.array([pg.NO_EXPONENT], np.int32))
-    kernel = pg.make_row_stats_kernel(k, -(-k // 4) * 4, THREADS, w is not None)
+    kernel = pg.make_row_stats_kernel(k, -(-k // 4) * 4, THREADS, w is not None, terms)
     kernel[m, THREADS](_dev(x), _dev(np.zeros(k) if w is None else w), f, i, top)
     return f.copy_to_host(), i.copy_to_host(), int(top.copy_to_host()[0])
 
 
-def col_stats(x: np.ndarray, w: np.ndarray | None = None):
+def col_stats(x: np.ndarray, w: np.ndarray | None = None, terms: bool = True):
     rows, cols = x.shape
     chunks = -(-rows // precision.CHUNK)
     cf, ci = _dev(np.zeros((3, chunks, cols))), _dev(np.zeros((3, chunks, cols), np.int64))
-    kernel = pg.make_col_chunk_kernel(w is not None)
+    kernel = pg.make_col_chunk_kernel(w is not None, terms)
     kernel[(-(-cols // pg.COL_TILE), chunks), (pg.COL_TILE, pg.COL_ROWS)](
         _dev(x), _dev(np.zeros(rows) if w is None else w), cf, ci
     )
@@ -84,11 +84,27 @@ def test_row_and_column_statistics_match_the_reference():
     assert top == want.eb
 
 
+@pytest.mark.parametrize("stats", [row_stats, col_stats], ids=["rows", "column chunks"])
+def test_the_weight_passes_without_s_find_the_same_norms_exponents_and_flags(stats):
+    """The choice's two passes that only weigh the other operand skip S: the same largest magnitudes, exponents,
+    non-finite flags, top exponent and norms bit for bit (same order of sums), S left 0; on lines of zeros, with a
+    NaN, chunks far below the largest, subnormals and near DBL_MAX, and a short last chunk."""
+    x = _lines() if stats is row_stats else np.ascontiguousarray(_lines()[:, :260].T)
+    full_f, full_i, full_top = stats(x)
+    f, i, top = stats(x, terms=False)
+    assert top == full_top
+    np.testing.assert_array_equal(f[pg.AMAX], full_f[pg.AMAX])
+    np.testing.assert_array_equal(f[pg.NORM2], full_f[pg.NORM2])
+    np.testing.assert_array_equal(i[pg.EXP], full_i[pg.EXP])
+    np.testing.assert_array_equal(i[pg.BAD], full_i[pg.BAD])
+    assert not i[pg.TERMS].any() and full_i[pg.TERMS].any()
+
+
 def _stats_on_device(a: np.ndarray, b: np.ndarray):
     """``GemmStatistics.compute``'s passes with numba's arrays (the plan launches the same kernels with CuPy's)."""
-    a_cols_f, a_cols_i, ea = col_stats(a)
+    a_cols_f, a_cols_i, ea = col_stats(a, terms=False)
     q = np.where(a_cols_f[pg.NORM2] > 0, np.ldexp(a_cols_f[pg.NORM2], 2 * (a_cols_i[pg.EXP] - ea)), 0.0)
-    b_rows_f, b_rows_i, eb = row_stats(b)
+    b_rows_f, b_rows_i, eb = row_stats(b, terms=False)
     r = np.where(b_rows_f[pg.NORM2] > 0, np.ldexp(b_rows_f[pg.NORM2], 2 * (b_rows_i[pg.EXP] - eb)), 0.0)
     rows_f, rows_i, _ = row_stats(a, r)
     cols_f, cols_i, _ = col_stats(b, q)

@@ -216,17 +216,41 @@ def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
 
 
 @functools.cache
-def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted: bool = True):
+def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted: bool = True, terms: bool = True):
     """``row_stats_kernel[m, threads](x, w, fstats, istats, top)``: one block per row of x (m, k).
 
     ``fstats`` (3, m) float64 gets each row's largest magnitude, ``sum (x 2^-e)^2`` and, when ``weighted``,
     ``sum (x_l 2^-e)^2 w_l`` (w: k float64); ``istats`` (3, m) int64 its exponent e, S and the non-finite flag;
-    ``top`` (1,) int32 the largest e of a nonzero row (atomic max: fill it with a small value first).
+    ``top`` (1,) int32 the largest e of a nonzero row (atomic max: fill it with a small value first). Without
+    ``terms``, S is not found (0 is written): a pass whose norms are the other operand's weights reads only the
+    norms and exponents, and S is most of a row's work (two ``frexp`` and an int64 term an entry, a warp's
+    reductions a chunk).
     """
-    THREADS, K, WEIGHTED = threads, k, weighted
+    THREADS, K, WEIGHTED, TERMS_TOO = threads, k, weighted, terms
     ITEMS = items_per_thread(kp, threads)
     row_statistics = make_row_statistics(k, kp, threads)
-    _, _, _, block_sum = reducers(threads)
+    _, _, block_max, block_sum = reducers(threads)
+
+    @cuda.jit(device=True)
+    def row_largest(x, row, vals, si, sd, tid):
+        """``row_statistics`` without S: the row loaded into ``vals`` (NaN and Inf as 0), its non-finite flag,
+        largest magnitude and exponent."""
+        bad = int32(0)
+        amax = 0.0
+        for j in range(ITEMS):
+            col = 4 * (tid + (j // 4) * THREADS) + j % 4
+            v = x[row, col] if col < K else 0.0
+            if not abs(v) <= _MAX_FINITE:
+                bad = int32(1)
+                v = 0.0
+            vals[j] = v
+            amax = max(amax, abs(v))
+        bad = block_max(bad, si, tid)
+        amax = block_max(amax, sd, tid)
+        e_line = 0
+        if amax > 0.0:
+            _, e_line = math.frexp(amax)
+        return bad, amax, e_line
 
     @row_kernel
     def row_stats_kernel(x, w, fstats, istats, top):
@@ -235,7 +259,11 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
         si = cuda.shared.array(THREADS, int32)
         sl = cuda.shared.array(THREADS, int64)
         sd = cuda.shared.array(THREADS, float64)
-        bad, amax, e, s = row_statistics(x, row, vals, si, sl, sd, tid)
+        if TERMS_TOO:
+            bad, amax, e, s = row_statistics(x, row, vals, si, sl, sd, tid)
+        else:
+            bad, amax, e = row_largest(x, row, vals, si, sd, tid)
+            s = int64(0)
         norm2 = 0.0
         cross2 = 0.0
         for j in range(ITEMS):
@@ -286,16 +314,16 @@ def _column_sum(value, scratch, tx, ty):
 
 
 @functools.cache
-def make_col_chunk_kernel(weighted: bool = True):
+def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
     """``col_chunk_kernel[(ceil(L / 32), ceil(K / 128)), (32, 8)](x, w, cf, ci)``: the chunk statistics of the
     columns of x (K, L), row-major: block (i, c) takes columns 32 i .. 32 i + 31 and rows 128 c .. 128 c + 127,
     each warp reading 32 consecutive doubles of one row.
 
     ``cf`` (3, chunks, L) float64 gets each chunk's largest magnitude, ``sum (x 2^-E_c)^2`` and, when ``weighted``,
     ``sum (x_l 2^-E_c)^2 w_l`` (w: K float64); ``ci`` (3, chunks, L) int64 its exponent ``E_c``, its integer sum
-    ``S_c`` and its non-finite flag.
+    ``S_c`` (without ``terms``: 0, as ``make_row_stats_kernel``) and its non-finite flag.
     """
-    PER, WEIGHTED = CHUNK // COL_ROWS, weighted
+    PER, WEIGHTED, TERMS_TOO = CHUNK // COL_ROWS, weighted, terms
 
     @cuda.jit
     def col_chunk_kernel(x, w, cf, ci):
@@ -332,18 +360,20 @@ def make_col_chunk_kernel(weighted: bool = True):
         for i in range(PER):
             v = vals[i]
             if v != 0.0:
-                f, e = math.frexp(abs(v))
-                rel = e - top + SPAN
-                if rel >= 0:
-                    qv = int64(math.floor(f * QUANT)) + 1
-                    total += (qv * qv) << (2 * rel)
-                else:
-                    total += 256
+                if TERMS_TOO:
+                    f, e = math.frexp(abs(v))
+                    rel = e - top + SPAN
+                    if rel >= 0:
+                        qv = int64(math.floor(f * QUANT)) + 1
+                        total += (qv * qv) << (2 * rel)
+                    else:
+                        total += 256
                 scaled = math.ldexp(v, -int(top))
                 norm2 += scaled * scaled
                 if WEIGHTED:
                     cross2 += scaled * scaled * w[row0 + i * COL_ROWS]
-        total = _column_sum(total, sl, tx, ty)
+        if TERMS_TOO:
+            total = _column_sum(total, sl, tx, ty)
         norm2 = _column_sum(norm2, sd, tx, ty)
         if WEIGHTED:
             cross2 = _column_sum(cross2, sd, tx, ty)
@@ -362,7 +392,9 @@ def make_col_chunk_kernel(weighted: bool = True):
 def col_combine_kernel(cf, ci, fstats, istats, top):
     """``col_combine_kernel[ceil(L / 256), 256](cf, ci, fstats, istats, top)``: each column's chunks combined into
     its statistics, in the layout of ``row_stats_kernel`` (S exactly: ``sum_c ceil(S_c / 4^(E - E_c))``; the
-    norms rescaled from each chunk's exponent to the column's)."""
+    norms rescaled from each chunk's exponent to the column's). A chunk counts where its norm is positive, as its S
+    is: it holds a nonzero entry, whose square in the chunk's units is at least 1/4 (S is 0 from a pass without
+    ``terms``)."""
     col = cuda.grid(1)
     chunks, cols = cf.shape[1], cf.shape[2]
     if col >= cols:
@@ -380,9 +412,10 @@ def col_combine_kernel(cf, ci, fstats, istats, top):
     cross2 = 0.0
     for c in range(chunks):
         s = ci[TERMS, c, col]
-        if s > 0:
+        if cf[NORM2, c, col] > 0.0:
             down = e - ci[EXP, c, col]
-            total += ceil_shift(s, 2 * down)
+            if s > 0:  # always, after a pass with terms
+                total += ceil_shift(s, 2 * down)
             norm2 += math.ldexp(cf[NORM2, c, col], -2 * int(down))
             cross2 += math.ldexp(cf[CROSS2, c, col], -2 * int(down))
     fstats[AMAX, col] = amax
@@ -604,22 +637,30 @@ class GemmStatistics:
             self.host_out = np.frombuffer(self._pinned, np.float64, 1 + MAX_COUNTS)
 
     def _col_chunks(
-        self, x: Any, w: Any, chunks: tuple[Any, Any], out_f: Any, out_i: Any, top: Any, weighted: bool
+        self,
+        x: Any,
+        w: Any,
+        chunks: tuple[Any, Any],
+        out_f: Any,
+        out_i: Any,
+        top: Any,
+        weighted: bool,
+        terms: bool = True,
     ) -> None:
         from .machinery import launch
 
         rows, cols = x.shape
         grid = (_ceil_div(cols, COL_TILE), _ceil_div(rows, CHUNK))
-        launch.launch(make_col_chunk_kernel(weighted), grid, (COL_TILE, COL_ROWS), 0, x, w, *chunks)
+        launch.launch(make_col_chunk_kernel(weighted, terms), grid, (COL_TILE, COL_ROWS), 0, x, w, *chunks)
         launch.launch(col_combine_kernel, _ceil_div(cols, 256), 256, 0, *chunks, out_f, out_i, top)
 
-    def _rows(self, x: Any, w: Any, out_f: Any, out_i: Any, top: Any, weighted: bool) -> None:
+    def _rows(self, x: Any, w: Any, out_f: Any, out_i: Any, top: Any, weighted: bool, terms: bool = True) -> None:
         from .machinery import launch
 
         rows, length = x.shape
         kp = -(-length // 4) * 4
         threads = self.threads or rows_threads(kp)
-        kernel = make_row_stats_kernel(length, kp, threads, weighted)
+        kernel = make_row_stats_kernel(length, kp, threads, weighted, terms)
         launch.launch(kernel, rows, threads, 0, x, w, out_f, out_i, top)
 
     def _normalize(self, fstats: Any, istats: Any, top: Any, out: Any) -> None:
@@ -633,13 +674,13 @@ class GemmStatistics:
         self._col_chunks(b, self.q, self.b_chunks, self.cols_f, self.cols_i, self.tops[1:2], weighted=False)
 
     def compute(self, a: Any, b: Any) -> None:
-        """Every statistic a choice reads, in four passes: A by column chunks, B by rows, A by rows, B by column
-        chunks."""
+        """Every statistic a choice reads, in four passes: A by column chunks, B by rows (their norms only: the
+        weights of the other operand's lines), A by rows, B by column chunks."""
         self.tops.fill(NO_EXPONENT)
         ta, tb = self.tops[0:1], self.tops[1:2]
-        self._col_chunks(a, self.r, self.a_chunks, self.a_cols_f, self.a_cols_i, ta, weighted=False)
+        self._col_chunks(a, self.r, self.a_chunks, self.a_cols_f, self.a_cols_i, ta, weighted=False, terms=False)
         self._normalize(self.a_cols_f, self.a_cols_i, ta, self.q)
-        self._rows(b, self.q, self.b_rows_f, self.b_rows_i, tb, weighted=False)
+        self._rows(b, self.q, self.b_rows_f, self.b_rows_i, tb, weighted=False, terms=False)
         self._normalize(self.b_rows_f, self.b_rows_i, tb, self.r)
         self._rows(a, self.r, self.rows_f, self.rows_i, ta, weighted=True)
         self._col_chunks(b, self.q, self.b_chunks, self.cols_f, self.cols_i, tb, weighted=True)
