@@ -54,6 +54,19 @@ def test_the_hash_counts_code_and_tags_that_run_not_prose() -> None:
     assert ledger.code_hash(nb) != base
 
 
+def test_the_hash_counts_the_course_code_a_notebook_calls(tmp_path) -> None:
+    """A notebook passed at its code only if ``utilities`` is the same too: a change there makes its rows stale."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("from utilities import kernels")]
+    (tmp_path / "utilities").mkdir()
+    (tmp_path / "utilities" / "kernels.py").write_text("STEP = 1\n")
+    before = ledger.code_hash(nb, tmp_path)
+    (tmp_path / "utilities" / "kernels.py").write_text("STEP = 2\n")
+    ledger.package_digest.cache_clear()
+    assert ledger.code_hash(nb, tmp_path) != before
+    assert ledger.code_hash(nb, tmp_path) != ledger.code_hash(nb), "another checkout's course code"
+
+
 def test_a_notebook_is_current_only_when_both_variants_passed_at_its_code(tmp_path: Path) -> None:
     root = _tiny_course(tmp_path, {"9_tiny": "assert f() == 1"})
     hashes = ledger.current_hashes(["9_tiny"], root)

@@ -25,6 +25,7 @@ else ``git rev-parse HEAD`` (a GPU machine that gets a copy of the working tree 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -85,20 +86,30 @@ def variant_notebook(stem: str, variant: str, root: Path = REPO_ROOT) -> nbforma
     raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
 
 
-def code_hash(nb: nbformat.NotebookNode) -> str:
+def code_hash(nb: nbformat.NotebookNode, root: Path = REPO_ROOT) -> str:
     """SHA-256 (16 hex digits) of the code cells in order, trailing blanks ignored, with the tags that change how
-    a cell runs; markdown, outputs and metadata do not count."""
+    a cell runs, and of the ``utilities`` package under ``root`` (:func:`package_digest`): a notebook passed "at its
+    code" only if the course code it calls is the same too. Markdown, outputs and metadata do not count."""
     cells = []
     for cell in nb.cells:
         if cell.cell_type == "code":
             source = "\n".join(line.rstrip() for line in cell.source.strip().splitlines())
             tags = sorted(t for t in cell.metadata.get("tags", []) if t in TAGS_THAT_RUN)
             cells.append([source, tags])
-    return hashlib.sha256(json.dumps(cells).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([cells, package_digest(root)]).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def package_digest(root: Path = REPO_ROOT) -> str:
+    """SHA-256 of every Python file of ``root/utilities``, by relative path (read once a process)."""
+    digest = hashlib.sha256()
+    for path in sorted((root / "utilities").rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def current_hashes(stems: list[str], root: Path = REPO_ROOT) -> dict[tuple[str, str], str]:
-    return {(stem, v): code_hash(variant_notebook(stem, v, root)) for stem in stems for v in VARIANTS}
+    return {(stem, v): code_hash(variant_notebook(stem, v, root), root) for stem in stems for v in VARIANTS}
 
 
 # --- the ledger files ----------------------------------------------------------------------------------------------
@@ -248,7 +259,7 @@ def run_one(
     return Row(
         stem,
         variant,
-        code_hash(nb),
+        code_hash(nb, root),
         commit,
         time.strftime("%Y-%m-%d"),
         not error,
@@ -288,7 +299,7 @@ def _run_in_process(stem: str, variant: str, root: Path, commit: str, parallel: 
         return Row(
             stem,
             variant,
-            code_hash(variant_notebook(stem, variant, root)),
+            code_hash(variant_notebook(stem, variant, root), root),
             commit,
             time.strftime("%Y-%m-%d"),
             False,
