@@ -149,6 +149,30 @@ def items_per_thread(kp: int, threads: int) -> int:
 
 
 @functools.cache
+def make_row_load(k: int, kp: int, threads: int = ROWS_THREADS):
+    """A device function ``row_load(x, row, vals, tid) -> (bad, amax)``: this thread's entries of row ``row`` into
+    ``vals`` (run r holds entries ``4 (tid + r threads) .. +3``; NaN and Inf replaced by 0, zeros past k), and this
+    thread's non-finite flag and largest magnitude (the block's reductions are the caller's)."""
+    K, THREADS, ITEMS = k, threads, items_per_thread(kp, threads)
+
+    @cuda.jit(device=True)
+    def row_load(x, row, vals, tid):
+        bad = int32(0)
+        amax = 0.0
+        for j in range(ITEMS):
+            col = 4 * (tid + (j // 4) * THREADS) + j % 4
+            v = x[row, col] if col < K else 0.0
+            if not abs(v) <= _MAX_FINITE:
+                bad = int32(1)
+                v = 0.0
+            vals[j] = v
+            amax = max(amax, abs(v))
+        return bad, amax
+
+    return row_load
+
+
+@functools.cache
 def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
     """A device function ``row_statistics(x, row, vals, si, sl, sd, tid) -> (bad, amax, e, s)`` for a block of
     ``threads`` threads on row ``row`` of x (m, k): it loads the row into ``vals`` (this thread's entries: run r
@@ -160,22 +184,13 @@ def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
     exponent and the chunk's integer sum by shuffles; lane 0 keeps them until the row's largest exponent is known.
     """
     _check_width(k, kp, threads)
-    K, THREADS, RUNS = k, threads, items_per_thread(kp, threads) // 4
-    ITEMS = 4 * RUNS
+    RUNS = items_per_thread(kp, threads) // 4
     warp_max, warp_sum, block_max, block_sum = reducers(threads)
+    row_load = make_row_load(k, kp, threads)
 
     @cuda.jit(device=True)
     def row_statistics(x, row, vals, si, sl, sd, tid):
-        bad = int32(0)
-        amax = 0.0
-        for j in range(ITEMS):
-            col = 4 * (tid + (j // 4) * THREADS) + j % 4
-            v = x[row, col] if col < K else 0.0
-            if not abs(v) <= _MAX_FINITE:
-                bad = int32(1)
-                v = 0.0
-            vals[j] = v
-            amax = max(amax, abs(v))
+        bad, amax = row_load(x, row, vals, tid)
         chunk_e = cuda.local.array(RUNS, int32)
         chunk_s = cuda.local.array(RUNS, int64)
         for r in range(RUNS):
@@ -229,22 +244,14 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
     THREADS, K, WEIGHTED, TERMS_TOO = threads, k, weighted, terms
     ITEMS = items_per_thread(kp, threads)
     row_statistics = make_row_statistics(k, kp, threads)
+    row_load = make_row_load(k, kp, threads)
     _, _, block_max, block_sum = reducers(threads)
 
     @cuda.jit(device=True)
     def row_largest(x, row, vals, si, sd, tid):
         """``row_statistics`` without S: the row loaded into ``vals`` (NaN and Inf as 0), its non-finite flag,
         largest magnitude and exponent."""
-        bad = int32(0)
-        amax = 0.0
-        for j in range(ITEMS):
-            col = 4 * (tid + (j // 4) * THREADS) + j % 4
-            v = x[row, col] if col < K else 0.0
-            if not abs(v) <= _MAX_FINITE:
-                bad = int32(1)
-                v = 0.0
-            vals[j] = v
-            amax = max(amax, abs(v))
+        bad, amax = row_load(x, row, vals, tid)
         bad = block_max(bad, si, tid)
         amax = block_max(amax, sd, tid)
         e_line = 0
