@@ -148,6 +148,18 @@ def items_per_thread(kp: int, threads: int) -> int:
     return 4 * -(-(kp // 4) // threads)
 
 
+@cuda.jit(device=True)
+def s_term(v, top):
+    """The integer term of a nonzero ``v`` in ``precision.line_terms``'s S of a chunk whose largest exponent is
+    ``top``: ``(floor(f QUANT) + 1)^2 4^rel`` for ``v = f 2^e``, ``rel = e - top + SPAN``, or 256 below the span."""
+    f, e = math.frexp(abs(v))
+    rel = e - top + SPAN
+    if rel >= 0:
+        qv = int64(math.floor(f * QUANT)) + 1
+        return (qv * qv) << (2 * rel)
+    return int64(256)
+
+
 @functools.cache
 def make_row_load(k: int, kp: int, threads: int = ROWS_THREADS):
     """A device function ``row_load(x, row, vals, tid) -> (bad, amax)``: this thread's entries of row ``row`` into
@@ -205,13 +217,7 @@ def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
             for q in range(4):
                 v = vals[4 * r + q]
                 if v != 0.0:
-                    f, e = math.frexp(abs(v))
-                    rel = e - top + SPAN
-                    if rel >= 0:
-                        qv = int64(math.floor(f * QUANT)) + 1
-                        total += (qv * qv) << (2 * rel)
-                    else:
-                        total += 256
+                    total += s_term(v, top)
             chunk_e[r] = top
             chunk_s[r] = warp_sum(total, sl, tid)
         bad = block_max(bad, si, tid)
@@ -368,13 +374,7 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
             v = vals[i]
             if v != 0.0:
                 if TERMS_TOO:
-                    f, e = math.frexp(abs(v))
-                    rel = e - top + SPAN
-                    if rel >= 0:
-                        qv = int64(math.floor(f * QUANT)) + 1
-                        total += (qv * qv) << (2 * rel)
-                    else:
-                        total += 256
+                    total += s_term(v, top)
                 scaled = math.ldexp(v, -int(top))
                 norm2 += scaled * scaled
                 if WEIGHTED:
