@@ -389,7 +389,7 @@ class LazyMathdx:
             self.served[code] = _Code(ltoir, isa, regenerate)
             return None
         known = CodeDigest.unpack(self.cache.get(digest_key(key), count=False))
-        job = self._job(name, code, targets) if known is not None else None
+        job = self._recorded(key, name, code, targets) if known is not None else None
         if known is not None and job is not None and not self.keep_code:  # launch-only: the code if a link needs it
             self.cache.stats.hits += 1
             self.absent[key] = job
@@ -404,12 +404,12 @@ class LazyMathdx:
                 self.served[code] = _Code(PENDING + key.encode(), int(isa), regenerate)
                 return None
             if not self.cache.claim(key):  # another process is generating it: wait for it, not generate it twice
-                job = self._job(name, code, targets)  # (now: the descriptors may be gone when it is needed)
+                job = self._recorded(key, name, code, targets)  # (now: the descriptors may be gone later)
                 self._await_other(key, lambda: self._fallback(job, *fallback))
                 self.served[code] = _Code(PENDING + key.encode(), int(isa), regenerate)
                 return None
             self.claims.add(key)
-        job = self._job(name, code, targets) if self.pool is not None and isa is not None else None
+        job = self._recorded(key, name, code, targets) if self.pool is not None and isa is not None else None
         future = self.pool.submit(job) if job is not None else None
         if future is None:  # no pool, the first code for this target (which tells its ISA version), or at exit
             try:
@@ -496,6 +496,10 @@ class LazyMathdx:
         self.cache.put(key, result.isa.to_bytes(8, "little", signed=True) + result.ltoir)
         self.cache.put(digest_key(key), CodeDigest.of(result.isa, result.ltoir).pack())
         self._release(key)
+
+    def _recorded(self, key: str, name: str, code: int, targets: list[int]) -> Job | None:
+        """The job of ``key`` as recorded for ``combined`` (device functions), else made now."""
+        return self.jobs.get(key) or self._job(name, code, targets)
 
     def _job(self, name: str, code: int, targets: list[int]) -> Job | None:
         """The worker's recipe for this code, or None if some descriptor in it was not recorded."""
