@@ -139,6 +139,39 @@ def test_a_module_with_a_callback_stays_apart(tmp_path):
     lazy.pool.shutdown()
 
 
+def test_keep_returns_once_the_combined_code_is_stored(tmp_path):
+    """``keep`` waits for the store, not only the generation: a prebuild job that exits right after it leaves the
+    code in the cache. A pool's future is done before its callbacks run; a slow worker and a slow disk here make that
+    window wide (the flaky CI failure of ``test_a_module_with_a_callback_stays_apart``, made certain)."""
+    import time
+
+    from utilities.machinery.codegen_workers import replay
+
+    holder = {}
+
+    def slow_worker(job):
+        time.sleep(0.2)  # still running when the link adds its callback
+        return replay(job, lambda name: holder["lazy"].real[name])
+
+    FakeLibrary.links.clear()
+    m, lazy = pooled(tmp_path, run_job=slow_worker)
+    holder["lazy"] = lazy
+    codes = three_functions(m)
+    want, put = combined.group_key(sorted(lazy.jobs), ENV), lazy.cache.put
+
+    def slow_put(key, blob):
+        if key == want:
+            time.sleep(0.3)
+        put(key, blob)
+
+    lazy.cache.put = slow_put
+    link(lazy, codes, ATTENDEE)
+    lazy.combiner.keep()
+    assert lazy.cache.get(want, count=False) is not None
+    assert not lazy.claims, "its claim let go"
+    lazy.pool.shutdown()
+
+
 def test_without_a_pool_nothing_is_generated_ahead_of_a_notebooks_link(tmp_path):
     FakeLibrary.links.clear()
     m = fake_mathdx()

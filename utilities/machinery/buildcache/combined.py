@@ -126,22 +126,30 @@ class Combiner:
                 future.set_result(replay(job, lambda fn: lazy.real[fn]))
             except Exception as error:
                 future.set_exception(error)
-        self.futures[key] = future
-        future.add_done_callback(lambda done: self._stored(key, done))
+        stored: Future[Result] = Future()  # done once the code is in the cache (or failed), not when generated
+        self.futures[key] = stored
+        future.add_done_callback(lambda done: self._stored(key, done, stored))
 
-    def _stored(self, key: str, done: Future[Result]) -> None:
-        lazy = self.lazy
+    def _stored(self, key: str, done: Future[Result], stored: Future[Result]) -> None:
+        lazy, error = self.lazy, None
         try:
-            if done.exception() is None:
+            error = done.exception()
+            if error is None:
                 result = done.result()
                 lazy.cache.put(key, result.isa.to_bytes(8, "little", signed=True) + result.ltoir)
-            else:
-                self.failed.add(key)
-        finally:
-            lazy._release(key)
+        except Exception as exc:
+            error = exc
+        if error is not None:
+            self.failed.add(key)  # before the claim goes: no other link of this process starts it again
+        lazy._release(key)
+        if error is None:
+            stored.set_result(result)
+        else:
+            stored.set_exception(error)
 
     def keep(self) -> None:
-        """Wait for the codes being generated (a failed one is left to a later link: the separate modules serve)."""
+        """Wait for the codes being generated to be stored (a failed one is left to a later link: the separate
+        modules serve)."""
         for future in list(self.futures.values()):
             try:
                 future.result()
