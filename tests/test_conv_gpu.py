@@ -107,6 +107,34 @@ def test_a_broken_epilogue_is_rejected_with_its_stage(gpu):
         ccheck.check_conv(runner(cp, plan), shape=shape, seed=11)
 
 
+@pytest.mark.parametrize("case", [0, 1, 2], ids=["two column tiles", "two halos a tile", "64-pixel tiles"])
+def test_the_halo_kernel_matches_the_reference(gpu, case):
+    """The halo kernel (``tensorcore_halo``) at the speed run's check shapes, one block a row tile and two blocks
+    walking them all (the halo ring across tiles), from a guard band."""
+    from utilities.conv.halo import HALO_CHECKS, HaloConfig
+    from utilities.conv.tensorcore_halo import HaloConv
+
+    cp = gpu[0]
+    shape, fields = HALO_CHECKS[case]
+    cfg = HaloConfig(**(fields or {}))
+    for blocks, seed in ((None, 80 + case), (2, 90 + case)):
+        run = runner(cp, HaloConv(shape, cfg=cfg, blocks=blocks))
+        assert ccheck.check_conv(run, shape=shape, seed=seed).status == "passed", (case, blocks)
+
+
+def test_the_halo_kernel_stores_the_convolution_alone_when_unfused(gpu):
+    from utilities.conv.halo import HALO_CHECKS
+    from utilities.conv.tensorcore_halo import HaloConv
+
+    cp = gpu[0]
+    shape = HALO_CHECKS[0][0]
+    x = ref.conv_inputs(shape, "random", 4)
+    got = cp.asnumpy(HaloConv(shape, fused=False)(*(cp.asarray(v) for v in x.args()))).reshape(shape.m, -1)
+    r = ref.conv_ref(*x.args())
+    assert np.all(np.abs(got.astype(np.float64) - r.conv) <= r.bound_conv)
+    assert (got < 0).any(), "no ReLU: the convolution alone has negative entries"
+
+
 def test_plan_rejects_shapes_it_cannot_take(gpu):
     _, tc, _ = gpu
     with pytest.raises(ValueError, match="multiple of 32"):

@@ -212,6 +212,9 @@ def _conv(kind: str, spec: str, slices: int) -> None:
     if kind.startswith("conv_pipe") or kind.startswith("conv_b2b") or kind == "conv_1x1":
         _conv_pipelined(kind, spec)
         return
+    if kind.startswith("conv_halo"):
+        _conv_halo(kind, spec)
+        return
     from .conv.tensorcore import ConvConfig
 
     channels, _, block = spec.partition("@")  # conv:64x64: the plan's tile for those channels (ConvConfig.for_shape);
@@ -256,6 +259,25 @@ def _conv_pipelined(kind: str, spec: str) -> None:
         ConvShape(2, rows, 8, c_in, c_out), fused=kind != "conv_pipe_unfused", cfg=cfg, taps=taps, parts=parts
     )
     plan(cp.zeros((2, rows, 8, c_in), cp.float16), w, cp.zeros(c_out, cp.float16))
+
+
+def _conv_halo(kind: str, spec: str) -> None:
+    """conv_halo[_unfused|_gather|_mma]:64x64@h128x64x64-t256 (C_out x C_in, tile): the halo kernel, one build for
+    every image whose width is a multiple of the tile's rows."""
+    import cupy as cp
+
+    from .conv.halo import HaloConfig
+    from .conv.reference import ConvShape
+    from .conv.tensorcore_halo import HaloConv
+
+    dims, _, tile = spec.partition("@")
+    c_out, c_in = parse_shape(dims)
+    cfg = HaloConfig.parse(tile) if tile else None
+    width = cfg.tile_m if cfg else 128
+    parts = {"conv_halo_gather": "gather", "conv_halo_mma": "mma"}.get(kind, "all")
+    plan = HaloConv(ConvShape(2, 2, width, c_in, c_out), fused=kind != "conv_halo_unfused", cfg=cfg, parts=parts)
+    w = cp.zeros((3, 3, c_in, c_out), cp.float16)
+    plan(cp.zeros((2, 2, width, c_in), cp.float16), w, cp.zeros(c_out, cp.float16))
 
 
 def _multipass(kind: str, spec: str, slices: int) -> None:
@@ -311,6 +333,10 @@ BUILDERS: dict[str, Callable[[str, str, int], None]] = {
     "conv_1x1": _conv,
     "conv_b2b": _conv,
     "conv_b2b_keep": _conv,
+    "conv_halo": _conv,
+    "conv_halo_unfused": _conv,
+    "conv_halo_gather": _conv,
+    "conv_halo_mma": _conv,
     "multipass": _multipass,
     "pipeline": _multipass,
     "primer": _primer,
@@ -339,6 +365,10 @@ KIND_SECONDS = {
     "conv_1x1": 165,
     "conv_b2b": 250,
     "conv_b2b_keep": 250,
+    "conv_halo": 175,  # not measured yet: as the pipelined kernel
+    "conv_halo_unfused": 165,
+    "conv_halo_gather": 120,
+    "conv_halo_mma": 165,
     "pipeline": 190,
     "multipass": 125,
     "primer": 120,  # a guess: not yet measured
@@ -360,11 +390,14 @@ MULTIPASS_JOBS = (
     "multipass:int8:1,multipass:int8:2,multipass:int8:4,multipass:int8:8,multipass:float16:1,multipass:float16:2,"
     "multipass:float16:4,multipass:float16:8,pipeline:int8:256,pipeline:float16:256"
 )
+# The halo kernel at its checks' tiles (utilities.conv.benchmarks.HALO_CHECKS, tests/test_conv_gpu.py): C_out x C_in
+# with the plan's default block (C_out picks its 64 or 32 columns, nothing more), two halos a tile, 64-pixel tiles
+HALO_JOBS = "conv_halo:64x64,conv_halo_unfused:64x64,conv_halo:32x128,conv_halo:64x64@h64x64x64-t256"
 CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels and 2c's diagnostics at the plan's default
     # tile; the back-to-back kernel at the target's channels and at the checks' (C_out = 128))
     "conv:64x64,conv_unfused:64x64,conv:32x32,conv_unfused:32x32,conv_pipe:64x64,conv_pipe_unfused:64x64,"
     "conv_pipe_gather:64x64,conv_pipe_mma:64x64,conv_1x1:64x64,conv_b2b:64x64x64,conv_b2b:64x64x128,"
-    "conv_b2b_keep:64x64x128"
+    f"conv_b2b_keep:64x64x128,{HALO_JOBS}"
 )
 # Every kernel `python -m utilities.conv.benchmarks` builds (utilities.conv.layout.speed_configs: the default tile
 # first), for --jobs before that run: each setting fused and unfused, the default's two diagnostics, 2c's two-stage
@@ -376,6 +409,7 @@ CONV_SPEED_JOBS = ",".join(
     + [f"conv_pipe_gather:64x64@{CONV_SPEED_TILES[0]}", f"conv_pipe_mma:64x64@{CONV_SPEED_TILES[0]}"]
     + ["conv_1x1:64x64", "conv:64x64", "conv_b2b:64x64x64", "conv_b2b:64x64x128", "conv_b2b_keep:64x64x128"]
     + ["conv_b2b:64x256x64", "conv_b2b_keep:64x256x64", "conv_1x1:64x256"]  # the wide chain (its 3x3: conv_pipe's)
+    + ["conv_halo_gather:64x64", "conv_halo_mma:64x64"]  # the halo kernel's diagnostics (its kernels: CONV_JOBS)
 )
 PRIMER_JOBS = "primer:tile,primer:stack"  # notebook 0's two kernels
 # The plain numba kernels of the Ozaki tracks, at every K and count the notebooks use: slicing per K and slice count
@@ -754,6 +788,10 @@ SPEC_FORMS = {
     "conv_1x1": "COUTxCIN[@TILE]",
     "conv_b2b": "CINxCMIDxCOUT[@TILE]",
     "conv_b2b_keep": "CINxCMIDxCOUT[@TILE]",
+    "conv_halo": "COUTxCIN[@TILE] (TILE as utilities.conv.halo's spec, e.g. h128x64x64-t256)",
+    "conv_halo_unfused": "COUTxCIN[@TILE]",
+    "conv_halo_gather": "COUTxCIN[@TILE]",
+    "conv_halo_mma": "COUTxCIN[@TILE]",
     "multipass": "int8|float16:F[@TMxTNxTHREADS[-nN]] (N passes, default 8)",
     "pipeline": "int8|float16:SIZE",
     "primer": "tile[@TMxTNxTKxTHREADS]|stack",

@@ -28,9 +28,11 @@ def block_matmul(
     b: str = "col_major",
     pipeline: bool = False,
     sm: Any = None,
+    leading_dimension: tuple[int, int, int] | None = None,
 ) -> Matmul:
     """The block-level ``Matmul`` of a (tile_m, tile_n, tile_k) tile: ``dtype`` "int8" or "float16" operands
-    (int32 or FP32 accumulator), B in the ``b`` arrangement, ``pipeline`` for a device pipeline."""
+    (int32 or FP32 accumulator), B in the ``b`` arrangement, ``pipeline`` for a device pipeline;
+    ``leading_dimension`` (A's, B's, C's) for the shared-memory layouts of ``get_layout_smem_*``."""
     if dtype not in PRECISION:
         raise ValueError(f"dtype must be one of {sorted(PRECISION)}, got {dtype!r}")
     streaming = {"with_pipeline": True, "enable_input_streaming": True} if pipeline else {}
@@ -45,6 +47,7 @@ def block_matmul(
         static_block_dim=True,
         sm=sm,
         **streaming,
+        **({"leading_dimension": tuple(leading_dimension)} if leading_dimension else {}),
     )
 
 

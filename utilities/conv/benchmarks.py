@@ -8,13 +8,15 @@ Triton peer, in one run.
 Build first (minutes, in parallel): ``python -m utilities.prebuild --jobs <utilities.prebuild.CONV_SPEED_JOBS>``.
 
 Record names (RESULTS.md), one name per kernel in every function and notebook: ``conv.fused`` (the course's
-pipelined kernel, ``params["tile"]`` its tile: the fastest of those timed), ``conv.fused@<tile>`` (each tile timed),
-``conv.unfused`` (the pipelined kernel storing the convolution, then a bias + ReLU kernel), ``conv.twostage``
+fastest fused kernel of those timed, ``params["tile"]`` its tile: a pipelined kernel's ``128x64x64-t128-d3-g1-s``
+or the halo kernel's ``h128x64x64-t256``, ``utilities.conv.tensorcore_halo``), ``conv.fused@<tile>`` (each tile
+timed), ``conv.unfused`` (that kernel storing the convolution, then a bias + ReLU kernel), ``conv.twostage``
 (notebook 2c's exercise kernel: a two-stage K loop), ``conv.twostage.unfused`` (the two-stage kernel storing the
-convolution, then the bias + ReLU kernel), ``conv.gather_only@<tile>`` and ``conv.mma_only@<tile>`` (the default
-tile doing one part of its work: where its time goes), ``conv.cudnn`` (cuDNN through PyTorch), ``conv.triton`` (the
-Triton peer), ``conv.library`` (the fastest library path that ran, ``params["which"]``), ``conv.im2col`` (im2col +
-cuBLAS + bias + ReLU, in ``conv_records`` only); ``conv_b2b.fused``, ``conv_b2b.unfused`` and ``conv_b2b.library``
+convolution, then the bias + ReLU kernel), ``conv.gather_only@<tile>`` and ``conv.mma_only@<tile>`` (each
+kernel's default tile doing one part of its work: where its time goes), ``conv.cudnn`` (cuDNN through PyTorch),
+``conv.triton`` (the Triton peer), ``conv.library`` (the fastest library path that ran, ``params["which"]``),
+``conv.im2col`` (im2col + cuBLAS + bias + ReLU, in ``conv_records`` only); ``conv_b2b.fused``, ``conv_b2b.unfused``
+and ``conv_b2b.library``
 (cuDNN twice) for the back-to-back chain at the target (64 -> 64 -> 64), at the plan's default tile, with the unfused
 path's two kernels alone (``conv_b2b.unfused.3x3``, ``conv_b2b.unfused.1x1``), and the same five as
 ``conv_b2b.wide.*`` for 64 -> 256 -> 64 (``B2B_WIDE``); each holds the run's copy rate and the model's D0 round trip
@@ -255,7 +257,6 @@ def pipelined_records(
     SM (``params``)."""
     from . import triton_peer
     from .layout import PipeConfig
-    from .tensorcore_persistent import PipelinedConv
 
     cfgs = list(configs) or [PipeConfig(tile_n=64 if shape.c_out % 64 == 0 else 32)]
     sets = [conv_operands(shape, seed + i) for i in range(bench.copies_for(model.conv_traffic("fused", shape).bytes))]
@@ -263,16 +264,18 @@ def pipelined_records(
     plans: dict[str, Any] = {}
     for cfg in cfgs:
         try:
-            plans[f"fused@{cfg.spec}"] = PipelinedConv(shape, cfg=cfg)
+            plans[f"fused@{cfg.spec}"] = tiled_conv(shape, cfg)
         except ValueError as exc:
             print(f"conv: tile {cfg.spec} left out: {exc}")
     plans["twostage"] = Conv3x3(shape)
-    if diagnostics and cfgs:
+    # the diagnostics of the first tile of each kernel (pipelined, halo)
+    firsts = {type(c).__name__: c for c in reversed(cfgs)} if diagnostics else {}
+    for cfg in firsts.values():
         for part in ("gather", "mma"):
             try:
-                plans[f"{part}_only@{cfgs[0].spec}"] = PipelinedConv(shape, cfg=cfgs[0], parts=part)
+                plans[f"{part}_only@{cfg.spec}"] = tiled_conv(shape, cfg, parts=part)
             except (ValueError, RuntimeError) as exc:  # a diagnostic never stops the report
-                print(f"conv: the {part}-only diagnostic left out: {exc}")
+                print(f"conv: the {part}-only diagnostic of {cfg.spec} left out: {exc}")
     paths = {
         name: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)] for name, p in plans.items()
     }
@@ -352,14 +355,33 @@ def pipelined_records(
     return records
 
 
+def tiled_conv(shape: ref.ConvShape, cfg: Any, **kwargs: Any) -> Any:
+    """The plan of a tile spec's kernel: the halo kernel for a ``HaloConfig``, else the pipelined one."""
+    from .halo import HaloConfig
+
+    if isinstance(cfg, HaloConfig):
+        from .tensorcore_halo import HaloConv
+
+        return HaloConv(shape, cfg=cfg, **kwargs)
+    from .tensorcore_persistent import PipelinedConv
+
+    return PipelinedConv(shape, cfg=cfg, **kwargs)
+
+
+def parse_tile(spec: str) -> Any:
+    """A tile spec of either kernel: ``h128x64x64-t256`` (halo), ``128x64x64-t128-d3-g1-s`` (pipelined)."""
+    from .halo import HaloConfig
+    from .layout import PipeConfig
+
+    return HaloConfig.parse(spec) if spec.strip().startswith("h") else PipeConfig.parse(spec)
+
+
 class UnfusedPipelined:
-    """The pipelined kernel storing the convolution (``fused=False``), then the bias + ReLU kernel."""
+    """The pipelined (or halo) kernel storing the convolution (``fused=False``), then the bias + ReLU kernel."""
 
     def __init__(self, shape: ref.ConvShape, cfg: Any):
-        from .tensorcore_persistent import PipelinedConv
-
         self.shape = shape
-        self.conv = PipelinedConv(shape, fused=False, cfg=cfg)
+        self.conv = tiled_conv(shape, cfg, fused=False)
         self.p = cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16)
 
     def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
@@ -467,12 +489,15 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
     """Every kernel of the run through the course's checkers at their small shapes, before anything is timed:
     one line each; raises the first CheckFailure."""
     from . import check, triton_peer
+    from .halo import HaloConfig
     from .layout import PipeConfig
     from .tensorcore_persistent import ConvB2B, PipelinedConv, UnfusedConvB2B
 
     lines = []
     shape = check.CONV_SHAPE
-    for cfg in list(configs) or [PipeConfig()]:
+    for cfg in [c for c in configs if isinstance(c, HaloConfig)]:
+        lines.append(halo_correctness(cfg))
+    for cfg in [c for c in configs if not isinstance(c, HaloConfig)] or [PipeConfig()]:
         cfg_n = dataclasses.replace(cfg, tile_n=min(cfg.tile_n, shape.c_out))
         try:
             plan = PipelinedConv(shape, cfg=cfg_n)
@@ -510,6 +535,24 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
     return lines
 
 
+def halo_correctness(cfg: Any) -> str:
+    """The halo kernel with ``cfg``'s threads and TK through the checker at ``halo.HALO_CHECKS`` (one block a row
+    tile, and two walking them all), and its unfused path at the first: one line, or the first CheckFailure."""
+    from . import check
+    from .halo import HALO_CHECKS
+    from .tensorcore_halo import HaloConv
+
+    for i, (shape, fields) in enumerate(HALO_CHECKS):
+        c = dataclasses.replace(cfg, **(fields or {}))
+        c = dataclasses.replace(c, tile_n=min(c.tile_n, shape.c_out))
+        check.check_conv(_numpy_run(HaloConv(shape, cfg=c)), shape=shape, seed=50 + i)
+        check.check_conv(_numpy_run(HaloConv(shape, cfg=c, blocks=2)), shape=shape, seed=60 + i)
+    shape = HALO_CHECKS[0][0]
+    check.check_conv(_numpy_run(UnfusedPipelined(shape, cfg)), shape=shape, fused=False, seed=70)
+    shapes = ", ".join(s.label for s, _ in HALO_CHECKS)
+    return f"conv.fused@{cfg.spec} at {shapes} (one block a row tile, and two walking them all), unfused: passed"
+
+
 def wide_correctness() -> str:
     """The kernels of ``conv_b2b.wide`` through the checker at ``check.B2B_WIDE_SHAPE``: the fused kernel with D0
     kept (two blocks walking the row tiles) and without, and the unfused path; one line, or the first CheckFailure."""
@@ -535,6 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from .. import report
     from ..machinery import buildcache
+    from .halo import HaloConfig
     from .layout import PipeConfig, speed_configs
 
     parser = argparse.ArgumentParser(description="The convolution track's report: every kernel checked, then timed.")
@@ -546,8 +590,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--tiles",
         default="",
-        help="comma-separated tile specs (layout.PipeConfig.spec); default: "
-        "layout.speed_configs() (the plan's default tile with --quick)",
+        help="comma-separated tile specs (layout.PipeConfig.spec, halo.HaloConfig.spec); default: "
+        "layout.speed_configs() and the halo kernel's default (the plans' default tiles with --quick)",
     )
     parser.add_argument("--repeats", type=int, default=10, help="interleaved rounds")
     parser.add_argument("--out", default="results", help="folder of the report (<gpu>-conv2.json and .md)")
@@ -555,9 +599,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     buildcache.install()
     if args.tiles:
-        configs = [PipeConfig.parse(t) for t in args.tiles.split(",")]
+        configs = [parse_tile(t) for t in args.tiles.split(",")]
     else:
-        configs = [PipeConfig()] if args.quick else speed_configs()
+        configs = [PipeConfig(), HaloConfig()] if args.quick else [*speed_configs(), HaloConfig()]
     repeats = 5 if args.quick else args.repeats
     notes = []
     wide = True
@@ -635,9 +679,10 @@ def run_summary(records: Sequence[bench.BenchRecord], *, targets: bool = False) 
         if outside
         else "every sampled error within its bound (err/bound <= 1)"
     )
-    split = model.time_split(t)
-    if split is not None:
-        lines.append(model.format_time_split(split))
+    for tile in model.split_tiles(t):  # the pipelined kernel's, and the halo kernel's
+        split = model.time_split(t, tile)
+        if split is not None:
+            lines.append(model.format_time_split(split))
     ratio("conv.fused", "conv.twostage", 1.0, "fused vs 2c's two-stage kernel (two-stage time / fused time)")
     ratio("conv.fused", "conv.cudnn", 0.5, "fused vs cuDNN (cuDNN time / fused time)")
     ratio("conv.fused", "conv.triton", 1.0, "fused vs Triton (Triton time / fused time)")

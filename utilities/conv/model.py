@@ -267,16 +267,18 @@ def b2b_model_lines(records: Sequence[Any]) -> list[str]:
     return lines
 
 
-def time_split(times_ms: dict[str, float]) -> dict[str, float | str] | None:
+def time_split(times_ms: dict[str, float], tile: str | None = None) -> dict[str, float | str] | None:
     """Where a pipelined kernel's time goes, from the medians (ms, by record name) of one run: the whole kernel
     ``conv.fused@<tile>``, the same kernel doing only its gathers ``conv.gather_only@<tile>`` and only its MMAs
     ``conv.mma_only@<tile>`` (``utilities.conv.benchmarks``). ``overlap`` = gathers + MMAs - whole: 0 when the two
     parts run one after the other, the shorter part's whole time when it hides behind the longer; ``hidden`` is
-    that overlap as a fraction of the shorter part. None without the three records."""
-    tiles = [name.split("@", 1)[1] for name in times_ms if name.startswith("conv.gather_only@")]
-    if not tiles:
-        return None
-    tile = tiles[0]
+    that overlap as a fraction of the shorter part. ``tile``: that tile's (default: the first with diagnostics).
+    None without the three records."""
+    if tile is None:
+        tiles = split_tiles(times_ms)
+        if not tiles:
+            return None
+        tile = tiles[0]
     names = (f"conv.fused@{tile}", f"conv.gather_only@{tile}", f"conv.mma_only@{tile}")
     if not all(n in times_ms for n in names):
         return None
@@ -290,6 +292,11 @@ def time_split(times_ms: dict[str, float]) -> dict[str, float | str] | None:
         "overlap": overlap,
         "hidden": overlap / min(gather, mma),
     }
+
+
+def split_tiles(times_ms: dict[str, float]) -> list[str]:
+    """The tiles whose diagnostics the run timed (``conv.gather_only@<tile>``), in the run's order."""
+    return [name.split("@", 1)[1] for name in times_ms if name.startswith("conv.gather_only@")]
 
 
 def format_time_split(split: dict[str, float | str]) -> str:

@@ -11,6 +11,11 @@ a division per copy: once per tile, each thread keeps the pixel of each of its r
 that fall inside the image (:func:`pixel_coords`, :func:`tap_mask`); once per stage it finds the stage's tap and
 channels (:func:`stage_tap`) and the pixel offset that tap reads (:func:`tap_offset`); a copy is then a bit test,
 an add and a multiply. Both maps are tested against ``utilities.conv.reference.neighbor`` on a CPU.
+
+The halo kernel (``utilities.conv.tensorcore_halo``) reads each input pixel of a row tile's neighbourhood once: the
+three input rows around the tile's image row, one pixel wider on each side (:func:`halo_copy` says where each
+16-byte copy goes and what it reads). Tap (r, s) of the tile's pixel i then sits at halo row r, pixel i + s, so
+each tap's A tile is a window of the halo, read in place.
 """
 
 from __future__ import annotations
@@ -75,3 +80,23 @@ def chunk_row(tid, i, chunks_per_row, rows_per_pass):
     threads take consecutive chunks of a row (one pixel's channels, contiguous in NHWC), so a warp's copies are
     coalesced."""
     return tid // chunks_per_row + i * rows_per_pass, tid % chunks_per_row
+
+
+@cuda.jit(device=True)
+def halo_copy(k, m0, h0, w0, height, width, chunks, halo_width, ld):
+    """Copy k of a row tile's halo: ``(dst, src, ok, unit)``.
+
+    The tile's output pixels m0 ... m0 + TM - 1 lie in image row h0 from column w0; its halo holds input rows
+    h0 - 1, h0, h0 + 1 (halo rows 0, 1, 2) at columns w0 - 1 ... w0 + TM (halo pixels 0 ... TM + 1 =
+    ``halo_width`` - 1), one pixel every ``ld`` FP16 values, each pixel ``chunks`` copies of 8 channels. ``dst``:
+    the copy's FP16 offset in the halo; ``src``: the input pixel it reads; ``ok``: 1 inside the image, 0 in the
+    padding (then ``src`` is m0, a valid address the copy reads 0 bytes of); ``unit``: its 8 channels' place in
+    the pixel."""
+    unit = k % chunks
+    pq = k // chunks
+    rr = pq // halo_width
+    q = pq - rr * halo_width
+    hh = h0 + rr - 1
+    ww = w0 + q - 1
+    ok = 1 if hh >= 0 and hh < height and ww >= 0 and ww < width else 0
+    return (rr * halo_width + q) * ld + unit * 8, m0 + ((rr - 1) * width + q - 1) * ok, ok, unit

@@ -27,6 +27,7 @@ ALIGNED_COPY = ("nvmath-python",)  # nvmath's layout and descriptor classes
 FAST_LAUNCH = ("numba-cuda",)  # numba's kernel argument layout and its compiled-kernel objects
 SWIZZLE = ("nvmath-python", "nvidia-libmathdx-cu13")  # the suggested shared-memory layout, written by hand
 SHAPE_GENERIC_PIPELINE = ("nvmath-python", "nvidia-libmathdx-cu13")  # DevicePipeline internals, run-time extents
+PADDED_LAYOUTS = ("nvmath-python", "nvidia-libmathdx-cu13")  # the tensor API's handle, with a leading dimension
 
 _warned: set[str] = set()
 

@@ -1,0 +1,158 @@
+"""The halo kernel's address arithmetic and plan on a CPU (``utilities.conv.halo``, ``simt.halo_copy``): every
+16-byte copy of a row tile's halo, replayed in NumPy from the device function the kernel calls, fills a halo whose
+nine windows are the implicit GEMM's A tiles exactly, at both ends of an image row, of the image and of the batch,
+and between two row tiles of one image row. The kernel itself runs only on a GPU (``tests/test_conv_gpu.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from utilities.conv import halo, simt
+from utilities.conv import reference as ref
+
+
+def fill_halo(x: np.ndarray, cfg: halo.HaloConfig, m0: int, c0: int) -> tuple[np.ndarray, np.ndarray]:
+    """The halo of the row tile starting at output pixel m0, channels c0 ... c0 + TK, as the kernel's copies write
+    it (a NaN where no copy writes), and how often each FP16 value was written."""
+    b, height, width, c_in = x.shape
+    flat = x.reshape(-1)
+    h0, w0 = simt.pixel_coords.py_func(m0, height, width)
+    smem = np.full(cfg.halo_size, np.nan, np.float16)
+    writes = np.zeros(cfg.halo_size, np.int64)
+    for k in range(cfg.copies):
+        dst, src, ok, unit = simt.halo_copy.py_func(
+            k, m0, h0, w0, height, width, cfg.tile_k // 8, cfg.halo_width, cfg.ld
+        )
+        start = src * c_in + c0 + unit * 8
+        assert 0 <= start and start + 8 <= flat.size, "every copy's address lies inside x, read or not"
+        assert dst % 8 == 0 and 0 <= dst and dst + 8 <= cfg.halo_size
+        smem[dst : dst + 8] = flat[start : start + 8] if ok else 0
+        writes[dst : dst + 8] += 1
+    return smem, writes
+
+
+def window(smem: np.ndarray, cfg: halo.HaloConfig, tap: int) -> np.ndarray:
+    """Tap ``tap``'s A tile as the kernel's GEMM reads it: TM rows of TK values, ``ld`` apart, from halo row r,
+    pixel s."""
+    r, s = divmod(tap, 3)
+    at = (r * cfg.halo_width + s) * cfg.ld
+    rows = [smem[at + i * cfg.ld : at + i * cfg.ld + cfg.tile_k] for i in range(cfg.tile_m)]
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize(
+    ("shape", "spec"),
+    [
+        (ref.ConvShape(3, 3, 128, 64, 8), "h128x64x64-t256"),  # every tile: both ends of an image row
+        (ref.ConvShape(2, 4, 128, 64, 8), "h64x64x64-t256"),  # two tiles a row: the halo reaches into the other
+        (ref.ConvShape(2, 3, 64, 64, 8), "h64x64x32-t128"),  # two halos a tile (TK = 32)
+        (ref.ConvShape(2, 1, 128, 32, 8), "h128x64x32-t128"),  # one-row images: both image edges in every halo
+    ],
+    ids=lambda v: v if isinstance(v, str) else v.label,
+)
+def test_each_taps_window_of_the_halo_is_the_implicit_gemms_a_tile(shape, spec):
+    cfg = halo.HaloConfig.parse(spec)
+    x = ref.conv_inputs(shape, "random", 5).x
+    a = ref.im2col_rows(x)  # (B H W) x (9 C_in), column tap C_in + c
+    for tile in range(shape.m // cfg.tile_m):
+        m0 = tile * cfg.tile_m
+        for c0 in range(0, shape.c_in, cfg.tile_k):
+            smem, writes = fill_halo(x, cfg, m0, c0)
+            assert set(np.unique(writes)) <= {0, 1}, "no value is written twice"
+            for tap in range(halo.TAPS):
+                k0 = tap * shape.c_in + c0
+                want = a[m0 : m0 + cfg.tile_m, k0 : k0 + cfg.tile_k]
+                np.testing.assert_array_equal(window(smem, cfg, tap).astype(np.float64), want, err_msg=f"tap {tap}")
+
+
+def test_the_windows_read_only_what_the_copies_wrote():
+    """The 8 values of padding after each pixel are never read, and everything read was written."""
+    cfg = halo.HaloConfig()
+    x = ref.conv_inputs(ref.ConvShape(1, 3, 128, 64, 8), "random", 1).x
+    _, writes = fill_halo(x, cfg, 128, 0)
+    read = np.zeros(cfg.halo_size, bool)
+    for tap in range(halo.TAPS):
+        r, s = divmod(tap, 3)
+        for i in range(cfg.tile_m):
+            at = (r * cfg.halo_width + s + i) * cfg.ld
+            read[at : at + cfg.tile_k] = True
+    assert writes[read].min() == 1
+    assert not read[writes == 0].any()
+
+
+def test_eight_window_rows_start_in_eight_bank_groups():
+    """What the padding buys: ``ldmatrix`` reads eight rows of 16 bytes at once; their starts (``ld`` FP16 values
+    apart, in the halo and in a filter stage) fall in the eight 16-byte groups of the 128-byte bank line, so no two
+    conflict."""
+    for tile_k in (32, 64):
+        for tile_n in range(16, 129, 16):
+            cfg = halo.HaloConfig(tile_k=tile_k, tile_n=tile_n)
+            for ld in (cfg.ld, cfg.ld_b):
+                groups = {(i * ld * 2 // 16) % 8 for i in range(8)}
+                assert groups == set(range(8)), (tile_k, tile_n, ld)
+
+
+def test_spec_round_trip_and_errors():
+    for spec in ("h128x64x64-t256", "h64x32x32-t128"):
+        assert halo.HaloConfig.parse(spec).spec == spec
+    with pytest.raises(ValueError, match="looks like h128x64x64-t256"):
+        halo.HaloConfig.parse("128x64x64-t128-d3-g1-s")
+    with pytest.raises(ValueError, match="tile_k must be 32 or 64"):
+        halo.HaloConfig(tile_k=16)
+    with pytest.raises(ValueError, match="tile_m must be 64 or 128"):
+        halo.HaloConfig(tile_m=256)
+
+
+def plan(shape: ref.ConvShape, cfg: halo.HaloConfig) -> halo.HaloLayout:
+    tm, tn, tk = cfg.tile
+    return halo.halo_layout(cfg, halo.chunks(shape.c_in, cfg), (tk - 1) * cfg.ld_b + tn, 2 * tm * tn)
+
+
+def test_the_target_fits_one_block_an_sm_and_its_buffers_do_not_overlap():
+    cfg = halo.HaloConfig()
+    shape = ref.ConvShape(8, 512, 512, 64, 64)
+    lay = plan(shape, cfg)
+    spans = [(lay.halo, cfg.halo_size), (lay.halo + lay.halo_step, cfg.halo_size)]
+    spans += [(lay.b + s * lay.b_step, 63 * 72 + 64) for s in range(9)] + [(lay.c, 2 * 128 * 64)]
+    spans.sort()
+    for (a, n), (b, _) in zip(spans, spans[1:], strict=False):
+        assert a + n <= b, "buffers overlap"
+    assert all(a % 512 == 0 for a, _ in spans), "every buffer on a 1 KiB boundary"
+    assert spans[-1][0] + spans[-1][1] <= lay.end
+    halo.halo_constraints(shape, cfg, lay)  # fits
+    assert 200 * 1024 < lay.nbytes <= halo.SMEM_LIMIT
+
+
+def test_shapes_it_cannot_take_are_refused_with_the_fix():
+    cfg = halo.HaloConfig()
+    with pytest.raises(ValueError, match="width = 100 is not a multiple of the row tile's 128 pixels.*PipelinedConv"):
+        shape = ref.ConvShape(1, 4, 100, 64, 64)
+        halo.halo_constraints(shape, cfg, plan(shape, cfg))
+    with pytest.raises(ValueError, match="C_in = 48 is not a multiple"):
+        halo.chunks(48, cfg)
+    with pytest.raises(ValueError, match="C_out = 96 must be a multiple"):
+        shape = ref.ConvShape(1, 4, 128, 64, 96)
+        halo.halo_constraints(shape, cfg, plan(shape, cfg))
+    wide = halo.HaloConfig(tile_n=128)
+    with pytest.raises(ValueError, match="KiB of shared memory.*narrower tile_n"):
+        shape = ref.ConvShape(1, 4, 128, 128, 128)
+        halo.halo_constraints(shape, wide, plan(shape, wide))
+
+
+def test_the_prebuild_builds_the_kernel_of_every_halo_check():
+    """The GPU tests and the speed run's checks find their halo kernels built (a kernel is picked by the tile, the
+    threads and C_in / TK: C_out beyond the tile's columns picks nothing), and each fits its shared memory."""
+    from utilities import prebuild
+    from utilities.conv.halo import HALO_CHECKS
+
+    jobs = set(prebuild.CONV_JOBS.split(","))
+    for shape, fields in HALO_CHECKS:
+        cfg = halo.HaloConfig(**(fields or {}))
+        default = halo.HaloConfig(tile_n=cfg.tile_n)  # the plan's block for C_out = tile_n
+        job = f"conv_halo:{cfg.tile_n}x{shape.c_in}" + (f"@{cfg.spec}" if cfg != default else "")
+        assert job in jobs, job
+        halo.halo_constraints(shape, cfg, plan(shape, cfg))
+    assert {"conv_halo_unfused:64x64"} <= jobs
+    speed = set(prebuild.CONV_SPEED_JOBS.split(","))
+    assert {"conv_halo_gather:64x64", "conv_halo_mma:64x64"} <= speed
