@@ -135,6 +135,35 @@ def test_the_halo_kernel_stores_the_convolution_alone_when_unfused(gpu):
     assert (got < 0).any(), "no ReLU: the convolution alone has negative entries"
 
 
+@pytest.mark.parametrize("case", [0, 1], ids=["target channels", "64-pixel tiles, D1 twice as wide"])
+def test_the_halo_back_to_back_kernel_matches_the_reference(gpu, case):
+    """D0 kept and checked first (two blocks walking the row tiles), then the kernel that keeps nothing; the halo
+    kernel's unfused chain at the first shape."""
+    from utilities.conv.halo import HALO_B2B_CHECKS, HaloConfig
+    from utilities.conv.tensorcore_halo import HaloConvB2B
+    from utilities.conv.tensorcore_persistent import UnfusedConvB2B
+
+    cp = gpu[0]
+    shape, fields = HALO_B2B_CHECKS[case]
+    cfg = HaloConfig(tile_n=shape.c_mid, **(fields or {}))
+
+    def run_of(plan):
+        def run(*args):
+            s = plan.shape
+            out = cp.full((s.batch, s.height, s.width, s.c_out), np.nan, cp.float16)
+            return cp.asnumpy(plan(*(cp.asarray(v) for v in args), out=out))
+
+        return run
+
+    kept = HaloConvB2B(shape, cfg=cfg, keep_d0=True, blocks=2)
+    assert ccheck.check_conv_b2b(run_of(kept), stages=kept.stages, shape=shape, seed=20 + case).status == "passed"
+    plain = HaloConvB2B(shape, cfg=cfg)
+    assert ccheck.check_conv_b2b(run_of(plain), shape=shape, seed=22 + case).status == "passed"
+    if case == 0:
+        unfused = UnfusedConvB2B(shape, halo=cfg)
+        assert ccheck.check_conv_b2b(run_of(unfused), shape=shape, seed=24).status == "passed"
+
+
 def test_plan_rejects_shapes_it_cannot_take(gpu):
     _, tc, _ = gpu
     with pytest.raises(ValueError, match="multiple of 32"):

@@ -114,14 +114,22 @@ def test_the_target_fits_one_block_an_sm_and_its_buffers_do_not_overlap():
     shape = ref.ConvShape(8, 512, 512, 64, 64)
     lay = plan(shape, cfg)
     spans = [(lay.halo, cfg.halo_size), (lay.halo + lay.halo_step, cfg.halo_size)]
-    spans += [(lay.b + s * lay.b_step, 63 * 72 + 64) for s in range(9)] + [(lay.c, 2 * 128 * 64)]
+    spans += [(lay.b + s * lay.b_step, 63 * 72 + 64) for s in range(9)]
+    assert lay.c_in_halo and 2 * 128 * 64 <= cfg.halo_size, "the FP32 output tile in a halo buffer"
     spans.sort()
     for (a, n), (b, _) in zip(spans, spans[1:], strict=False):
         assert a + n <= b, "buffers overlap"
     assert all(a % 512 == 0 for a, _ in spans), "every buffer on a 1 KiB boundary"
     assert spans[-1][0] + spans[-1][1] <= lay.end
     halo.halo_constraints(shape, cfg, lay)  # fits
-    assert 200 * 1024 < lay.nbytes <= halo.SMEM_LIMIT
+    assert 190 * 1024 < lay.nbytes <= 200 * 1024, lay.nbytes
+
+
+def test_an_output_tile_wider_than_a_halo_gets_a_buffer_of_its_own():
+    cfg = halo.HaloConfig(tile_k=32)  # a halo of 32 channels: 31,200 bytes; the FP32 tile 32,768
+    lay = plan(ref.ConvShape(1, 4, 128, 64, 64), cfg)
+    assert not lay.c_in_halo and lay.c >= lay.b + 17 * lay.b_step and lay.c % 512 == 0
+    assert lay.end >= lay.c + 2 * 128 * 64
 
 
 def test_shapes_it_cannot_take_are_refused_with_the_fix():
@@ -156,3 +164,57 @@ def test_the_prebuild_builds_the_kernel_of_every_halo_check():
     assert {"conv_halo_unfused:64x64"} <= jobs
     speed = set(prebuild.CONV_SPEED_JOBS.split(","))
     assert {"conv_halo_gather:64x64", "conv_halo_mma:64x64"} <= speed
+
+
+def b2b_plan(shape: ref.B2BShape, cfg: halo.HaloConfig) -> tuple[halo.HaloB2BLayout, int]:
+    """The back-to-back plan with the padded layouts' sizes (as libmathdx reports them), and D0's size."""
+    tm, c_mid, c_out = cfg.tile_m, shape.c_mid, shape.c_out
+    sb = (cfg.tile_k - 1) * cfg.ld_b + c_mid
+    sw = (c_mid - 1) * (c_out + halo.PAD) + c_out
+    sd = (tm - 1) * (c_mid + halo.PAD) + c_mid
+    return halo.halo_b2b_layout(cfg, halo.chunks(shape.c_in, cfg), sb, sw, sd, 2 * tm * c_out), sd
+
+
+def test_the_back_to_back_plan_puts_d0_and_d1_in_the_halo_buffer_a_tile_last_read():
+    shape = ref.B2BShape(8, 512, 512, 64, 64, 64)
+    cfg = halo.HaloConfig(tile_n=64)
+    lay, sd = b2b_plan(shape, cfg)
+    assert lay.d0 == 0 and lay.c >= sd and lay.c % 512 == 0 and lay.c + 2 * 128 * 64 <= cfg.halo_size
+    assert lay.w1 >= lay.b + 8 * lay.b_step + 63 * 72 + 64 and lay.end >= lay.w1 + 63 * 72 + 64
+    halo.halo_b2b_constraints(shape, cfg, lay, sd)
+    assert lay.nbytes == 200 * 1024
+
+
+def test_a_back_to_back_output_wider_than_the_halo_gets_its_own_buffer():
+    shape, fields = halo.HALO_B2B_CHECKS[1]
+    cfg = halo.HaloConfig(tile_n=shape.c_mid, **fields)
+    lay, sd = b2b_plan(shape, cfg)
+    assert lay.c == -1 and lay.c_own >= lay.w1 and lay.end >= lay.c_own + 2 * 64 * 128
+    halo.halo_b2b_constraints(shape, cfg, lay, sd)
+
+
+def test_back_to_back_chains_it_cannot_hold_are_refused_with_the_fix():
+    shape = ref.B2BShape(1, 4, 128, 64, 64, 64)
+    lay, sd = b2b_plan(shape, halo.HaloConfig(tile_n=64))
+    with pytest.raises(ValueError, match="must be C_mid = 64"):
+        halo.halo_b2b_constraints(shape, halo.HaloConfig(tile_n=32), lay, sd)
+    wide = ref.B2BShape(1, 4, 128, 64, 64, 256)
+    lay, sd = b2b_plan(wide, halo.HaloConfig())
+    with pytest.raises(ValueError, match="C_out = 256 must be a multiple of 32 up to 128: use ConvB2B"):
+        halo.halo_b2b_constraints(wide, halo.HaloConfig(), lay, sd)
+    deep = ref.B2BShape(1, 4, 128, 128, 64, 64)  # 18 resident filter stages beside two halos
+    lay, sd = b2b_plan(deep, halo.HaloConfig())
+    with pytest.raises(ValueError, match="KiB of shared memory"):
+        halo.halo_b2b_constraints(deep, halo.HaloConfig(), lay, sd)
+
+
+def test_the_prebuild_builds_the_kernels_of_every_back_to_back_check():
+    from utilities import prebuild
+
+    jobs = set(prebuild.HALO_JOBS.split(","))
+    for shape, fields in halo.HALO_B2B_CHECKS:
+        cfg = halo.HaloConfig(tile_n=shape.c_mid, **(fields or {}))
+        dims = f"{shape.c_in}x{shape.c_mid}x{shape.c_out}" + (f"@{cfg.spec}" if fields else "")
+        assert {f"conv_halo_b2b:{dims}", f"conv_halo_b2b_keep:{dims}"} <= jobs, dims
+        b2b_plan(shape, cfg)
+    assert set(prebuild.HALO_JOBS.split(",")) <= set(prebuild.CONV_JOBS.split(","))

@@ -63,11 +63,14 @@ def test_only_the_last_full_prebuild_dates_an_export(tmp_path):
     jobs = prebuild.COURSE_JOBS.split(",")
     assert prebuild.last_full_run(tmp_path)[0] is None  # none recorded
     prebuild._record_run(tmp_path, {"started": 5.0, "jobs": jobs[:3], "built": True})
-    assert "other jobs" in prebuild.last_full_run(tmp_path)[1]
+    assert "left out jobs" in prebuild.last_full_run(tmp_path)[1]
     prebuild._record_run(tmp_path, {"started": 5.0, "jobs": jobs[::-1], "built": False})
     assert "did not build every job" in prebuild.last_full_run(tmp_path)[1]
     prebuild._record_run(tmp_path, {"started": 5.0, "jobs": jobs[::-1], "built": True})
     assert prebuild.last_full_run(tmp_path) == (5.0, "")
+    extra = prebuild.CONV_SPEED_JOBS.split(",")  # every course job and a speed run's: a full run too
+    prebuild._record_run(tmp_path, {"started": 6.0, "jobs": jobs + extra, "built": True})
+    assert prebuild.last_full_run(tmp_path) == (6.0, "")
 
 
 def test_a_launch_only_bundle_leaves_the_ltoir_out_and_keeps_its_digests(tmp_path):

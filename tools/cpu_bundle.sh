@@ -30,8 +30,13 @@ cd "$root"
 start=$SECONDS
 mkdir -p "$out"
 # each job's kernels and keys beside the bundle: a GPU proof's prebuild-keys.json holds the GPU's, to compare
+# $CPU_BUNDLE_EXTRA_JOBS: more jobs in the same prebuild and bundle (e.g. utilities.prebuild.CONV_SPEED_JOBS for a
+# speed run that should link nothing on the GPU); the course's jobs always
+jobs=$("$venv/bin/python" -c 'import os, utilities.prebuild as p
+extra = [j for j in os.environ.get("CPU_BUNDLE_EXTRA_JOBS", "").split(",") if j]
+print(",".join(dict.fromkeys(p.COURSE_JOBS.split(",") + extra)))')
 "$venv/bin/python" -m utilities.prebuild --arch sm_90 --parallel "${CPU_BUILD_PARALLEL:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}" \
-    --keys "$out/course-sm90-cpu-$commit.keys.json"
+    --jobs "$jobs" --keys "$out/course-sm90-cpu-$commit.keys.json"
 # the cubins this prebuild touched: a cache that built earlier commits holds their kernels too
 "$venv/bin/python" -m utilities.prebuild --arch sm_90 --export "$out/course-sm90-cpu-$commit.bundle" --only-this-run
 echo "cpu_bundle: $out/course-sm90-cpu-$commit.bundle in $(((SECONDS - start) / 60)) min"

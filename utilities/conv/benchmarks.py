@@ -7,24 +7,24 @@ Triton peer, in one run.
 
 Build first (minutes, in parallel): ``python -m utilities.prebuild --jobs <utilities.prebuild.CONV_SPEED_JOBS>``.
 
-Record names (RESULTS.md), one name per kernel in every function and notebook: ``conv.fused`` (the course's
-fastest fused kernel of those timed, ``params["tile"]`` its tile: a pipelined kernel's ``128x64x64-t128-d3-g1-s``
-or the halo kernel's ``h128x64x64-t256``, ``utilities.conv.tensorcore_halo``), ``conv.fused@<tile>`` (each tile
-timed), ``conv.unfused`` (that kernel storing the convolution, then a bias + ReLU kernel), ``conv.twostage``
-(notebook 2c's exercise kernel: a two-stage K loop), ``conv.twostage.unfused`` (the two-stage kernel storing the
-convolution, then the bias + ReLU kernel), ``conv.gather_only@<tile>`` and ``conv.mma_only@<tile>`` (each
-kernel's default tile doing one part of its work: where its time goes), ``conv.cudnn`` (cuDNN through PyTorch),
-``conv.triton`` (the Triton peer), ``conv.library`` (the fastest library path that ran, ``params["which"]``),
-``conv.im2col`` (im2col + cuBLAS + bias + ReLU, in ``conv_records`` only); ``conv_b2b.fused``, ``conv_b2b.unfused``
-and ``conv_b2b.library``
-(cuDNN twice) for the back-to-back chain at the target (64 -> 64 -> 64), at the plan's default tile, with the unfused
-path's two kernels alone (``conv_b2b.unfused.3x3``, ``conv_b2b.unfused.1x1``), and the same five as
-``conv_b2b.wide.*`` for 64 -> 256 -> 64 (``B2B_WIDE``); each holds the run's copy rate and the model's D0 round trip
-(``model.fusion_limit``), printed beside the times. With ``yours`` (the attendee's kernel factory,
-index map), ``conv.yours`` too. ``conv_records`` (notebook 2c's section 5 and the GPU suite) times the two-stage
-kernel; ``pipelined_records`` (section 6 and ``main``) the pipelined one. The H100 reports of 2026-11-23
-(``results/nvidia-h100-80gb-hbm3-conv.json``, ``-conv-notebooks.json``) name the two-stage kernel's records
-``conv.fused`` and ``conv.unfused`` (``params["which"]`` "fused", "unfused"): ``figures.path_of`` reads both.
+Record names (RESULTS.md), one name per kernel in every function and notebook: ``conv.fused`` (the course's fastest
+fused kernel of those timed, ``params["tile"]`` its tile: a pipelined kernel's ``128x64x64-t128-d3-g1-s`` or the halo
+kernel's ``h128x64x64-t256``, ``utilities.conv.tensorcore_halo``), ``conv.fused@<tile>`` (each tile timed),
+``conv.unfused`` (that kernel storing the convolution, then a bias + ReLU kernel), ``conv.twostage`` (notebook 2c's
+exercise kernel: a two-stage K loop), ``conv.twostage.unfused`` (the two-stage kernel storing the convolution, then the
+bias + ReLU kernel), ``conv.gather_only@<tile>`` and ``conv.mma_only@<tile>`` (each kernel's default tile doing one part
+of its work: where its time goes), ``conv.cudnn`` (cuDNN through PyTorch), ``conv.triton`` (the Triton peer),
+``conv.library`` (the fastest library path that ran, ``params["which"]``), ``conv.im2col`` (im2col + cuBLAS + bias +
+ReLU, in ``conv_records`` only); ``conv_b2b.fused``, ``conv_b2b.unfused`` and ``conv_b2b.library`` (cuDNN twice) for the
+back-to-back chain at the target (64 -> 64 -> 64), at the plan's default tile, with the unfused path's two kernels alone
+(``conv_b2b.unfused.3x3``, ``conv_b2b.unfused.1x1``), the halo kernels' chain (``conv_b2b.halo.fused``,
+``conv_b2b.halo.unfused``), and the same for 64 -> 256 -> 64 as ``conv_b2b.wide.*`` (``B2B_WIDE``: the halo kernel does
+not take it); each holds the run's copy rate and the model's D0 round trip (``model.fusion_limit``), printed beside the
+times. With ``yours`` (the attendee's kernel factory, index map), ``conv.yours`` too. ``conv_records`` (notebook 2c's
+section 5 and the GPU suite) times the two-stage kernel; ``pipelined_records`` (section 6 and ``main``) the pipelined
+one. The H100 reports of 2026-11-23 (``results/nvidia-h100-80gb-hbm3-conv.json``, ``-conv-notebooks.json``) name the
+two-stage kernel's records ``conv.fused`` and ``conv.unfused`` (``params["which"]`` "fused", "unfused"):
+``figures.path_of`` reads both.
 
 A record's m, n, k are the implicit GEMM's (B H W, C_out, 9 C_in; a back-to-back kernel timed alone, its own
 GEMM's); ``params`` hold the shape, the bytes the path
@@ -410,8 +410,10 @@ def b2b_records(
     name: str = "conv_b2b",
     copy_tbs: float | None = None,
 ) -> list[bench.BenchRecord]:
-    """``<name>.fused``, ``<name>.unfused``, its two kernels alone (``<name>.unfused.3x3``, ``<name>.unfused.1x1``)
-    and ``<name>.library`` (cuDNN twice, where PyTorch has it), interleaved at ``shape``; errors against the FP64
+    """``<name>.fused``, ``<name>.unfused``, its two kernels alone (``<name>.unfused.3x3``, ``<name>.unfused.1x1``),
+    the halo kernels' chain where it takes the shape (``<name>.halo.fused``, ``<name>.halo.unfused``: its 3x3
+    kernel, then the pipelined 1x1) and ``<name>.library`` (cuDNN twice, where PyTorch has it), interleaved at
+    ``shape``; errors against the FP64
     chain on sampled pixels. ``copy_tbs``: the run's copy rate (``peaks.measure_copy_bandwidth``, measured here if
     None), kept in each record's ``params`` with the model's D0 round trip (``model.fusion_limit``)."""
     from .baselines import CudnnB2B
@@ -422,6 +424,7 @@ def b2b_records(
     sets = [b2b_operands(shape, seed + i) for i in range(bench.copies_for(traffic.bytes))]
     outs = [cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16) for _ in sets]
     plans = {"fused": ConvB2B(shape, cfg=cfg), "unfused": UnfusedConvB2B(shape, cfg=cfg)}
+    plans.update(halo_b2b_plans(shape))
     paths = {
         path: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)] for path, p in plans.items()
     }
@@ -433,6 +436,8 @@ def b2b_records(
     which = {
         "fused": plans["fused"].cfg.spec,
         "unfused": "pipelined 3x3 + ReLU, then pipelined 1x1 + bias + ReLU",
+        "halo.fused": f"the halo kernel, {plans['halo.fused'].cfg.spec}" if "halo.fused" in plans else "",
+        "halo.unfused": "halo 3x3 + ReLU, then pipelined 1x1 + bias + ReLU",
         "unfused.3x3": f"the unfused path's 3x3 + ReLU alone ({un.conv3.cfg.spec})",
         "unfused.1x1": f"the unfused path's 1x1 + bias + ReLU alone ({un.conv1.cfg.spec})",
     }
@@ -461,17 +466,35 @@ def b2b_records(
     records = []
     for path, timing in timings.items():
         part = path.split(".", 1)[1] if path.startswith("unfused.") else None
-        t = kernels[part] if part else model.b2b_traffic("fused" if path == "fused" else "unfused", shape)
+        fused = path in ("fused", "halo.fused")
+        t = kernels[part] if part else model.b2b_traffic("fused" if fused else "unfused", shape)
         params = {**dims, "bytes": t.bytes, "which": which[path], "copy_tbs": copy_tbs, "d0_ms": limit.d0_ms}
-        if path == "fused":
-            params.update({k: plans["fused"].resources[k] for k in RESOURCE_KEYS if k in plans["fused"].resources})
+        if fused:
+            params.update({k: plans[path].resources[k] for k in RESOURCE_KEYS if k in plans[path].resources})
             params["floor_ms"] = limit.limit_ms  # the model's fused floor: the unfused time less D0's round trip
+        if path.startswith("halo."):  # its own floor: its own unfused path less D0's round trip
+            own = model.fusion_limit(shape, copy_tbs=copy_tbs, unfused_ms=timings["halo.unfused"].median)
+            params["floor_ms"] = own.limit_ms
         if part:
             params["diagnostic"] = "one kernel of the unfused path, timed alone"
         n, k = gemms.get(part, (shape.c_out, 9 * shape.c_in))  # a kernel alone: its own GEMM's N and K
         records.append(_record(f"{name}.{path}", timing, shape.m, n, k, t, params, errors[path]))
     cp.get_default_memory_pool().free_all_blocks()
     return records
+
+
+def halo_b2b_plans(shape: ref.B2BShape) -> dict[str, Any]:
+    """The halo kernel's chain at ``shape`` where it takes it: ``halo.fused`` (one kernel) and ``halo.unfused``
+    (its 3x3 kernel, then the pipelined 1x1); nothing where it does not (a line says why)."""
+    from .tensorcore_halo import HaloConvB2B
+    from .tensorcore_persistent import UnfusedConvB2B
+
+    try:
+        fused = HaloConvB2B(shape)
+        return {"halo.fused": fused, "halo.unfused": UnfusedConvB2B(shape, halo=fused.cfg)}
+    except ValueError as exc:
+        print(f"conv_b2b: the halo kernel left out at {shape.label}: {exc}")
+        return {}
 
 
 def _numpy_run(plan: Any) -> Callable[..., Any]:
@@ -532,7 +555,32 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
         "conv_b2b.fused (with and without D0 kept, one block a row tile and two walking them all) and "
         "conv_b2b.unfused: passed"
     )
+    if any(isinstance(c, HaloConfig) for c in configs):
+        lines.append(halo_b2b_correctness())
     return lines
+
+
+def halo_b2b_correctness() -> str:
+    """The halo back-to-back kernel through the checker at ``halo.HALO_B2B_CHECKS`` (D0 kept and checked first,
+    two blocks walking the row tiles; then without D0), and its unfused path at the first: one line."""
+    from . import check
+    from .halo import HALO_B2B_CHECKS, HaloConfig
+    from .tensorcore_halo import HaloConvB2B
+    from .tensorcore_persistent import UnfusedConvB2B
+
+    for i, (shape, fields) in enumerate(HALO_B2B_CHECKS):
+        cfg = HaloConfig(tile_n=shape.c_mid, **(fields or {}))
+        kept = HaloConvB2B(shape, cfg=cfg, keep_d0=True, blocks=2)
+        check.check_conv_b2b(_numpy_run(kept), stages=kept.stages, shape=shape, seed=75 + i)
+        check.check_conv_b2b(_numpy_run(HaloConvB2B(shape, cfg=cfg)), shape=shape, seed=77 + i)
+    shape = HALO_B2B_CHECKS[0][0]
+    unfused = UnfusedConvB2B(shape, halo=HaloConfig(tile_n=shape.c_mid))
+    check.check_conv_b2b(_numpy_run(unfused), shape=shape, seed=79)
+    shapes = ", ".join(s.label for s, _ in HALO_B2B_CHECKS)
+    return (
+        f"conv_b2b.halo.fused at {shapes} (with D0 kept and two blocks walking, and without) and its unfused "
+        "path: passed"
+    )
 
 
 def halo_correctness(cfg: Any) -> str:
@@ -690,6 +738,13 @@ def run_summary(records: Sequence[bench.BenchRecord], *, targets: bool = False) 
     ratio("conv_b2b.fused", "conv_b2b.unfused", 1.12, "back-to-back fused vs unfused")
     ratio("conv_b2b.fused", "conv_b2b.library", None, "back-to-back fused vs cuDNN twice (cuDNN time / fused time)")
     ratio("conv_b2b.wide.fused", "conv_b2b.wide.unfused", None, "back-to-back 64->256->64 fused vs unfused")
+    ratio("conv_b2b.halo.fused", "conv_b2b.halo.unfused", 1.12, "back-to-back, halo kernels: fused vs unfused")
+    ratio("conv_b2b.halo.fused", "conv_b2b.fused", None, "back-to-back: halo fused vs pipelined fused")
+    if "conv_b2b.halo.fused" in t:
+        floor = next(r for r in records if r.name == "conv_b2b.halo.fused").params["floor_ms"]
+        got = t["conv_b2b.halo.fused"] / floor
+        goal = f" (target <= 1.10: {'met' if got <= 1.10 else 'not met'})" if targets else ""
+        lines.append(f"back-to-back, halo: fused time / the model's fused floor {floor:.4f} ms: {got:.2f}{goal}")
     lines += model.b2b_model_lines(records)
     return "\n".join(lines)
 

@@ -11,7 +11,8 @@ that starts at halo row r, pixel s, with leading dimension TK + 8. The filter st
 in plain ones.
 
 Per block: two halo buffers (the tile's next channel chunk, or the next tile, is copied while the tensor cores run
-nine GEMMs on the current one), every stage of the block's filters (resident), and the output tile in FP32.
+nine GEMMs on the current one), every stage of the block's filters (resident), and the output tile in FP32, in the
+halo buffer the tile's last phase read where it fits.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from ..plans import TileConfig
 from ..smem import fp16_segments
-from .reference import ConvShape
+from .reference import B2BShape, ConvShape
 
 PAD = 8  # FP16 values after a halo pixel's channels: 16 bytes, so that consecutive pixels start 16 bytes apart mod 128
 TAPS = 9
@@ -35,6 +36,12 @@ HALO_CHECKS = (
     (ConvShape(2, 5, 128, 64, 128), None),
     (ConvShape(2, 4, 128, 128, 64), {"tile_n": 32}),
     (ConvShape(2, 4, 128, 64, 64), {"tile_m": 64}),
+)
+# The back-to-back kernel's checks: the target's channels, and a D1 twice as wide at 64-pixel tiles (its FP32 tile
+# then needs a buffer of its own). Each with D0 kept and without: jobs of ``prebuild.HALO_JOBS``.
+HALO_B2B_CHECKS = (
+    (B2BShape(2, 5, 128, 64, 64, 64), None),
+    (B2BShape(2, 4, 128, 64, 64, 128), {"tile_m": 64}),
 )
 
 
@@ -97,7 +104,10 @@ class HaloConfig(TileConfig):
 
 @dataclass(frozen=True)
 class HaloLayout:
-    """FP16 offsets in dynamic shared memory: the two halo buffers, every filter stage, the output tile."""
+    """FP16 offsets in dynamic shared memory: the two halo buffers, every filter stage, the output tile.
+
+    ``c == -1``: the FP32 output tile has no buffer of its own; it is staged in the halo buffer the tile's last
+    phase read (free once every warp is past its GEMMs, and refilled only after the next phase's barrier)."""
 
     halo: int
     halo_step: int
@@ -109,6 +119,10 @@ class HaloLayout:
     @property
     def nbytes(self) -> int:
         return 2 * self.end
+
+    @property
+    def c_in_halo(self) -> bool:
+        return self.c < 0
 
 
 def chunks(c_in: int, cfg: HaloConfig) -> int:
@@ -123,14 +137,19 @@ def chunks(c_in: int, cfg: HaloConfig) -> int:
 
 def halo_layout(cfg: HaloConfig, n_chunks: int, sb: int, sc: int) -> HaloLayout:
     """Where each buffer starts; ``sb`` and ``sc`` are the sizes, in FP16 places, of a filter stage in the kernel's
-    plain layout (its ``cosize``) and of the FP32 output tile (2 TM TN)."""
+    plain layout (its ``cosize``) and of the FP32 output tile (2 TM TN). The output tile goes in a halo buffer when
+    it fits there (:class:`HaloLayout`)."""
     stages = TAPS * n_chunks
-    offsets, end = fp16_segments(cfg.halo_size, cfg.halo_size, *([sb] * stages), sc)
+    in_halo = sc <= cfg.halo_size
+    offsets, end = fp16_segments(cfg.halo_size, cfg.halo_size, *([sb] * stages), *([] if in_halo else [sc]))
     b_step = offsets[3] - offsets[2] if stages > 1 else 0
-    return HaloLayout(offsets[0], offsets[1] - offsets[0], offsets[2], b_step, offsets[-1], end)
+    c = -1 if in_halo else offsets[-1]
+    return HaloLayout(offsets[0], offsets[1] - offsets[0], offsets[2], b_step, c, end)
 
 
-def halo_constraints(shape: ConvShape, cfg: HaloConfig, layout: HaloLayout, limit: int = SMEM_LIMIT) -> None:
+def halo_constraints(
+    shape: ConvShape, cfg: HaloConfig, layout: HaloLayout | HaloB2BLayout, limit: int = SMEM_LIMIT
+) -> None:
     """ValueError, naming the fix, for shapes and tiles the halo kernel cannot take."""
     if shape.width % cfg.tile_m:
         raise ValueError(
@@ -145,3 +164,54 @@ def halo_constraints(shape: ConvShape, cfg: HaloConfig, layout: HaloLayout, limi
             f"filters stay resident), a block may have {limit // 1024} KiB: use a narrower tile_n, or the "
             "pipelined kernel with streamed filters"
         )
+
+
+@dataclass(frozen=True)
+class HaloB2BLayout:
+    """The back-to-back kernel's plan (FP16 offsets): the conv's halo buffers and filters, the 1x1 filters W1,
+    and, inside the halo buffer a tile's last phase read, D0 (GEMM 1's A) at ``d0`` and the FP32 output tile at
+    ``c`` from the buffer's start, or at ``c_own`` (absolute) when it does not fit there (then ``c == -1``)."""
+
+    halo: int
+    halo_step: int
+    b: int
+    b_step: int
+    w1: int
+    d0: int
+    c: int
+    c_own: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.end
+
+
+def halo_b2b_layout(cfg: HaloConfig, n_chunks: int, sb: int, sw: int, sd: int, sc: int) -> HaloB2BLayout:
+    """``sb``, ``sw``, ``sd``: the plain layouts' sizes (FP16 places) of a 3x3 filter stage, of W1 and of D0;
+    ``sc``: the FP32 output tile's (2 TM C_out)."""
+    stages = TAPS * n_chunks
+    (_, c_at), d0_end = fp16_segments(sd, 0)  # the output tile after D0, on a 1 KiB boundary
+    in_halo = c_at + sc <= cfg.halo_size
+    offsets, end = fp16_segments(cfg.halo_size, cfg.halo_size, *([sb] * stages), sw, *([] if in_halo else [sc]))
+    b_step = offsets[3] - offsets[2] if stages > 1 else 0
+    w1 = offsets[2 + stages]
+    if in_halo:
+        return HaloB2BLayout(offsets[0], offsets[1] - offsets[0], offsets[2], b_step, w1, 0, c_at, -1, end)
+    return HaloB2BLayout(offsets[0], offsets[1] - offsets[0], offsets[2], b_step, w1, 0, -1, offsets[-1], end)
+
+
+def halo_b2b_constraints(
+    shape: B2BShape, cfg: HaloConfig, layout: HaloB2BLayout, sd: int, limit: int = SMEM_LIMIT
+) -> None:
+    """ValueError, naming the fix, for back-to-back chains the halo kernel cannot hold."""
+    if cfg.tile_n != shape.c_mid:
+        raise ValueError(
+            f"the tile's N ({cfg.tile_n}) must be C_mid = {shape.c_mid}: a block computes every middle channel of "
+            "its pixels"
+        )
+    if shape.c_out % 32 or shape.c_out > 128:
+        raise ValueError(f"C_out = {shape.c_out} must be a multiple of 32 up to 128: use ConvB2B")
+    if sd > cfg.halo_size:
+        raise ValueError(f"D0 ({sd} FP16 places) does not fit a halo buffer: use ConvB2B")
+    halo_constraints(ConvShape(shape.batch, shape.height, shape.width, shape.c_in, shape.c_mid), cfg, layout, limit)

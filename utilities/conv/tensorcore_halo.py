@@ -10,9 +10,10 @@ channels with no per-tap address arithmetic; then the nine taps' GEMMs read thei
 Persistent blocks walk row tiles ``blockIdx.x``, ``+ gridDim.x``, ... of their column tile ``blockIdx.y``; a tile
 is ``C_in / TK`` phases (one halo each). Two halo buffers: phase p + 1's copies are issued right after phase p's
 barrier and land while the tensor cores run phase p's nine GEMMs. The filters of the block's columns stay in shared
-memory. One wait and one barrier a phase, one more barrier a tile for the output, staged in FP32 in shared memory:
-the epilogue adds the bias by each value's row and channel there, so it needs no map from the accumulator's
-fragment to columns (nvmath's map is the suggested layouts', and this kernel's layouts are plain ones).
+memory. One wait and one barrier a phase, two more a tile for the output, staged in FP32 in the halo buffer the
+tile's last phase read (``halo.HaloLayout``): the epilogue adds the bias by each value's row and channel there,
+so it needs no map from the accumulator's fragment to columns (nvmath's map is the suggested layouts', and this
+kernel's layouts are plain ones).
 
 Constraints (the plan checks them and names the fix, ``halo.halo_constraints``): the image width a multiple of
 TM, C_in of TK, C_out of TN, B H W C-contiguous FP16 on 16-byte boundaries, the plan within the GPU's shared
@@ -34,34 +35,58 @@ from ..machinery import cp_async, launch, padded_layouts
 from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
 from ..tiles import block_matmul
-from .halo import TAPS, HaloConfig, HaloLayout, chunks, halo_constraints, halo_layout
-from .reference import ConvShape
+from .halo import (
+    PAD,
+    TAPS,
+    HaloB2BLayout,
+    HaloConfig,
+    HaloLayout,
+    chunks,
+    halo_b2b_constraints,
+    halo_b2b_layout,
+    halo_constraints,
+    halo_layout,
+)
+from .reference import B2BShape, ConvShape
 from .simt import halo_copy, pixel_coords
 from .tensorcore_persistent import PARTS, one_wave
 
 
-@functools.cache
-def halo_matmul(cfg: HaloConfig) -> Matmul:
-    """The block GEMM of one tap: A a window of the halo (leading dimension TK + 8), B a filter stage (TN + 8).
-    cuBLASDx takes the operands of one ``execute`` all in its suggested layouts or all in these plain ones, and
-    nvmath's tensor API keeps a leading dimension only through ``machinery.padded_layouts``: checked here, since a
-    dense layout would be read silently wrong."""
+def padded_matmul(size: tuple[int, int, int], threads: int, lds: tuple[int, int, int], fix: str) -> Matmul:
+    """A block GEMM on plain row-major layouts with leading dimensions ``lds`` (A's, B's, C's). cuBLASDx takes the
+    operands of one ``execute`` all in its suggested layouts or all in plain ones, and nvmath's tensor API keeps a
+    leading dimension only through ``machinery.padded_layouts``: checked here, since a dense layout would be read
+    silently wrong. ``fix``: the kernel to use instead, named in the errors."""
     why = padded_layouts.unavailable()
     if why is not None:
-        raise ValueError(f"the halo kernel cannot run here: {why}; use the pipelined kernel (PipelinedConv)")
+        raise ValueError(f"the halo kernels cannot run here: {why}; use {fix}")
     padded_layouts.install()
-    tm, tn, tk = cfg.tile
-    lds = (cfg.ld, cfg.ld_b, tn)
-    MM = block_matmul("float16", (tm, tn, tk), cfg.threads, b="row_major", leading_dimension=lds)
-    want = {"A": (tm - 1) * cfg.ld + tk, "B": (tk - 1) * cfg.ld_b + tn}
-    got = {"A": MM.get_layout_smem_a().cosize, "B": MM.get_layout_smem_b().cosize}
+    m, n, k = size
+    MM = block_matmul("float16", size, threads, b="row_major", leading_dimension=lds)
+    want = {"A": (m - 1) * lds[0] + k, "B": (k - 1) * lds[1] + n, "C": (m - 1) * lds[2] + n}
+    got = {"A": MM.get_layout_smem_a().cosize, "B": MM.get_layout_smem_b().cosize, "C": MM.get_layout_smem_c().cosize}
     if got != want:
         raise RuntimeError(
-            f"cuBLASDx's shared-memory layouts ignore the leading dimensions {lds[:2]} (sizes {got}, padded ones "
-            f"would be {want}): utilities.machinery.padded_layouts no longer works with this nvmath-python; use "
-            "the pipelined kernel (PipelinedConv)"
+            f"cuBLASDx's shared-memory layouts ignore the leading dimensions {lds} (sizes {got}, padded ones would "
+            f"be {want}): utilities.machinery.padded_layouts no longer works with this nvmath-python; use {fix}"
         )
     return MM
+
+
+@functools.cache
+def halo_matmul(cfg: HaloConfig, padded_c: bool = False) -> Matmul:
+    """The block GEMM of one tap: A a window of the halo (leading dimension TK + 8), B a filter stage (TN + 8), C
+    dense, or padded as GEMM 1's A (``padded_c``: the back-to-back kernel's D0)."""
+    tm, tn, tk = cfg.tile
+    lds = (cfg.ld, cfg.ld_b, tn + PAD if padded_c else tn)
+    return padded_matmul((tm, tn, tk), cfg.threads, lds, "the pipelined kernels (PipelinedConv, ConvB2B)")
+
+
+@functools.cache
+def b2b_matmul(tile_m: int, c_mid: int, c_out: int, threads: int) -> Matmul:
+    """GEMM 1 of the back-to-back kernel: D0 (TM x C_mid, as GEMM 0 leaves it) times W1 (C_mid x C_out)."""
+    lds = (c_mid + PAD, c_out + PAD, c_out)
+    return padded_matmul((tile_m, c_out, c_mid), threads, lds, "ConvB2B")
 
 
 def plan_layout(MM: Matmul, cfg: HaloConfig, n_chunks: int) -> HaloLayout:
@@ -69,30 +94,39 @@ def plan_layout(MM: Matmul, cfg: HaloConfig, n_chunks: int) -> HaloLayout:
     return halo_layout(cfg, n_chunks, MM.get_layout_smem_b().cosize, 2 * MM.get_layout_smem_c().cosize)
 
 
-@functools.cache
-def make_halo_conv_kernel(MM: Matmul, cfg: HaloConfig, n_chunks: int, fused: bool = True, parts: str = "all"):
-    """out = relu(conv3x3(x, w) + bias) (``fused``) or conv3x3(x, w).
+def plan_b2b_layout(MM0: Matmul, MM1: Matmul, cfg: HaloConfig, n_chunks: int) -> HaloB2BLayout:
+    """The plan of ``halo.halo_b2b_layout``."""
+    sb, sw, sd = MM0.get_layout_smem_b().cosize, MM1.get_layout_smem_b().cosize, MM0.get_layout_smem_c().cosize
+    return halo_b2b_layout(cfg, n_chunks, sb, sw, sd, 2 * MM1.get_layout_smem_c().cosize)
 
-    Arguments: ``x`` the NHWC input, flat FP16; ``w`` the filters as the (9 C_in) x C_out matrix B; ``bias``
-    (C_out,); ``out`` the (B H W) x C_out result; ``height``, ``width``. ``parts`` "gather" copies the halos and
-    skips the GEMMs, "mma" runs the GEMMs on whatever shared memory holds: what each costs alone (wrong results).
-    """
+
+@functools.cache
+def make_halo_stream(MM: Matmul, cfg: HaloConfig, n_chunks: int, L: Any, parts: str = "all") -> tuple[Any, Any, Any]:
+    """Device functions ``(load_filters, issue, kloop)`` of the halo stream (the module's docstring) in the plan
+    ``L`` (its ``halo``, ``halo_step``, ``b``, ``b_step``).
+
+    ``load_filters(smem, w, col0)`` starts the copies of every filter stage of the block's columns;
+    ``issue(smem, x, p, t0, step, tiles, c_in, height, width)`` starts phase p's halo; ``kloop(..., acc)`` runs the
+    phases of one tile into ``acc`` and returns the next phase. ``parts`` "gather" copies the halos and skips the
+    GEMMs, "mma" runs the GEMMs on whatever shared memory holds: what each costs alone (wrong results)."""
     TM, TN, TK = MM.size
     THREADS = MM.block_size
     assert parts in PARTS, f"parts must be one of {PARTS}, got {parts!r}"
     GATHER, MMA = parts in ("all", "gather"), parts in ("all", "mma")
-    L = plan_layout(MM, cfg, n_chunks)
     NCH, HW, LD, CPP, COPIES = n_chunks, cfg.halo_width, cfg.ld, TK // 8, cfg.copies
     PER_THREAD = -(-COPIES // THREADS)
-    H_AT, H_STEP, B_AT, B_STEP, C_AT = L.halo, L.halo_step, L.b, L.b_step, L.c
-    SA, SB, SC = MM.get_layout_smem_a().cosize, MM.get_layout_smem_b().cosize, MM.get_layout_smem_c().cosize
-    assert SC == TM * TN, "the output tile is dense in shared memory (leading dimension TN)"
-    C32_AT, UNITS = C_AT // 2, TN // 8  # the FP32 output tile (FP32 elements); 8-channel units in its row
-    EPILOGUE = TM * UNITS // THREADS
-    assert EPILOGUE * THREADS == TM * UNITS
+    H_AT, H_STEP, B_AT, B_STEP = L.halo, L.halo_step, L.b, L.b_step
+    SA, SB = MM.get_layout_smem_a().cosize, MM.get_layout_smem_b().cosize
     assert 2 * HW * LD + SA <= 3 * HW * LD, "the last tap's window ends inside the halo"
     copy16, commit, wait_all = cp_async.copy16, cp_async.commit, cp_async.wait_prior(0)
     gmem_b = gmem_layout(MM, "b")
+
+    @cuda.jit(device=True, forceinline=True)
+    def load_filters(smem, w, col0):
+        for s in range(TAPS * NCH):  # resident: in phase 0's group
+            at = B_AT + s * B_STEP
+            copy(make_tensor(w[s * TK : s * TK + TK, col0 : col0 + TN], gmem_b(w.shape[1])),
+                 make_tensor(smem[at : at + SB], MM.get_layout_smem_b()))  # fmt: skip
 
     @cuda.jit(device=True, forceinline=True)
     def issue(smem, x, p, t0, step, tiles, c_in, height, width):
@@ -115,7 +149,6 @@ def make_halo_conv_kernel(MM: Matmul, cfg: HaloConfig, n_chunks: int, fused: boo
 
     @cuda.jit(device=True, forceinline=True)
     def kloop(smem, x, p, t0, step, tiles, c_in, height, width, acc):
-        """The phases of one tile into ``acc``, each one's successor issued as it starts; the next phase."""
         for c in range(NCH):
             wait_all()  # this thread's copies of phase p (and the filters, at the first) have landed ...
             cuda.syncthreads()  # ... and everyone's; every warp is done with phase p - 1's buffer
@@ -131,46 +164,153 @@ def make_halo_conv_kernel(MM: Matmul, cfg: HaloConfig, n_chunks: int, fused: boo
             p += 1
         return p
 
+    return load_filters, issue, kloop
+
+
+@functools.cache
+def make_epilogue(tile_m: int, tile_n: int, threads: int, fused: bool) -> Any:
+    """A device function ``epilogue(smem32, c32, bias, out, row0, col0)``: the FP32 tile at ``smem32[c32:]``
+    (row-major, ``tile_n`` wide), plus the bias of each value's channel and ReLU (``fused``), rounded once to FP16
+    into ``out[row0:, col0:]``; each thread 8 channels of a row at a time."""
+    UNITS = tile_n // 8
+    PER_THREAD = tile_m * UNITS // threads
+    assert PER_THREAD * threads == tile_m * UNITS, "the tile's 8-channel units must spread evenly over the threads"
+
+    @cuda.jit(device=True, forceinline=True)
+    def epilogue(smem32, c32, bias, out, row0, col0):
+        tid = int32(cuda.threadIdx.x)
+        for i in range(PER_THREAD):
+            k = int32(tid + i * threads)
+            row = k // UNITS
+            col = int32((k - row * UNITS) * 8)
+            at = int32(c32 + row * tile_n + col)
+            for j in range(8):
+                v = smem32[at + j]
+                if fused:
+                    v = v + float32(bias[col0 + col + j])
+                    v = v if v > 0 else float32(0)
+                out[row0 + row, col0 + col + j] = v
+
+    return epilogue
+
+
+@functools.cache
+def make_halo_conv_kernel(MM: Matmul, cfg: HaloConfig, n_chunks: int, fused: bool = True, parts: str = "all"):
+    """out = relu(conv3x3(x, w) + bias) (``fused``) or conv3x3(x, w).
+
+    Arguments: ``x`` the NHWC input, flat FP16; ``w`` the filters as the (9 C_in) x C_out matrix B; ``bias``
+    (C_out,); ``out`` the (B H W) x C_out result; ``height``, ``width``. ``parts``: see :func:`make_halo_stream`.
+    """
+    TM, TN, _ = MM.size
+    THREADS = MM.block_size
+    L = plan_layout(MM, cfg, n_chunks)
+    load_filters, issue, kloop = make_halo_stream(MM, cfg, n_chunks, L, parts)
+    epilogue = make_epilogue(TM, TN, THREADS, fused)
+    H_AT, H_STEP, C_AT, IN_HALO = L.halo, L.halo_step, L.c, L.c_in_halo
+    SC = MM.get_layout_smem_c().cosize
+    assert SC == TM * TN, "the output tile is dense in shared memory (leading dimension TN)"
+
     @cuda.jit(launch_bounds=(THREADS, 1))
     def halo_conv_kernel(x, w, bias, out, height, width):
         smem = cuda.shared.array(shape=(0,), dtype=np.float16, alignment=1024)
         smem32 = cuda.shared.array(shape=(0,), dtype=np.float32, alignment=1024)  # the same bytes, as FP32
         t0, step, col0 = int32(cuda.blockIdx.x), int32(cuda.gridDim.x), int32(cuda.blockIdx.y) * TN
-        tid = int32(cuda.threadIdx.x)
         tiles = int32(out.shape[0] // TM)
         c_in = int32(w.shape[0] // TAPS)
-        for s in range(TAPS * NCH):  # the block's filters, resident: in phase 0's group
-            at = B_AT + s * B_STEP
-            copy(make_tensor(w[s * TK : s * TK + TK, col0 : col0 + TN], gmem_b(w.shape[1])),
-                 make_tensor(smem[at : at + SB], MM.get_layout_smem_b()))  # fmt: skip
+        load_filters(smem, w, col0)
         issue(smem, x, 0, t0, step, tiles, c_in, height, width)
         acc = MM.get_accumulator()
-        sc = make_tensor(smem32[C32_AT : C32_AT + SC], MM.get_layout_smem_c())
         p = 0
         tile = t0
         while tile < tiles:
             acc.clear()
             p = kloop(smem, x, p, t0, step, tiles, c_in, height, width, acc)
-            # the FP32 tile through shared memory (the last tile's epilogue read it before this tile's first
-            # barrier), then bias and ReLU by row and channel: no fragment-to-column map needed, one rounding
-            copy_fragment(acc.get_results(), sc)
+            # the FP32 tile through shared memory, then bias and ReLU by row and channel: no fragment-to-column
+            # map needed, one rounding. In the halo buffer of the phase just read, once every warp is past its
+            # GEMMs; the next phase's barrier comes before that buffer is refilled (and before the last tile's
+            # epilogue is overwritten, in a buffer of its own)
+            if IN_HALO:
+                cuda.syncthreads()
+                c32 = int32((H_AT + ((p - 1) % 2) * H_STEP) // 2)
+            else:
+                c32 = int32(C_AT // 2)
+            copy_fragment(acc.get_results(), make_tensor(smem32[c32 : c32 + SC], MM.get_layout_smem_c()))
             cuda.syncthreads()
-            row0 = tile * TM
-            for i in range(EPILOGUE):
-                k = int32(tid + i * THREADS)
-                row = k // UNITS
-                col = int32((k - row * UNITS) * 8)
-                at = int32(C32_AT + row * TN + col)
-                for j in range(8):
-                    v = smem32[at + j]
-                    if fused:
-                        v = v + float32(bias[col0 + col + j])
-                        v = v if v > 0 else float32(0)
-                    out[row0 + row, col0 + col + j] = v
+            epilogue(smem32, c32, bias, out, tile * TM, col0)
             tile += step
         copy_wait()  # the empty group past the end
 
     return halo_conv_kernel
+
+
+@functools.cache
+def make_halo_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: HaloConfig, n_chunks: int, keep_d0: bool = False):
+    """D1 = relu(D0 @ W1 + bias1) with D0 = relu(conv3x3(x, w0)), one row tile at a time, persistent: GEMM 0 is the
+    halo stream over all C_mid columns; its FP32 result becomes FP16 D0 in the halo buffer its last phase read,
+    laid out as GEMM 1's A (``halo_matmul(padded_c=True)``); W1 stays in shared memory; D1's FP32 tile goes beside
+    D0 (or in its own buffer), and the epilogue adds bias1 by channel. Arguments as ``ConvB2B``'s kernel:
+    ``x`` flat NHWC; ``w0`` (9 C_in) x C_mid; ``w1`` C_mid x C_out; ``bias1``; ``out`` (B H W) x C_out; ``height``,
+    ``width``; ``d0`` (B H W) x C_mid, written only with ``keep_d0``."""
+    TM, N0, _ = MM0.size
+    _, N1, K1 = MM1.size
+    THREADS = MM0.block_size
+    assert K1 == N0 and MM1.size[0] == TM and MM1.block_size == THREADS
+    L = plan_b2b_layout(MM0, MM1, cfg, n_chunks)
+    load_filters, issue, kloop = make_halo_stream(MM0, cfg, n_chunks, L)
+    epilogue = make_epilogue(TM, N1, THREADS, True)
+    H_AT, H_STEP, W_AT, D_AT, C_AT, C_OWN = L.halo, L.halo_step, L.w1, L.d0, L.c, L.c_own
+    SD, SW, SC = MM0.get_layout_smem_c().cosize, MM1.get_layout_smem_b().cosize, MM1.get_layout_smem_c().cosize
+    assert SD == MM1.get_layout_smem_a().cosize and SC == TM * N1
+    F0, LD0, UNITS0 = MM0.get_layout_rmem_c().cosize, N0 + PAD, N0 // 8
+    KEEP = TM * UNITS0 // THREADS  # D0's 8-channel units a thread copies out (keep_d0)
+    gmem_w1 = gmem_layout(MM1, "b")
+
+    @cuda.jit(launch_bounds=(THREADS, 1))
+    def halo_b2b_kernel(x, w0, w1, bias1, out, height, width, d0):
+        smem = cuda.shared.array(shape=(0,), dtype=np.float16, alignment=1024)
+        smem32 = cuda.shared.array(shape=(0,), dtype=np.float32, alignment=1024)
+        t0, step = int32(cuda.blockIdx.x), int32(cuda.gridDim.x)
+        tid = int32(cuda.threadIdx.x)
+        tiles = int32(out.shape[0] // TM)
+        c_in = int32(w0.shape[0] // TAPS)
+        load_filters(smem, w0, 0)
+        sw = make_tensor(smem[W_AT : W_AT + SW], MM1.get_layout_smem_b())
+        copy(make_tensor(w1, gmem_w1(N1)), sw)  # with the 3x3 filters, in phase 0's group
+        issue(smem, x, 0, t0, step, tiles, c_in, height, width)
+        acc0 = MM0.get_accumulator()
+        acc1 = MM1.get_accumulator()
+        p = 0
+        tile = t0
+        while tile < tiles:
+            acc0.clear()
+            p = kloop(smem, x, p, t0, step, tiles, c_in, height, width, acc0)
+            cuda.syncthreads()  # every warp is past its GEMMs on the buffer just read: D0 and D1 go there
+            at = int32(H_AT + ((p - 1) % 2) * H_STEP)
+            r0 = acc0.get_results()
+            d0_tile = make_tensor(cuda.local.array(F0, np.float16), MM0.get_layout_rmem_c())
+            for i in range(F0):
+                v = r0[i]
+                d0_tile[i] = v if v > 0 else float32(0)
+            copy_fragment(d0_tile, make_tensor(smem[at + D_AT : at + D_AT + SD], MM0.get_layout_smem_c()))
+            cuda.syncthreads()  # D0 is complete
+            row0 = tile * TM
+            if keep_d0:
+                for i in range(KEEP):
+                    k = int32(tid + i * THREADS)
+                    row = k // UNITS0
+                    col = int32((k - row * UNITS0) * 8)
+                    for j in range(8):
+                        d0[row0 + row, col + j] = smem[at + D_AT + row * LD0 + col + j]
+            acc1.clear()
+            MM1.execute(make_tensor(smem[at + D_AT : at + D_AT + SD], MM1.get_layout_smem_a()), sw, acc1)
+            c32 = int32((at + C_AT) // 2) if C_AT >= 0 else int32(C_OWN // 2)  # beside D0: no barrier needed
+            copy_fragment(acc1.get_results(), make_tensor(smem32[c32 : c32 + SC], MM1.get_layout_smem_c()))
+            cuda.syncthreads()
+            epilogue(smem32, c32, bias1, out, row0, 0)
+            tile += step  # the next phase's barrier comes before this buffer is refilled
+        copy_wait()
+
+    return halo_b2b_kernel
 
 
 class HaloConv:
@@ -229,3 +369,60 @@ class HaloConv:
             self.grid = (min(blocks, self.max_blocks or blocks), columns)
         launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
         return out
+
+
+class HaloConvB2B:
+    """relu(conv1x1(relu(conv3x3(x, w0)), w1) + bias1) in one halo kernel, D0 kept in the block: ``ConvB2B``'s
+    interface (``w1`` a (C_mid, C_out) matrix; ``keep_d0`` also writes D0 to ``self.d0`` for the checker; ``blocks``
+    caps the blocks). ``cfg`` defaults to 128-pixel tiles of all C_mid channels, 256 threads."""
+
+    def __init__(
+        self, shape: B2BShape, cfg: HaloConfig | None = None, keep_d0: bool = False, blocks: int | None = None
+    ):
+        c = cfg or HaloConfig(tile_n=shape.c_mid)
+        self.shape, self.cfg, self.keep_d0 = shape, c, keep_d0
+        self.n_chunks = chunks(shape.c_in, c)
+        self.MM0 = halo_matmul(c, padded_c=True)
+        self.MM1 = b2b_matmul(c.tile_m, shape.c_mid, shape.c_out, c.threads)
+        self.layout = plan_b2b_layout(self.MM0, self.MM1, c, self.n_chunks)
+        limit = int(cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
+        halo_b2b_constraints(shape, c, self.layout, self.MM0.get_layout_smem_c().cosize, limit)
+        self.kernel = make_halo_b2b_kernel(self.MM0, self.MM1, c, self.n_chunks, keep_d0)
+        self.d0 = cp.zeros((shape.m if keep_d0 else c.tile_m, shape.c_mid), cp.float16)
+        self.grid: tuple[int, int] | None = None
+        self.max_blocks = blocks
+        self.resources: dict[str, Any] = {}
+
+    def __call__(self, x: Any, w0: Any, w1: Any, bias1: Any, out: Any = None) -> Any:
+        s = self.shape
+        out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
+        shapes = {
+            "x": (s.batch, s.height, s.width, s.c_in),
+            "w0": (3, 3, s.c_in, s.c_mid),
+            "w1": (s.c_mid, s.c_out),
+            "bias1": (s.c_out,),
+            "out": (s.batch, s.height, s.width, s.c_out),
+        }
+        for name, v in (("x", x), ("w0", w0), ("w1", w1), ("bias1", bias1), ("out", out)):
+            require(name, v, np.float16, shapes[name])
+        args = (
+            x.reshape(-1),
+            w0.reshape(TAPS * s.c_in, s.c_mid),
+            w1,
+            bias1,
+            out.reshape(s.m, s.c_out),
+            np.int32(s.height),
+            np.int32(s.width),
+            self.d0,
+        )
+        if self.grid is None:
+            tiles = s.m // self.cfg.tile_m
+            blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args, tiles, 1)
+            self.grid = (min(blocks, self.max_blocks or blocks), 1)
+        launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
+        return out
+
+    def stages(self) -> dict[str, Any]:
+        """``{"d0": D0}`` as NHWC NumPy (with ``keep_d0``), for the checker."""
+        s = self.shape
+        return {"d0": cp.asnumpy(self.d0).reshape(s.batch, s.height, s.width, s.c_mid)} if self.keep_d0 else {}

@@ -533,18 +533,26 @@ class ConvB2B:
 
 class UnfusedConvB2B:
     """The same chain in two kernels, D0 through global memory: the pipelined 3x3 convolution with ReLU (a zero
-    bias: ``relu(acc + 0)`` is ``relu(acc)`` exactly), then the pipelined 1x1 convolution with bias1 and ReLU."""
+    bias: ``relu(acc + 0)`` is ``relu(acc)`` exactly), then the pipelined 1x1 convolution with bias1 and ReLU.
+    ``halo`` (a ``halo.HaloConfig``): the 3x3 convolution by the halo kernel instead."""
 
-    def __init__(self, shape: B2BShape, cfg: PipeConfig | None = None):
+    def __init__(self, shape: B2BShape, cfg: PipeConfig | None = None, halo: Any = None):
         self.shape = s = shape
         first = ConvShape(s.batch, s.height, s.width, s.c_in, s.c_mid)
         second = ConvShape(s.batch, s.height, s.width, s.c_mid, s.c_out)
-        self.conv3 = PipelinedConv(first, cfg=cfg)
+        if halo is not None:
+            from .tensorcore_halo import HaloConv
+
+            self.conv3 = HaloConv(first, cfg=halo)
+        else:
+            self.conv3 = PipelinedConv(first, cfg=cfg)
+        # the 1x1 kernel: the 3x3's block where that is a pipelined one, else the plan's default
+        tile_m, threads = (128, 128) if halo is not None else (self.conv3.cfg.tile_m, self.conv3.cfg.threads)
         one = PipeConfig(
-            tile_m=self.conv3.cfg.tile_m,
+            tile_m=tile_m,
             tile_n=64 if s.c_out % 64 == 0 else 32,
             tile_k=64 if s.c_mid % 64 == 0 else 32,
-            threads=self.conv3.cfg.threads,
+            threads=threads,
         )
         self.conv1 = PipelinedConv(second, cfg=one, taps=1)
         self.zero = cp.zeros(s.c_mid, cp.float16)
