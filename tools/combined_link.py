@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -57,26 +56,8 @@ def build(job: str, cache: Path, combined: bool) -> dict:
 def relink(job: str, keys: list[str], cache: Any, cache_dir: Path, combined: bool) -> dict:
     """The job built again with its kernels' cubins removed from the cache: each is linked anew."""
     for key in keys:
-        cache._path(key).unlink(missing_ok=True)
+        cache.remove(key)
     return build(job, cache_dir, combined)
-
-
-def sections(cubin: bytes) -> dict[str, bytes]:
-    """The named sections of an ELF64 file (a cubin), by name."""
-    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-    heads = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
-    strtab = heads[shstrndx]
-    names = cubin[strtab[4] : strtab[4] + strtab[5]]
-    out = {}
-    for name_at, kind, _, _, offset, size, *_ in heads:
-        name = names[name_at : names.index(b"\0", name_at)].decode()
-        out[name] = b"" if kind == 8 else cubin[offset : offset + size]  # SHT_NOBITS holds no bytes
-    return out
-
-
-def machine_code(cubin: bytes) -> dict[str, bytes]:
-    return {name: data for name, data in sections(cubin).items() if name.startswith(".text.")}
 
 
 def main() -> int:
@@ -89,6 +70,7 @@ def main() -> int:
     from utilities.machinery import cpu_build
     from utilities.machinery.buildcache import DiskCache
     from utilities.machinery.buildcache.linking import _unnamed
+    from utilities.machinery.cubin import machine_code
 
     why = cpu_build.unavailable()
     if why:

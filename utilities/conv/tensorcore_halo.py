@@ -31,9 +31,8 @@ from numba import cuda, float32, int32, int64
 from nvmath.device import Matmul
 from nvmath.device.common import copy, copy_fragment, copy_wait, make_tensor
 
-from ..machinery import cp_async, launch, padded_layouts
+from ..machinery import cp_async, padded_layouts
 from ..machinery.aligned_copy import gmem_layout
-from ..operands import require
 from ..tiles import block_matmul
 from .halo import (
     PAD,
@@ -49,7 +48,7 @@ from .halo import (
 )
 from .reference import B2BShape, ConvShape
 from .simt import halo_copy, pixel_coords
-from .tensorcore_persistent import PARTS, one_wave
+from .tensorcore_persistent import PARTS, PersistentB2B, PersistentConv
 
 
 def padded_matmul(size: tuple[int, int, int], threads: int, lds: tuple[int, int, int], fix: str) -> Matmul:
@@ -313,7 +312,7 @@ def make_halo_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: HaloConfig, n_chunks: in
     return halo_b2b_kernel
 
 
-class HaloConv:
+class HaloConv(PersistentConv):
     """relu(conv3x3(x, w) + bias) (``fused``) or conv3x3(x, w) with the halo kernel: stride 1, padding 1, ``w`` of
     shape (3, 3, C_in, C_out), NHWC FP16 in and out.
 
@@ -342,36 +341,8 @@ class HaloConv:
         self.max_blocks = blocks
         self.resources: dict[str, Any] = {}
 
-    def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
-        s = self.shape
-        out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
-        shapes = {
-            "x": (s.batch, s.height, s.width, s.c_in),
-            "w": (3, 3, s.c_in, s.c_out),
-            "bias": (s.c_out,),
-            "out": (s.batch, s.height, s.width, s.c_out),
-        }
-        for name, v in (("x", x), ("w", w), ("bias", bias), ("out", out)):
-            require(name, v, np.float16, shapes[name])
-        args = (
-            x.reshape(-1),
-            w.reshape(TAPS * s.c_in, s.c_out),
-            bias,
-            out.reshape(s.m, s.c_out),
-            np.int32(s.height),
-            np.int32(s.width),
-        )
-        if self.grid is None:
-            columns = s.c_out // self.cfg.tile_n
-            blocks, self.resources = one_wave(
-                self.kernel, self.cfg.threads, self.layout.nbytes, args, s.m // self.cfg.tile_m, columns
-            )
-            self.grid = (min(blocks, self.max_blocks or blocks), columns)
-        launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
-        return out
 
-
-class HaloConvB2B:
+class HaloConvB2B(PersistentB2B):
     """relu(conv1x1(relu(conv3x3(x, w0)), w1) + bias1) in one halo kernel, D0 kept in the block: ``ConvB2B``'s
     interface (``w1`` a (C_mid, C_out) matrix; ``keep_d0`` also writes D0 to ``self.d0`` for the checker; ``blocks``
     caps the blocks). ``cfg`` defaults to 128-pixel tiles of all C_mid channels, 256 threads."""
@@ -392,37 +363,3 @@ class HaloConvB2B:
         self.grid: tuple[int, int] | None = None
         self.max_blocks = blocks
         self.resources: dict[str, Any] = {}
-
-    def __call__(self, x: Any, w0: Any, w1: Any, bias1: Any, out: Any = None) -> Any:
-        s = self.shape
-        out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
-        shapes = {
-            "x": (s.batch, s.height, s.width, s.c_in),
-            "w0": (3, 3, s.c_in, s.c_mid),
-            "w1": (s.c_mid, s.c_out),
-            "bias1": (s.c_out,),
-            "out": (s.batch, s.height, s.width, s.c_out),
-        }
-        for name, v in (("x", x), ("w0", w0), ("w1", w1), ("bias1", bias1), ("out", out)):
-            require(name, v, np.float16, shapes[name])
-        args = (
-            x.reshape(-1),
-            w0.reshape(TAPS * s.c_in, s.c_mid),
-            w1,
-            bias1,
-            out.reshape(s.m, s.c_out),
-            np.int32(s.height),
-            np.int32(s.width),
-            self.d0,
-        )
-        if self.grid is None:
-            tiles = s.m // self.cfg.tile_m
-            blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args, tiles, 1)
-            self.grid = (min(blocks, self.max_blocks or blocks), 1)
-        launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
-        return out
-
-    def stages(self) -> dict[str, Any]:
-        """``{"d0": D0}`` as NHWC NumPy (with ``keep_d0``), for the checker."""
-        s = self.shape
-        return {"d0": cp.asnumpy(self.d0).reshape(s.batch, s.height, s.width, s.c_mid)} if self.keep_d0 else {}

@@ -287,7 +287,51 @@ def _fits(layout: PipeLayout, cfg: PipeConfig) -> None:
     check_fits(layout, cfg, int(cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]))
 
 
-class PipelinedConv:
+class PersistentConv:
+    """What the persistent convolution plans share (``PipelinedConv``, ``tensorcore_halo.HaloConv``): the operands'
+    checks, one wave of blocks walking the row tiles of each column tile, the launch. A subclass sets ``shape``,
+    ``taps``, ``cfg``, ``layout``, ``kernel``, ``grid`` (None), ``max_blocks`` and ``resources``."""
+
+    shape: ConvShape
+    taps: int = 9
+    cfg: Any
+    layout: Any
+    kernel: Any
+    grid: tuple[int, int] | None
+    max_blocks: int | None
+    resources: dict[str, Any]
+
+    def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
+        s = self.shape
+        out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
+        wshape = (3, 3, s.c_in, s.c_out) if self.taps == 9 else (s.c_in, s.c_out)
+        shapes = {
+            "x": (s.batch, s.height, s.width, s.c_in),
+            "w": wshape,
+            "bias": (s.c_out,),
+            "out": (s.batch, s.height, s.width, s.c_out),
+        }
+        for name, v in (("x", x), ("w", w), ("bias", bias), ("out", out)):
+            require(name, v, np.float16, shapes[name])
+        args = (
+            x.reshape(-1),
+            w.reshape(self.taps * s.c_in, s.c_out),
+            bias,
+            out.reshape(s.m, s.c_out),
+            np.int32(s.height),
+            np.int32(s.width),
+        )
+        if self.grid is None:
+            columns = s.c_out // self.cfg.tile_n
+            blocks, self.resources = one_wave(
+                self.kernel, self.cfg.threads, self.layout.nbytes, args, s.m // self.cfg.tile_m, columns
+            )
+            self.grid = (min(blocks, self.max_blocks or blocks), columns)
+        launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
+        return out
+
+
+class PipelinedConv(PersistentConv):
     """relu(conv(x, w) + bias) (``fused``) or conv(x, w) with the pipelined kernel; ``taps`` 9 (3x3, stride 1,
     padding 1, w of shape (3, 3, C_in, C_out)) or 1 (1x1, w of shape (C_in, C_out)). NHWC FP16 in and out.
 
@@ -325,35 +369,6 @@ class PipelinedConv:
         self.grid: tuple[int, int] | None = None
         self.max_blocks = blocks
         self.resources: dict[str, Any] = {}
-
-    def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
-        s = self.shape
-        out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
-        wshape = (3, 3, s.c_in, s.c_out) if self.taps == 9 else (s.c_in, s.c_out)
-        shapes = {
-            "x": (s.batch, s.height, s.width, s.c_in),
-            "w": wshape,
-            "bias": (s.c_out,),
-            "out": (s.batch, s.height, s.width, s.c_out),
-        }
-        for name, v in (("x", x), ("w", w), ("bias", bias), ("out", out)):
-            require(name, v, np.float16, shapes[name])
-        args = (
-            x.reshape(-1),
-            w.reshape(self.taps * s.c_in, s.c_out),
-            bias,
-            out.reshape(s.m, s.c_out),
-            np.int32(s.height),
-            np.int32(s.width),
-        )
-        if self.grid is None:
-            columns = s.c_out // self.cfg.tile_n
-            blocks, self.resources = one_wave(
-                self.kernel, self.cfg.threads, self.layout.nbytes, args, s.m // self.cfg.tile_m, columns
-            )
-            self.grid = (min(blocks, self.max_blocks or blocks), columns)
-        launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
-        return out
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -456,7 +471,57 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
     return conv_b2b_kernel
 
 
-class ConvB2B:
+class PersistentB2B:
+    """What the back-to-back plans share (``ConvB2B``, ``tensorcore_halo.HaloConvB2B``): the operands' checks, one
+    wave of blocks walking the row tiles, the launch, and D0 for the checker. A subclass sets ``shape``, ``cfg``,
+    ``keep_d0``, ``layout``, ``kernel``, ``d0``, ``grid`` (None), ``max_blocks`` and ``resources``."""
+
+    shape: B2BShape
+    cfg: Any
+    keep_d0: bool
+    layout: Any
+    kernel: Any
+    d0: Any
+    grid: tuple[int, int] | None
+    max_blocks: int | None
+    resources: dict[str, Any]
+
+    def __call__(self, x: Any, w0: Any, w1: Any, bias1: Any, out: Any = None) -> Any:
+        s = self.shape
+        out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
+        shapes = {
+            "x": (s.batch, s.height, s.width, s.c_in),
+            "w0": (3, 3, s.c_in, s.c_mid),
+            "w1": (s.c_mid, s.c_out),
+            "bias1": (s.c_out,),
+            "out": (s.batch, s.height, s.width, s.c_out),
+        }
+        for name, v in (("x", x), ("w0", w0), ("w1", w1), ("bias1", bias1), ("out", out)):
+            require(name, v, np.float16, shapes[name])
+        args = (
+            x.reshape(-1),
+            w0.reshape(9 * s.c_in, s.c_mid),
+            w1,
+            bias1,
+            out.reshape(s.m, s.c_out),
+            np.int32(s.height),
+            np.int32(s.width),
+            self.d0,
+        )
+        if self.grid is None:
+            tiles = s.m // self.cfg.tile_m
+            blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args, tiles, 1)
+            self.grid = (min(blocks, self.max_blocks or blocks), 1)
+        launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
+        return out
+
+    def stages(self) -> dict[str, Any]:
+        """``{"d0": D0}`` as NHWC NumPy (with ``keep_d0``), for the checker."""
+        s = self.shape
+        return {"d0": cp.asnumpy(self.d0).reshape(s.batch, s.height, s.width, s.c_mid)} if self.keep_d0 else {}
+
+
+class ConvB2B(PersistentB2B):
     """relu(conv1x1(relu(conv3x3(x, w0)), w1) + bias1) in one kernel, D0 kept in the block.
 
     ``w1`` is the 1x1 filters as a (C_mid, C_out) matrix. ``keep_d0=True`` also writes D0 to ``self.d0`` (NHWC), so
@@ -495,40 +560,6 @@ class ConvB2B:
         self.grid: tuple[int, int] | None = None
         self.max_blocks = blocks
         self.resources: dict[str, Any] = {}
-
-    def __call__(self, x: Any, w0: Any, w1: Any, bias1: Any, out: Any = None) -> Any:
-        s = self.shape
-        out = cp.empty((s.batch, s.height, s.width, s.c_out), cp.float16) if out is None else out
-        shapes = {
-            "x": (s.batch, s.height, s.width, s.c_in),
-            "w0": (3, 3, s.c_in, s.c_mid),
-            "w1": (s.c_mid, s.c_out),
-            "bias1": (s.c_out,),
-            "out": (s.batch, s.height, s.width, s.c_out),
-        }
-        for name, v in (("x", x), ("w0", w0), ("w1", w1), ("bias1", bias1), ("out", out)):
-            require(name, v, np.float16, shapes[name])
-        args = (
-            x.reshape(-1),
-            w0.reshape(9 * s.c_in, s.c_mid),
-            w1,
-            bias1,
-            out.reshape(s.m, s.c_out),
-            np.int32(s.height),
-            np.int32(s.width),
-            self.d0,
-        )
-        if self.grid is None:
-            tiles = s.m // self.cfg.tile_m
-            blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args, tiles, 1)
-            self.grid = (min(blocks, self.max_blocks or blocks), 1)
-        launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
-        return out
-
-    def stages(self) -> dict[str, Any]:
-        """``{"d0": D0}`` as NHWC NumPy (with ``keep_d0``), for the checker."""
-        s = self.shape
-        return {"d0": cp.asnumpy(self.d0).reshape(s.batch, s.height, s.width, s.c_mid)} if self.keep_d0 else {}
 
 
 class UnfusedConvB2B:

@@ -88,6 +88,10 @@ class DiskCache:
             pass  # a read-only cache serves all the same
         return payload
 
+    def remove(self, key: str) -> None:
+        """Drop entry ``key`` if it is there (the next build makes it again)."""
+        self._path(key).unlink(missing_ok=True)
+
     def put(self, key: str, payload: bytes) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
