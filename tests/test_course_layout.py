@@ -58,7 +58,7 @@ TOOLING = (
     "ledger",
 )
 FLOORS = ("machinery", "core", "track", "tooling")
-GPU_ONLY = ("tensorcore", "tensorcore_persistent", "baselines", "benchmarks")
+GPU_ONLY = ("tensorcore", "tensorcore_persistent", "tensorcore_halo", "baselines", "benchmarks")
 
 # Runs in a fresh interpreter in which only the standard library, NumPy and Matplotlib can be imported: the
 # course's base dependencies (pyproject.toml's ``dependencies``).
@@ -246,8 +246,8 @@ def test_the_core_and_the_cpu_modules_of_every_track_need_only_the_base_dependen
 def test_importing_a_track_imports_no_gpu_module(track: str) -> None:
     code = (
         f"import sys, utilities.{track}\n"
-        "bad = [m for m in sys.modules if m.rsplit('.', 1)[-1] in ('tensorcore', 'tensorcore_persistent', "
-        "'baselines', 'benchmarks') or m.split('.')[0] in ('cupy', 'nvmath')]\n"
+        f"bad = [m for m in sys.modules if m.rsplit('.', 1)[-1] in {GPU_ONLY!r} "
+        "or m.split('.')[0] in ('cupy', 'nvmath')]\n"
         "assert not bad, bad\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

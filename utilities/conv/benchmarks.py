@@ -409,13 +409,14 @@ def b2b_records(
     seed: int = 0,
     name: str = "conv_b2b",
     copy_tbs: float | None = None,
+    halo: bool = False,
 ) -> list[bench.BenchRecord]:
     """``<name>.fused``, ``<name>.unfused``, its two kernels alone (``<name>.unfused.3x3``, ``<name>.unfused.1x1``),
-    the halo kernels' chain where it takes the shape (``<name>.halo.fused``, ``<name>.halo.unfused``: its 3x3
-    kernel, then the pipelined 1x1) and ``<name>.library`` (cuDNN twice, where PyTorch has it), interleaved at
-    ``shape``; errors against the FP64
-    chain on sampled pixels. ``copy_tbs``: the run's copy rate (``peaks.measure_copy_bandwidth``, measured here if
-    None), kept in each record's ``params`` with the model's D0 round trip (``model.fusion_limit``)."""
+    with ``halo`` the halo kernels' chain where it takes the shape (``<name>.halo.fused``, ``<name>.halo.unfused``: its
+    3x3 kernel, then the pipelined 1x1; the speed run's, not notebook 2d's) and ``<name>.library`` (cuDNN twice,
+    where PyTorch has it), interleaved at ``shape``; errors against the FP64 chain on sampled pixels. ``copy_tbs``:
+    the run's copy rate (``peaks.measure_copy_bandwidth``, measured here if None), kept in each record's ``params``
+    with the model's D0 round trip (``model.fusion_limit``)."""
     from .baselines import CudnnB2B
     from .tensorcore_persistent import ConvB2B, UnfusedConvB2B
 
@@ -424,7 +425,8 @@ def b2b_records(
     sets = [b2b_operands(shape, seed + i) for i in range(bench.copies_for(traffic.bytes))]
     outs = [cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16) for _ in sets]
     plans = {"fused": ConvB2B(shape, cfg=cfg), "unfused": UnfusedConvB2B(shape, cfg=cfg)}
-    plans.update(halo_b2b_plans(shape))
+    if halo:
+        plans.update(halo_b2b_plans(shape))
     paths = {
         path: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)] for path, p in plans.items()
     }
@@ -472,7 +474,7 @@ def b2b_records(
         if fused:
             params.update({k: plans[path].resources[k] for k in RESOURCE_KEYS if k in plans[path].resources})
             params["floor_ms"] = limit.limit_ms  # the model's fused floor: the unfused time less D0's round trip
-        if path.startswith("halo."):  # its own floor: its own unfused path less D0's round trip
+        if path == "halo.fused":  # its own floor: its own unfused path less D0's round trip
             own = model.fusion_limit(shape, copy_tbs=copy_tbs, unfused_ms=timings["halo.unfused"].median)
             params["floor_ms"] = own.limit_ms
         if part:
@@ -667,7 +669,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     copy_tbs = peaks.measure_copy_bandwidth()  # the back-to-back model's copy rate, one for both shapes
     print(f"copy rate (device-to-device, reads and writes counted): {copy_tbs:.3f} TB/s", flush=True)
     notes.append(f"copy rate: {copy_tbs:.3f} TB/s (peaks.measure_copy_bandwidth)")
-    records += b2b_records(B2B_TARGET, None, repeats=repeats, copy_tbs=copy_tbs)  # the plans' default tiles:
+    halo = any(isinstance(c, HaloConfig) for c in configs)  # the halo chain beside the pipelined one
+    records += b2b_records(B2B_TARGET, None, repeats=repeats, copy_tbs=copy_tbs, halo=halo)  # the plans' defaults:
     try:  # prebuilt (CONV_SPEED_JOBS)
         if wide:
             records += b2b_records(B2B_WIDE, None, repeats=repeats, name="conv_b2b.wide", copy_tbs=copy_tbs)

@@ -1,11 +1,11 @@
 """The halo implicit GEMM (GPU only): each row tile's input read once, its nine taps multiplied from shared memory.
 
-The pipelined kernel (``tensorcore_persistent``) gathers each tap's A tile on its own: every input pixel is copied
-nine times from L2, and its gathers alone took longer than its MMAs alone (issue 44's H200 run: 0.546 against
-0.410 ms). Here a block copies a row tile's *halo* (``utilities.conv.halo``: three input rows, TM + 2 pixels, TK
-channels), 3 (TM + 2) / (9 TM), about a third, of those bytes, in 16-byte ``cp.async`` copies of contiguous
-channels with no per-tap address arithmetic; then the nine taps' GEMMs read their A tiles as windows of it (tap
-(r, s): halo row r from pixel s, leading dimension TK + 8), back to back, with no wait or barrier between them.
+The pipelined kernel (``tensorcore_persistent``) gathers each tap's A tile on its own: every input pixel is copied nine
+times from L2, and its gathers alone took longer than its MMAs alone (``instructor-notes/conv.md``). Here a block copies
+a row tile's *halo* (``utilities.conv.halo``: three input rows, TM + 2 pixels, TK channels), 3 (TM + 2) / (9 TM), about
+a third, of those bytes, in 16-byte ``cp.async`` copies of contiguous channels with no per-tap address arithmetic; then
+the nine taps' GEMMs read their A tiles as windows of it (tap (r, s): halo row r from pixel s, leading dimension TK +
+8), back to back, with no wait or barrier between them.
 
 Persistent blocks walk row tiles ``blockIdx.x``, ``+ gridDim.x``, ... of their column tile ``blockIdx.y``; a tile
 is ``C_in / TK`` phases (one halo each). Two halo buffers: phase p + 1's copies are issued right after phase p's
