@@ -185,6 +185,27 @@ def make_row_load(k: int, kp: int, threads: int = ROWS_THREADS):
 
 
 @functools.cache
+def make_row_largest(k: int, kp: int, threads: int = ROWS_THREADS):
+    """A device function ``row_largest(x, row, vals, si, sd, tid) -> (bad, amax, e)``: the row loaded into ``vals``
+    (:func:`make_row_load`), and, the same in every thread, its non-finite flag, largest magnitude and that
+    magnitude's exponent (0 for a zero row). ``si`` and ``sd``: shared scratch of ``threads`` int32 and float64."""
+    _, _, block_max, _ = reducers(threads)
+    row_load = make_row_load(k, kp, threads)
+
+    @cuda.jit(device=True)
+    def row_largest(x, row, vals, si, sd, tid):
+        bad, amax = row_load(x, row, vals, tid)
+        bad = block_max(bad, si, tid)
+        amax = block_max(amax, sd, tid)
+        e_line = 0
+        if amax > 0.0:
+            _, e_line = math.frexp(amax)
+        return bad, amax, e_line
+
+    return row_largest
+
+
+@functools.cache
 def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
     """A device function ``row_statistics(x, row, vals, si, sl, sd, tid) -> (bad, amax, e, s)`` for a block of
     ``threads`` threads on row ``row`` of x (m, k): it loads the row into ``vals`` (this thread's entries: run r
@@ -197,12 +218,12 @@ def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
     """
     _check_width(k, kp, threads)
     RUNS = items_per_thread(kp, threads) // 4
-    warp_max, warp_sum, block_max, block_sum = reducers(threads)
-    row_load = make_row_load(k, kp, threads)
+    warp_max, warp_sum, _, block_sum = reducers(threads)
+    row_largest = make_row_largest(k, kp, threads)
 
     @cuda.jit(device=True)
     def row_statistics(x, row, vals, si, sl, sd, tid):
-        bad, amax = row_load(x, row, vals, tid)
+        bad, amax, e_line = row_largest(x, row, vals, si, sd, tid)
         chunk_e = cuda.local.array(RUNS, int32)
         chunk_s = cuda.local.array(RUNS, int64)
         for r in range(RUNS):
@@ -220,11 +241,6 @@ def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
                     total += s_term(v, top)
             chunk_e[r] = top
             chunk_s[r] = warp_sum(total, sl, tid)
-        bad = block_max(bad, si, tid)
-        amax = block_max(amax, sd, tid)
-        e_line = 0
-        if amax > 0.0:
-            _, e_line = math.frexp(amax)
         part = int64(0)
         if tid % 32 == 0:
             for r in range(RUNS):
@@ -250,20 +266,8 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
     THREADS, K, WEIGHTED, TERMS_TOO = threads, k, weighted, terms
     ITEMS = items_per_thread(kp, threads)
     row_statistics = make_row_statistics(k, kp, threads)
-    row_load = make_row_load(k, kp, threads)
-    _, _, block_max, block_sum = reducers(threads)
-
-    @cuda.jit(device=True)
-    def row_largest(x, row, vals, si, sd, tid):
-        """``row_statistics`` without S: the row loaded into ``vals`` (NaN and Inf as 0), its non-finite flag,
-        largest magnitude and exponent."""
-        bad, amax = row_load(x, row, vals, tid)
-        bad = block_max(bad, si, tid)
-        amax = block_max(amax, sd, tid)
-        e_line = 0
-        if amax > 0.0:
-            _, e_line = math.frexp(amax)
-        return bad, amax, e_line
+    row_largest = make_row_largest(k, kp, threads)
+    _, _, _, block_sum = reducers(threads)
 
     @row_kernel
     def row_stats_kernel(x, w, fstats, istats, top):
