@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ class FakeProcess:
 
     def __init__(self, args, **kwargs):
         self.script = open(args[-1]).read()
+        self.folder = Path(args[-1]).parent
         self.pid, self.returncode, self.waited = None, None, []
 
     def poll(self):
@@ -134,8 +136,24 @@ def test_builds_run_where_the_checks_kernels_run_on_a_gpu(monkeypatch):
 def test_a_build_past_its_wait_is_stopped(tmp_path):
     process = subprocess.Popen(["sleep", "30"], start_new_session=True)
     builds = contract_builds.Builds()
-    builds.by_code["code"] = [contract_builds.Build(process, tmp_path)]
+    folder = tmp_path / "build"
+    folder.mkdir()
+    builds.by_code["code"] = [contract_builds.Build(process, folder)]
     assert builds.wait("code", limit=0.2) < 5 and process.wait(timeout=10) != 0
+    assert not folder.exists(), "its folder removed"
+
+
+def test_no_build_leaves_its_folder_behind(tmp_path, builds):
+    check, fn = toy(tmp_path)
+    check(lambda: None, block=1, exercise=fn)
+    folders = [p.folder for p in builds]
+    assert all(f.exists() for f in folders), "kept while they run"
+    check(lambda: None, block=2, exercise=fn)  # waits for them
+    assert not any(f.exists() for f in folders)
+    check, edited = toy(tmp_path, value=5)
+    check(lambda: None, block=1, exercise=edited)
+    contract_builds.BUILDS.close()  # the kernel shuts down: the running builds stopped
+    assert not any(p.folder.exists() for p in builds)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,10 +54,14 @@ def skipped(environ: Mapping[str, str] | None = None, modules: Mapping[str, Any]
 
 @dataclass
 class Build:
-    """One block's build in a process of its own, its output in ``folder/log.txt``."""
+    """One block's build in a process of its own, its output in ``folder/log.txt`` (removed once it ended: the
+    build's product is the build cache's entry, and a failed build is built again by the check, which shows why)."""
 
     process: Any
     folder: Path
+
+    def remove_folder(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def stop(self) -> None:
         from .sanitizer import stop_process
@@ -155,10 +160,14 @@ class Builds:
         return Build(process, folder)
 
     def close(self) -> None:
-        """Stop the spares (the notebook's kernel is shutting down)."""
+        """Stop the spares and the builds still running (the notebook's kernel is shutting down), and remove their
+        folders."""
         for spare in self.spares:
             spare.stop()
+            shutil.rmtree(spare.folder, ignore_errors=True)
         self.spares = []
+        for code in list(self.by_code):
+            self.cancel(code)
 
     def start(self, code: str, scripts: Sequence[str]) -> int:
         """Start one process per script, once per ``code`` (a second call for the same code starts nothing);
@@ -179,6 +188,7 @@ class Builds:
                 build.process.wait(timeout=max(0.0, begun + limit - time.monotonic()))
             except subprocess.TimeoutExpired:
                 build.stop()
+            build.remove_folder()
         return time.monotonic() - begun
 
     def running(self, code: str) -> int:
@@ -188,6 +198,7 @@ class Builds:
         """Stop the builds of ``code`` (its check failed: the attendee edits again)."""
         for build in self.by_code.pop(code, []):
             build.stop()
+            build.remove_folder()
 
 
 BUILDS = Builds()
