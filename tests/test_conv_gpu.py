@@ -140,7 +140,7 @@ def test_the_halo_back_to_back_kernel_matches_the_reference(gpu, case):
     """D0 kept and checked first (two blocks walking the row tiles), then the kernel that keeps nothing; the halo
     kernel's unfused chain at the first shape."""
     from utilities.conv.halo import HALO_B2B_CHECKS, HaloConfig
-    from utilities.conv.tensorcore_halo import HaloConvB2B
+    from utilities.conv.tensorcore_halo import HaloConv, HaloConvB2B
     from utilities.conv.tensorcore_persistent import UnfusedConvB2B
 
     cp = gpu[0]
@@ -160,7 +160,7 @@ def test_the_halo_back_to_back_kernel_matches_the_reference(gpu, case):
     plain = HaloConvB2B(shape, cfg=cfg)
     assert ccheck.check_conv_b2b(run_of(plain), shape=shape, seed=22 + case).status == "passed"
     if case == 0:
-        unfused = UnfusedConvB2B(shape, halo=cfg)
+        unfused = UnfusedConvB2B(shape, conv3=HaloConv(shape.first, cfg=cfg))
         assert ccheck.check_conv_b2b(run_of(unfused), shape=shape, seed=24).status == "passed"
 
 

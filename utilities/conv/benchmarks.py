@@ -488,12 +488,12 @@ def b2b_records(
 def halo_b2b_plans(shape: ref.B2BShape) -> dict[str, Any]:
     """The halo kernel's chain at ``shape`` where it takes it: ``halo.fused`` (one kernel) and ``halo.unfused``
     (its 3x3 kernel, then the pipelined 1x1); nothing where it does not (a line says why)."""
-    from .tensorcore_halo import HaloConvB2B
+    from .tensorcore_halo import HaloConv, HaloConvB2B
     from .tensorcore_persistent import UnfusedConvB2B
 
     try:
         fused = HaloConvB2B(shape)
-        return {"halo.fused": fused, "halo.unfused": UnfusedConvB2B(shape, halo=fused.cfg)}
+        return {"halo.fused": fused, "halo.unfused": UnfusedConvB2B(shape, conv3=HaloConv(shape.first, cfg=fused.cfg))}
     except ValueError as exc:
         print(f"conv_b2b: the halo kernel left out at {shape.label}: {exc}")
         return {}
@@ -567,7 +567,7 @@ def halo_b2b_correctness() -> str:
     two blocks walking the row tiles; then without D0), and its unfused path at the first: one line."""
     from . import check
     from .halo import HALO_B2B_CHECKS, HaloConfig
-    from .tensorcore_halo import HaloConvB2B
+    from .tensorcore_halo import HaloConv, HaloConvB2B
     from .tensorcore_persistent import UnfusedConvB2B
 
     for i, (shape, fields) in enumerate(HALO_B2B_CHECKS):
@@ -576,7 +576,7 @@ def halo_b2b_correctness() -> str:
         check.check_conv_b2b(_numpy_run(kept), stages=kept.stages, shape=shape, seed=75 + i)
         check.check_conv_b2b(_numpy_run(HaloConvB2B(shape, cfg=cfg)), shape=shape, seed=77 + i)
     shape = HALO_B2B_CHECKS[0][0]
-    unfused = UnfusedConvB2B(shape, halo=HaloConfig(tile_n=shape.c_mid))
+    unfused = UnfusedConvB2B(shape, conv3=HaloConv(shape.first, cfg=HaloConfig(tile_n=shape.c_mid)))
     check.check_conv_b2b(_numpy_run(unfused), shape=shape, seed=79)
     shapes = ", ".join(s.label for s, _ in HALO_B2B_CHECKS)
     return (

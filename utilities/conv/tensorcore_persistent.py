@@ -565,25 +565,19 @@ class ConvB2B(PersistentB2B):
 class UnfusedConvB2B:
     """The same chain in two kernels, D0 through global memory: the pipelined 3x3 convolution with ReLU (a zero
     bias: ``relu(acc + 0)`` is ``relu(acc)`` exactly), then the pipelined 1x1 convolution with bias1 and ReLU.
-    ``halo`` (a ``halo.HaloConfig``): the 3x3 convolution by the halo kernel instead."""
+    ``conv3``: another plan of the fused 3x3 convolution at ``shape.first`` (the halo kernel's, say) instead."""
 
-    def __init__(self, shape: B2BShape, cfg: PipeConfig | None = None, halo: Any = None):
+    def __init__(self, shape: B2BShape, cfg: PipeConfig | None = None, conv3: Any = None):
         self.shape = s = shape
-        first = ConvShape(s.batch, s.height, s.width, s.c_in, s.c_mid)
         second = ConvShape(s.batch, s.height, s.width, s.c_mid, s.c_out)
-        if halo is not None:
-            from .tensorcore_halo import HaloConv
-
-            self.conv3 = HaloConv(first, cfg=halo)
-        else:
-            self.conv3 = PipelinedConv(first, cfg=cfg)
+        self.conv3 = conv3 if conv3 is not None else PipelinedConv(s.first, cfg=cfg)
         # the 1x1 kernel: the 3x3's block where that is a pipelined one, else the plan's default
-        tile_m, threads = (128, 128) if halo is not None else (self.conv3.cfg.tile_m, self.conv3.cfg.threads)
+        block = self.conv3.cfg if isinstance(self.conv3.cfg, PipeConfig) else PipeConfig()
         one = PipeConfig(
-            tile_m=tile_m,
+            tile_m=block.tile_m,
             tile_n=64 if s.c_out % 64 == 0 else 32,
             tile_k=64 if s.c_mid % 64 == 0 else 32,
-            threads=threads,
+            threads=block.threads,
         )
         self.conv1 = PipelinedConv(second, cfg=one, taps=1)
         self.zero = cp.zeros(s.c_mid, cp.float16)
