@@ -40,13 +40,26 @@ def _bases(node: ast.ClassDef) -> list[str]:
     return [ast.unparse(b).split(".")[-1] for b in node.bases]
 
 
+def _methods(node: ast.ClassDef) -> dict[str, ast.FunctionDef]:
+    """The class's own methods and those it inherits from classes of the course (found by name), its own first."""
+    own = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
+    by_name = {n.name: n for _, n in CLASSES.values()}
+    for base in _bases(node):
+        if base in by_name and by_name[base] is not node:
+            own = {**_methods(by_name[base]), **own}
+    return own
+
+
 def _plans() -> dict[str, list[str]]:
-    """Every class of a tensor-core module with ``__init__`` and ``__call__``: its constructor's argument names."""
+    """Every class of a tensor-core module with ``__call__`` (its own or a base's, the launch the persistent plans
+    share) and a constructor of its own: its constructor's argument names (none: a plan that inherits its
+    constructor). A base that only shares ``__call__`` is no plan."""
     found = {}
     for name, (path, node) in CLASSES.items():
-        methods = {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
-        if path.stem.startswith("tensorcore") and "__call__" in methods:
-            init = methods.get("__init__")
+        own = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+        methods = _methods(node)
+        if path.stem.startswith("tensorcore") and "__call__" in methods and "__init__" in methods:
+            init = methods["__init__"] if "__init__" in own else None
             found[name] = [a.arg for a in (*init.args.args, *init.args.kwonlyargs)] if init else []
     return found
 
@@ -69,7 +82,10 @@ def test_the_plans_are_found() -> None:
         "PipelinedBackToBack",
         "PipelinedConv",
         "PipelineGemm",
+        "HaloConv",
+        "HaloConvB2B",
     } <= names
+    assert not {"PersistentConv", "PersistentB2B"} & names, "a base that only shares the launch is no plan"
 
 
 @pytest.mark.parametrize("plan", sorted(PLANS))
