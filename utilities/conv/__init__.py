@@ -12,10 +12,14 @@ Modules (the same names hold the same roles in every track):
 - ``model``: bytes and FLOPs of each path;
 - ``figures``: the track's pictures and plots;
 - ``tensorcore`` (GPU): the implicit-GEMM kernel, fused or not, and its plan ``Conv3x3``;
+- ``layout``, ``tensorcore_persistent`` (GPU): the pipelined kernels (a ring of asynchronous gathers) and the
+  back-to-back kernel of notebook 2d, with their blocks and shared-memory plans;
+- ``halo``, ``tensorcore_halo`` (GPU): the halo kernels, each row tile's input read once and its nine taps' GEMMs
+  run on windows of it, a convolution and a back-to-back chain, with their blocks and plans;
 - ``baselines`` (GPU): bias + ReLU after the course's kernel, im2col + cuBLAS, cuDNN through PyTorch;
 - ``benchmarks`` (GPU): notebook 2c's two-stage kernel and every other path at the report's shapes
-  (``conv.twostage``, ``conv.twostage.unfused``, ``conv.library``); the pipelined kernel (``conv.fused``,
-  ``conv.unfused``), the Triton peer and the back-to-back chain (``conv_b2b.*``) at the target shape.
+  (``conv.twostage``, ``conv.twostage.unfused``, ``conv.library``); the fastest fused kernel (``conv.fused``,
+  ``conv.unfused``), the Triton peer and the back-to-back chains (``conv_b2b.*``) at the target shape.
 
 Importing this package imports nothing: import the module you need.
 """

@@ -15,9 +15,13 @@ tile's last phase read (``halo.HaloLayout``): the epilogue adds the bias by each
 so it needs no map from the accumulator's fragment to columns (nvmath's map is the suggested layouts', and this
 kernel's layouts are plain ones).
 
-Constraints (the plan checks them and names the fix, ``halo.halo_constraints``): the image width a multiple of
-TM, C_in of TK, C_out of TN, B H W C-contiguous FP16 on 16-byte boundaries, the plan within the GPU's shared
-memory.
+``make_halo_conv_kernel`` (plan :class:`HaloConv`): out = relu(conv3x3(x) + bias), or the convolution alone.
+``make_halo_b2b_kernel`` (plan :class:`HaloConvB2B`): notebook 2d's chain, relu(conv1x1(relu(conv3x3(x))) + bias1),
+D0 kept in the halo buffer a tile last read. Both run on the same stream (:func:`make_halo_stream`).
+
+Constraints (the plans check them and name the fix, ``halo.halo_constraints``, ``halo.halo_b2b_constraints``): the
+image width a multiple of TM, C_in of TK, C_out (C_mid) of TN, C-contiguous FP16 operands on 16-byte boundaries, the
+plan within the GPU's shared memory (the filters stay resident: C_in = 64 at 64 columns a block, 128 at 32).
 """
 
 from __future__ import annotations
