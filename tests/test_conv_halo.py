@@ -218,3 +218,30 @@ def test_the_prebuild_builds_the_kernels_of_every_back_to_back_check():
         assert {f"conv_halo_b2b:{dims}", f"conv_halo_b2b_keep:{dims}"} <= jobs, dims
         b2b_plan(shape, cfg)
     assert set(prebuild.HALO_JOBS.split(",")) <= set(prebuild.CONV_JOBS.split(","))
+
+
+@pytest.mark.parametrize(("tile", "threads"), [((128, 64), 256), ((64, 128), 256), ((128, 32), 128)])
+@pytest.mark.parametrize("fused", [True, False])
+def test_the_epilogue_adds_each_channels_bias_and_rounds_once(tile, threads, fused):
+    """The halo kernels' epilogue in numba's simulator: every value of the FP32 tile, plus its channel's bias and
+    ReLU (fused), rounded once to FP16 into its row and channel of the output, past ``col0``; nothing else written."""
+    from numba import cuda
+
+    tm, tn = tile
+    epilogue = simt.make_epilogue(tm, tn, threads, fused)
+
+    @cuda.jit
+    def kernel(staged, bias, out, row0, col0):
+        epilogue(staged, 0, bias, out, row0, col0)
+
+    rng = np.random.default_rng(tm + tn)
+    staged = (rng.standard_normal(tm * tn) * 40).astype(np.float32)  # some past FP16's 65504 after the bias
+    staged[:3] = [65519.0, -0.0, 1e-8]  # a round-to-nearest edge, a signed zero, an FP16 underflow
+    bias = rng.standard_normal(2 * tn).astype(np.float16)
+    out = np.full((3 * tm, 3 * tn), np.nan, np.float16)
+    kernel[1, threads](staged, bias, out, tm, tn)
+    acc = staged.reshape(tm, tn)
+    want = np.maximum(acc + bias[tn:].astype(np.float32), 0) if fused else acc
+    np.testing.assert_array_equal(out[tm : 2 * tm, tn : 2 * tn], want.astype(np.float16))
+    out[tm : 2 * tm, tn : 2 * tn] = np.nan
+    assert np.isnan(out).all(), "nothing written outside the tile"

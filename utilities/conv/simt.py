@@ -15,12 +15,16 @@ an add and a multiply. Both maps are tested against ``utilities.conv.reference.n
 The halo kernel (``utilities.conv.tensorcore_halo``) reads each input pixel of a row tile's neighbourhood once: the
 three input rows around the tile's image row, one pixel wider on each side (:func:`halo_copy` says where each
 16-byte copy goes and what it reads). Tap (r, s) of the tile's pixel i then sits at halo row r, pixel i + s, so
-each tap's A tile is a window of the halo, read in place.
+each tap's A tile is a window of the halo, read in place. Its epilogue (:func:`make_epilogue`) adds the bias to an
+FP32 tile staged in shared memory, by row and channel: plain code, run in numba's simulator by the tests.
 """
 
 from __future__ import annotations
 
-from numba import cuda
+import functools
+from typing import Any
+
+from numba import cuda, float32, int32
 
 
 @cuda.jit(device=True)
@@ -100,3 +104,35 @@ def halo_copy(k, m0, h0, w0, height, width, chunks, halo_width, ld):
     ww = w0 + q - 1
     ok = 1 if hh >= 0 and hh < height and ww >= 0 and ww < width else 0
     return (rr * halo_width + q) * ld + unit * 8, m0 + ((rr - 1) * width + q - 1) * ok, ok, unit
+
+
+@functools.cache
+def make_epilogue(tile_m: int, tile_n: int, threads: int, fused: bool) -> Any:
+    """A device function ``epilogue(smem32, c32, bias, out, row0, col0)``: the FP32 tile at ``smem32[c32:]``
+    (row-major, ``tile_n`` wide), plus the bias of each value's channel and ReLU (``fused``), rounded once to FP16
+    into ``out[row0:, col0:]``. Each thread keeps the same 8 channels of every row it writes, so it reads their bias
+    once a tile."""
+    UNITS = tile_n // 8
+    assert threads % UNITS == 0, "each thread keeps one 8-channel unit of the rows it writes"
+    ROWS_PER_PASS = threads // UNITS
+    PER_THREAD = tile_m // ROWS_PER_PASS
+    assert PER_THREAD * ROWS_PER_PASS == tile_m, "the tile's rows must spread evenly over the threads"
+
+    @cuda.jit(device=True)
+    def epilogue(smem32, c32, bias, out, row0, col0):
+        tid = int32(cuda.threadIdx.x)
+        col = int32((tid % UNITS) * 8)
+        b = cuda.local.array(8, float32)
+        for j in range(8):
+            b[j] = float32(bias[col0 + col + j]) if fused else float32(0)
+        for i in range(PER_THREAD):
+            row = int32(tid // UNITS + i * ROWS_PER_PASS)
+            at = int32(c32 + row * tile_n + col)
+            for j in range(8):
+                v = smem32[at + j]
+                if fused:
+                    v = v + b[j]
+                    v = v if v > 0 else float32(0)
+                out[row0 + row, col0 + col + j] = v
+
+    return epilogue

@@ -51,7 +51,7 @@ from .halo import (
     halo_layout,
 )
 from .reference import B2BShape, ConvShape
-from .simt import halo_copy, pixel_coords
+from .simt import halo_copy, make_epilogue, pixel_coords
 from .tensorcore_persistent import PARTS, PersistentB2B, PersistentConv
 
 
@@ -168,33 +168,6 @@ def make_halo_stream(MM: Matmul, cfg: HaloConfig, n_chunks: int, L: Any, parts: 
         return p
 
     return load_filters, issue, kloop
-
-
-@functools.cache
-def make_epilogue(tile_m: int, tile_n: int, threads: int, fused: bool) -> Any:
-    """A device function ``epilogue(smem32, c32, bias, out, row0, col0)``: the FP32 tile at ``smem32[c32:]``
-    (row-major, ``tile_n`` wide), plus the bias of each value's channel and ReLU (``fused``), rounded once to FP16
-    into ``out[row0:, col0:]``; each thread 8 channels of a row at a time."""
-    UNITS = tile_n // 8
-    PER_THREAD = tile_m * UNITS // threads
-    assert PER_THREAD * threads == tile_m * UNITS, "the tile's 8-channel units must spread evenly over the threads"
-
-    @cuda.jit(device=True, forceinline=True)
-    def epilogue(smem32, c32, bias, out, row0, col0):
-        tid = int32(cuda.threadIdx.x)
-        for i in range(PER_THREAD):
-            k = int32(tid + i * threads)
-            row = k // UNITS
-            col = int32((k - row * UNITS) * 8)
-            at = int32(c32 + row * tile_n + col)
-            for j in range(8):
-                v = smem32[at + j]
-                if fused:
-                    v = v + float32(bias[col0 + col + j])
-                    v = v if v > 0 else float32(0)
-                out[row0 + row, col0 + col + j] = v
-
-    return epilogue
 
 
 @functools.cache
