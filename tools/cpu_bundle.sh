@@ -17,7 +17,12 @@ out=${1:-$root/../bundles}
 venv=${CPU_BUILD_VENV:-$root/../venv-build}
 export COURSE_BUILD_CACHE=${COURSE_BUILD_CACHE:-$root/../cpu-cache}
 if [[ ! -x $venv/bin/python ]]; then
-    "${PYTHON:-python3.12}" -m venv "$venv"
+    python=${PYTHON:-python3.12}
+    if ! "$python" -V > /dev/null 2>&1; then  # a pyenv shim without 3.12 selected: that version's own interpreter
+        python=$(ls -d "$(pyenv root 2>/dev/null || echo ~/.pyenv)"/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)
+        [[ -n $python ]] || { echo "cpu_bundle: no Python 3.12 here (the GPU image's): set PYTHON" >&2; exit 1; }
+    fi
+    "$python" -m venv "$venv"
     # as the GPU machine has it (../shared/gpu/setup.sh): nvmath and libmathdx without their extras' dependencies
     # (numba-cuda-mlir would change what nvmath registers with numba), libmathdx in the interpreter's site-packages
     "$venv/bin/python" -m pip install -q numpy==2.3.5 numba==0.68.0 "numba-cuda[cu13]==0.30.4" cuda-bindings==13.3.1 \
