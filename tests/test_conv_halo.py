@@ -200,12 +200,32 @@ def test_back_to_back_chains_it_cannot_hold_are_refused_with_the_fix():
         halo.halo_b2b_constraints(shape, halo.HaloConfig(tile_n=32), lay, sd)
     wide = ref.B2BShape(1, 4, 128, 64, 64, 256)
     lay, sd = b2b_plan(wide, halo.HaloConfig())
-    with pytest.raises(ValueError, match="C_out = 256 must be a multiple of 32 up to 128: use ConvB2B"):
+    with pytest.raises(ValueError, match="C_out = 256 must be 32, 64 or 128: use ConvB2B"):
         halo.halo_b2b_constraints(wide, halo.HaloConfig(), lay, sd)
     deep = ref.B2BShape(1, 4, 128, 128, 64, 64)  # 18 resident filter stages beside two halos
     lay, sd = b2b_plan(deep, halo.HaloConfig())
     with pytest.raises(ValueError, match="KiB of shared memory"):
         halo.halo_b2b_constraints(deep, halo.HaloConfig(), lay, sd)
+
+
+def test_tiles_whose_rows_do_not_spread_over_the_threads_are_refused_before_a_build():
+    """48 channels are 6 units: 256 threads do not split into whole rows of them (the epilogue would skip some);
+    96 output channels of a chain likewise; 16 channels over 256 threads at 64 rows leave no row for some."""
+    assert halo.spreads(128, 64, 256) and halo.spreads(64, 128, 256) and halo.spreads(128, 32, 128)
+    assert not halo.spreads(128, 48, 256) and not halo.spreads(64, 16, 256) and not halo.spreads(128, 96, 256)
+    narrow = halo.HaloConfig(tile_n=48)
+    shape = ref.ConvShape(1, 4, 128, 64, 48)
+    with pytest.raises(ValueError, match="does not spread over 256 threads"):
+        halo.halo_constraints(shape, narrow, plan(shape, narrow))
+    chain = ref.B2BShape(1, 4, 128, 64, 64, 96)
+    lay, sd = b2b_plan(chain, halo.HaloConfig())
+    with pytest.raises(ValueError, match="C_out = 96 must be 32, 64 or 128"):
+        halo.halo_b2b_constraints(chain, halo.HaloConfig(), lay, sd)
+    mid = ref.B2BShape(1, 4, 128, 64, 48, 64)  # D0's 48 channels: its copies for the checker would skip rows
+    cfg = halo.HaloConfig(tile_n=48)
+    lay, sd = b2b_plan(mid, cfg)
+    with pytest.raises(ValueError, match="does not spread"):
+        halo.halo_b2b_constraints(mid, cfg, lay, sd)
 
 
 def test_the_prebuild_builds_the_kernels_of_every_back_to_back_check():

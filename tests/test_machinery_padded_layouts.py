@@ -26,8 +26,10 @@ class FakeMM:
     arrangement, alignment, block_dim = ("row_major",) * 3, (16, 16, 16), None
     _static_block_dim, _execution, _with_pipeline, _enable_input_streaming = True, "Block", False, False
 
-    def __init__(self, ld):
+    def __init__(self, ld, padded=True):
         self._leading_dimension = ld
+        if padded and ld is not None and not isinstance(ld, str):
+            padded_layouts.pad(self)
 
 
 @pytest.fixture
@@ -64,6 +66,10 @@ def test_only_an_explicit_leading_dimension_in_the_tensor_api_changes_the_handle
     assert handle(FakeMM("suggested"), "tensors") == ("plain", "tensors")
     assert handle(FakeMM(ld), "static_leading_dimensions") == ("plain", "static_leading_dimensions")
     assert handle(FakeMM(ld)) == ("plain", None)
+    resolved = FakeMM(LD(64, 64, 64), padded=False)  # nvmath turns "suggested" into numbers: not marked, not touched
+    assert handle(resolved, "tensors") == ("plain", "tensors")
+    with pytest.raises(ValueError, match="needs a Matmul made with leading_dimension"):
+        padded_layouts.pad(FakeMM(None))
 
 
 def test_the_gemm_is_compiled_for_the_same_padded_layouts(fake_cublasdx):
@@ -73,17 +79,35 @@ def test_the_gemm_is_compiled_for_the_same_padded_layouts(fake_cublasdx):
     assert compile_execute is fake_cublasdx.compile_blas_execute, "numba's name for it replaced too"
     assert compile_execute(FakeMM(ld), "sm90", "tensors") == (("padded", ld), "sm90")
     assert compile_execute(FakeMM(None), "sm90", "tensors") == (("padded", None), "sm90"), "no ld: nvmath's own"
-    assert fake_cublasdx.generate_MM(leading_dimension=None).descriptor == ("padded", None), "generate_MM restored"
+    assert fake_cublasdx.generate_MM(leading_dimension=None).descriptor == ("padded", None), "nothing held after"
 
 
-def test_another_nvmath_installs_nothing_and_says_why(monkeypatch):
-    monkeypatch.setattr(padded_layouts, "_installed", False)
-    monkeypatch.setattr(versions, "found", lambda d: {n: "9.9" for n in d})
-    monkeypatch.setattr(versions, "verified", lambda d: False)
-    why = padded_layouts.unavailable()
-    assert why is not None and "nvmath-python 1.0.0" in why and "found nvmath-python 9.9" in why
-    with pytest.raises(RuntimeError, match="verified with"):
-        padded_layouts.install()
+def test_a_compile_on_one_thread_lends_its_leading_dimension_to_no_other(fake_cublasdx):
+    """While one thread compiles a padded GEMM, a handle made on another thread gets nvmath's own arguments."""
+    import threading
+
+    inside, release, seen = threading.Event(), threading.Event(), {}
+
+    def compile_blas_execute(blas, code_type, execute_api=None, tensor_types=None):  # nvmath's, paused inside
+        inside.set()
+        release.wait(5)
+        return fake_cublasdx.generate_MM(leading_dimension=None).descriptor, code_type
+
+    fake_cublasdx.compile_blas_execute = fake_cublasdx.numba_side.compile_blas_execute = compile_blas_execute
+    padded_layouts.install()
+    ld = LD(72, 72, 64)
+
+    def compile_padded():
+        seen["compiled"] = fake_cublasdx.compile_blas_execute(FakeMM(ld), "sm90", "tensors")
+
+    worker = threading.Thread(target=compile_padded)
+    worker.start()
+    assert inside.wait(5)
+    seen["other"] = fake_cublasdx.generate_MM(leading_dimension=None).descriptor
+    release.set()
+    worker.join(5)
+    assert seen["other"] == ("padded", None), "the other thread's handle: no leading dimension lent"
+    assert seen["compiled"] == (("padded", ld), "sm90")
 
 
 PROBE = """

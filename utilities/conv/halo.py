@@ -147,10 +147,22 @@ def halo_layout(cfg: HaloConfig, n_chunks: int, sb: int, sc: int) -> HaloLayout:
     return HaloLayout(offsets[0], offsets[1] - offsets[0], offsets[2], b_step, c, end)
 
 
+def spreads(rows: int, channels: int, threads: int) -> bool:
+    """Whether a rows x channels tile's 8-channel units spread evenly over the threads, each thread keeping one unit
+    of the rows it handles (the epilogue's and D0's copies, ``simt.make_epilogue``)."""
+    units = channels // 8
+    return channels % 8 == 0 and threads % units == 0 and rows % (threads // units) == 0
+
+
 def halo_constraints(
     shape: ConvShape, cfg: HaloConfig, layout: HaloLayout | HaloB2BLayout, limit: int = SMEM_LIMIT
 ) -> None:
     """ValueError, naming the fix, for shapes and tiles the halo kernel cannot take."""
+    if not spreads(cfg.tile_m, cfg.tile_n, cfg.threads):
+        raise ValueError(
+            f"a {cfg.tile_m} x {cfg.tile_n} output tile does not spread over {cfg.threads} threads by 8-channel "
+            "units of whole rows: use tile_n 16, 32, 64 or 128"
+        )
     if shape.width % cfg.tile_m:
         raise ValueError(
             f"width = {shape.width} is not a multiple of the row tile's {cfg.tile_m} pixels: a halo tile lies in "
@@ -210,8 +222,8 @@ def halo_b2b_constraints(
             f"the tile's N ({cfg.tile_n}) must be C_mid = {shape.c_mid}: a block computes every middle channel of "
             "its pixels"
         )
-    if shape.c_out % 32 or shape.c_out > 128:
-        raise ValueError(f"C_out = {shape.c_out} must be a multiple of 32 up to 128: use ConvB2B")
+    if shape.c_out % 32 or shape.c_out > 128 or not spreads(cfg.tile_m, shape.c_out, cfg.threads):
+        raise ValueError(f"C_out = {shape.c_out} must be 32, 64 or 128: use ConvB2B")
     if sd > cfg.halo_size:
         raise ValueError(f"D0 ({sd} FP16 places) does not fit a halo buffer: use ConvB2B")
     halo_constraints(ConvShape(shape.batch, shape.height, shape.width, shape.c_in, shape.c_mid), cfg, layout, limit)

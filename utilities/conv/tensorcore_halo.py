@@ -65,7 +65,7 @@ def padded_matmul(size: tuple[int, int, int], threads: int, lds: tuple[int, int,
         raise ValueError(f"the halo kernels cannot run here: {why}; use {fix}")
     padded_layouts.install()
     m, n, k = size
-    MM = block_matmul("float16", size, threads, b="row_major", leading_dimension=lds)
+    MM = padded_layouts.pad(block_matmul("float16", size, threads, b="row_major", leading_dimension=lds))
     want = {"A": (m - 1) * lds[0] + k, "B": (k - 1) * lds[1] + n, "C": (m - 1) * lds[2] + n}
     got = {"A": MM.get_layout_smem_a().cosize, "B": MM.get_layout_smem_b().cosize, "C": MM.get_layout_smem_c().cosize}
     if got != want:
@@ -120,7 +120,7 @@ def make_halo_stream(MM: Matmul, cfg: HaloConfig, n_chunks: int, L: Any, parts: 
     PER_THREAD = -(-COPIES // THREADS)
     H_AT, H_STEP, B_AT, B_STEP = L.halo, L.halo_step, L.b, L.b_step
     SA, SB = MM.get_layout_smem_a().cosize, MM.get_layout_smem_b().cosize
-    assert 2 * HW * LD + SA <= 3 * HW * LD, "the last tap's window ends inside the halo"
+    assert (2 * HW + 2) * LD + SA <= 3 * HW * LD, "the last tap's window (halo row 2, pixel 2) ends inside the halo"
     copy16, commit, wait_all = cp_async.copy16, cp_async.commit, cp_async.wait_prior(0)
     gmem_b = gmem_layout(MM, "b")
 
@@ -239,6 +239,7 @@ def make_halo_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: HaloConfig, n_chunks: in
     assert SD == MM1.get_layout_smem_a().cosize and SC == TM * N1
     F0, LD0, UNITS0 = MM0.get_layout_rmem_c().cosize, N0 + PAD, N0 // 8
     KEEP = TM * UNITS0 // THREADS  # D0's 8-channel units a thread copies out (keep_d0)
+    assert KEEP * THREADS == TM * UNITS0, "D0's 8-channel units spread evenly over the threads (halo_b2b_constraints)"
     gmem_w1 = gmem_layout(MM1, "b")
 
     @cuda.jit(launch_bounds=(THREADS, 1))

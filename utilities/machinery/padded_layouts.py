@@ -10,8 +10,9 @@ operator in a tensor-API handle: the layouts then have the leading dimension (a 
 those layouts.
 
 :func:`install` wraps ``_blas_handle`` (the layouts, copies, partitions) and ``compile_blas_execute`` (the GEMM,
-which makes a handle of its own) so that a ``Matmul`` made with an explicit ``leading_dimension`` keeps it in the
-tensor API; every other ``Matmul`` gets the same handles as before. The layouts alone are not enough: a CPU build
+which makes a handle of its own, through ``generate_MM``) so that a ``Matmul`` marked by :func:`pad` keeps its
+leading dimension in the tensor API; every other ``Matmul`` gets the same handles as before (the compile's leading
+dimension is held per thread, for the call's duration). The layouts alone are not enough: a CPU build
 with only the first wrapper gave padded layouts and a GEMM whose ``ldmatrix`` addresses stepped through dense ones
 (B's 16-row step 0x800 bytes, not 0x900: read from its SASS). It reaches into nvmath-python's internals:
 with another nvmath-python or libmathdx than the verified ones it installs nothing, and :func:`unavailable` says
@@ -20,6 +21,7 @@ why (the halo convolution's plan then refuses, naming the pipelined kernel).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from . import versions
@@ -38,10 +40,25 @@ def unavailable() -> str | None:
     return None
 
 
-def explicit(MM: Any) -> Any:
-    """The leading dimensions ``MM`` was made with (a ``LeadingDimension``), or None (none, or "suggested")."""
+def pad(MM: Any) -> Any:
+    """Mark ``MM`` (made with an explicit ``leading_dimension``) as one whose tensor API keeps it; returns ``MM``.
+    Only marked Matmuls are touched: nvmath turns ``leading_dimension="suggested"`` into numbers too, and those
+    Matmuls keep nvmath's own handles."""
+    if explicit_dimensions(MM) is None:
+        raise ValueError("pad() needs a Matmul made with leading_dimension=(lda, ldb, ldc)")
+    MM._course_padded = True
+    return MM
+
+
+def explicit_dimensions(MM: Any) -> Any:
+    """The leading dimensions ``MM`` holds (a ``LeadingDimension``), or None."""
     ld = getattr(MM, "_leading_dimension", None)
     return None if ld is None or isinstance(ld, str) else ld
+
+
+def explicit(MM: Any) -> Any:
+    """The leading dimensions the tensor API keeps for ``MM``: those of a Matmul marked by :func:`pad`, else None."""
+    return explicit_dimensions(MM) if getattr(MM, "_course_padded", False) else None
 
 
 def install() -> None:
@@ -53,15 +70,15 @@ def install() -> None:
     why = unavailable()
     if why is not None:
         raise RuntimeError(why)
-    from nvmath.device import cublasdx
+    from nvmath.device import cublasdx, cublasdx_numba
 
-    plain = cublasdx._blas_handle
+    plain, compile_plain, generate_plain = cublasdx._blas_handle, cublasdx.compile_blas_execute, cublasdx.generate_MM
 
     def handle(MM: Any, execute_api: str | None = None) -> Any:
         ld = explicit(MM)
         if ld is None or execute_api != "tensors":
             return plain(MM, execute_api)
-        made = cublasdx.generate_MM(
+        made = generate_plain(
             size=MM.size,
             function=MM.function,
             precision=MM.precision,
@@ -80,28 +97,28 @@ def install() -> None:
         )
         return made.descriptor
 
-    from nvmath.device import cublasdx_numba
+    wanted = threading.local()  # the leading dimensions a compile on this thread asks for, while it runs
 
-    compile_plain = cublasdx.compile_blas_execute
+    def generate(**kwargs: Any) -> Any:
+        """nvmath's ``generate_MM``, given the leading dimensions while :func:`compile_execute` runs on this thread
+        for a padded Matmul (nvmath's compile passes none to the tensor API)."""
+        ld = getattr(wanted, "ld", None)
+        if ld is not None and kwargs.get("leading_dimension") is None:
+            kwargs["leading_dimension"] = ld
+        return generate_plain(**kwargs)
 
     def compile_execute(blas: Any, code_type: Any, execute_api: str | None = None, tensor_types: Any = None) -> Any:
         """nvmath's ``compile_blas_execute``, whose own handle keeps the leading dimension in the tensor API."""
         ld = explicit(blas)
         if ld is None or execute_api != "tensors":
             return compile_plain(blas, code_type, execute_api, tensor_types)
-        generate_plain = cublasdx.generate_MM
-
-        def generate(**kwargs: Any) -> Any:
-            if kwargs.get("leading_dimension") is None:
-                kwargs["leading_dimension"] = ld
-            return generate_plain(**kwargs)
-
-        cublasdx.generate_MM = generate
+        outer, wanted.ld = getattr(wanted, "ld", None), ld
         try:
             return compile_plain(blas, code_type, execute_api, tensor_types)
         finally:
-            cublasdx.generate_MM = generate_plain
+            wanted.ld = outer
 
+    cublasdx.generate_MM = generate
     cublasdx._blas_handle = handle
     cublasdx.compile_blas_execute = compile_execute
     cublasdx_numba.compile_blas_execute = compile_execute  # imported there by name
