@@ -179,7 +179,7 @@ def test_the_back_to_back_plan_puts_d0_and_d1_in_the_halo_buffer_a_tile_last_rea
     shape = ref.B2BShape(8, 512, 512, 64, 64, 64)
     cfg = halo.HaloConfig(tile_n=64)
     lay, sd = b2b_plan(shape, cfg)
-    assert lay.d0 == 0 and lay.c >= sd and lay.c % 512 == 0 and lay.c + 2 * 128 * 64 <= cfg.halo_size
+    assert lay.c_in_halo and lay.c >= sd and lay.c % 512 == 0 and lay.c + 2 * 128 * 64 <= cfg.halo_size
     assert lay.w1 >= lay.b + 8 * lay.b_step + 63 * 72 + 64 and lay.end >= lay.w1 + 63 * 72 + 64
     halo.halo_b2b_constraints(shape, cfg, lay, sd)
     assert lay.nbytes == 200 * 1024
@@ -189,7 +189,7 @@ def test_a_back_to_back_output_wider_than_the_halo_gets_its_own_buffer():
     shape, fields = halo.HALO_B2B_CHECKS[1]
     cfg = halo.HaloConfig(tile_n=shape.c_mid, **fields)
     lay, sd = b2b_plan(shape, cfg)
-    assert lay.c == -1 and lay.c_own >= lay.w1 and lay.end >= lay.c_own + 2 * 64 * 128
+    assert not lay.c_in_halo and lay.c >= lay.w1 and lay.end >= lay.c + 2 * 64 * 128
     halo.halo_b2b_constraints(shape, cfg, lay, sd)
 
 

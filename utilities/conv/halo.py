@@ -180,18 +180,17 @@ def halo_constraints(
 
 @dataclass(frozen=True)
 class HaloB2BLayout:
-    """The back-to-back kernel's plan (FP16 offsets): the conv's halo buffers and filters, the 1x1 filters W1,
-    and, inside the halo buffer a tile's last phase read, D0 (GEMM 1's A) at ``d0`` and the FP32 output tile at
-    ``c`` from the buffer's start, or at ``c_own`` (absolute) when it does not fit there (then ``c == -1``)."""
+    """The back-to-back kernel's plan (FP16 offsets): the conv's halo buffers and filters, the 1x1 filters W1, and
+    the FP32 output tile. D0 (GEMM 1's A) sits at the start of the halo buffer a tile's last phase read; the output
+    tile beside it at ``c`` from that buffer's start when ``c_in_halo``, else at ``c`` in a buffer of its own."""
 
     halo: int
     halo_step: int
     b: int
     b_step: int
     w1: int
-    d0: int
     c: int
-    c_own: int
+    c_in_halo: bool
     end: int
 
     @property
@@ -203,14 +202,12 @@ def halo_b2b_layout(cfg: HaloConfig, n_chunks: int, sb: int, sw: int, sd: int, s
     """``sb``, ``sw``, ``sd``: the plain layouts' sizes (FP16 places) of a 3x3 filter stage, of W1 and of D0;
     ``sc``: the FP32 output tile's (2 TM C_out)."""
     stages = TAPS * n_chunks
-    (_, c_at), d0_end = fp16_segments(sd, 0)  # the output tile after D0, on a 1 KiB boundary
-    in_halo = c_at + sc <= cfg.halo_size
+    _, beside_d0 = fp16_segments(sd)  # the output tile after D0, on a 1 KiB boundary
+    in_halo = beside_d0 + sc <= cfg.halo_size
     offsets, end = fp16_segments(cfg.halo_size, cfg.halo_size, *([sb] * stages), sw, *([] if in_halo else [sc]))
     b_step = offsets[3] - offsets[2] if stages > 1 else 0
-    w1 = offsets[2 + stages]
-    if in_halo:
-        return HaloB2BLayout(offsets[0], offsets[1] - offsets[0], offsets[2], b_step, w1, 0, c_at, -1, end)
-    return HaloB2BLayout(offsets[0], offsets[1] - offsets[0], offsets[2], b_step, w1, 0, -1, offsets[-1], end)
+    c = beside_d0 if in_halo else offsets[-1]
+    return HaloB2BLayout(offsets[0], offsets[1] - offsets[0], offsets[2], b_step, offsets[2 + stages], c, in_halo, end)
 
 
 def halo_b2b_constraints(
@@ -226,4 +223,4 @@ def halo_b2b_constraints(
         raise ValueError(f"C_out = {shape.c_out} must be 32, 64 or 128: use ConvB2B")
     if sd > cfg.halo_size:
         raise ValueError(f"D0 ({sd} FP16 places) does not fit a halo buffer: use ConvB2B")
-    halo_constraints(ConvShape(shape.batch, shape.height, shape.width, shape.c_in, shape.c_mid), cfg, layout, limit)
+    halo_constraints(shape.first, cfg, layout, limit)

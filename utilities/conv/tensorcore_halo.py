@@ -52,7 +52,7 @@ from .halo import (
 )
 from .reference import B2BShape, ConvShape
 from .simt import halo_copy, make_epilogue, pixel_coords
-from .tensorcore_persistent import PARTS, PersistentB2B, PersistentConv
+from .tensorcore_persistent import PARTS, PersistentB2B, PersistentConv, smem_limit
 
 
 def padded_matmul(size: tuple[int, int, int], threads: int, lds: tuple[int, int, int], fix: str) -> Matmul:
@@ -234,7 +234,7 @@ def make_halo_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: HaloConfig, n_chunks: in
     L = plan_b2b_layout(MM0, MM1, cfg, n_chunks)
     load_filters, issue, kloop = make_halo_stream(MM0, cfg, n_chunks, L)
     epilogue = make_epilogue(TM, N1, THREADS, True)
-    H_AT, H_STEP, W_AT, D_AT, C_AT, C_OWN = L.halo, L.halo_step, L.w1, L.d0, L.c, L.c_own
+    H_AT, H_STEP, W_AT, C_AT, C_IN_HALO = L.halo, L.halo_step, L.w1, L.c, L.c_in_halo
     SD, SW, SC = MM0.get_layout_smem_c().cosize, MM1.get_layout_smem_b().cosize, MM1.get_layout_smem_c().cosize
     assert SD == MM1.get_layout_smem_a().cosize and SC == TM * N1
     F0, LD0, UNITS0 = MM0.get_layout_rmem_c().cosize, N0 + PAD, N0 // 8
@@ -262,13 +262,13 @@ def make_halo_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: HaloConfig, n_chunks: in
             acc0.clear()
             p = kloop(smem, x, p, t0, step, tiles, c_in, height, width, acc0)
             cuda.syncthreads()  # every warp is past its GEMMs on the buffer just read: D0 and D1 go there
-            at = int32(H_AT + ((p - 1) % 2) * H_STEP)
+            at = int32(H_AT + ((p - 1) % 2) * H_STEP)  # D0 at the buffer's start
             r0 = acc0.get_results()
             d0_tile = make_tensor(cuda.local.array(F0, np.float16), MM0.get_layout_rmem_c())
             for i in range(F0):
                 v = r0[i]
                 d0_tile[i] = v if v > 0 else float32(0)
-            copy_fragment(d0_tile, make_tensor(smem[at + D_AT : at + D_AT + SD], MM0.get_layout_smem_c()))
+            copy_fragment(d0_tile, make_tensor(smem[at : at + SD], MM0.get_layout_smem_c()))
             cuda.syncthreads()  # D0 is complete
             row0 = tile * TM
             if keep_d0:
@@ -277,10 +277,10 @@ def make_halo_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: HaloConfig, n_chunks: in
                     row = k // UNITS0
                     col = int32((k - row * UNITS0) * 8)
                     for j in range(8):
-                        d0[row0 + row, col + j] = smem[at + D_AT + row * LD0 + col + j]
+                        d0[row0 + row, col + j] = smem[at + row * LD0 + col + j]
             acc1.clear()
-            MM1.execute(make_tensor(smem[at + D_AT : at + D_AT + SD], MM1.get_layout_smem_a()), sw, acc1)
-            c32 = int32((at + C_AT) // 2) if C_AT >= 0 else int32(C_OWN // 2)  # beside D0: no barrier needed
+            MM1.execute(make_tensor(smem[at : at + SD], MM1.get_layout_smem_a()), sw, acc1)
+            c32 = int32((at + C_AT) // 2) if C_IN_HALO else int32(C_AT // 2)  # beside D0: no barrier needed
             copy_fragment(acc1.get_results(), make_tensor(smem32[c32 : c32 + SC], MM1.get_layout_smem_c()))
             cuda.syncthreads()
             epilogue(smem32, c32, bias1, out, row0, 0)
@@ -313,7 +313,7 @@ class HaloConv(PersistentConv):
         self.n_chunks = chunks(shape.c_in, c)
         self.MM = halo_matmul(c)
         self.layout = plan_layout(self.MM, c, self.n_chunks)
-        halo_constraints(shape, c, self.layout, int(cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]))
+        halo_constraints(shape, c, self.layout, smem_limit())
         self.kernel = make_halo_conv_kernel(self.MM, c, self.n_chunks, fused, parts)
         self.grid: tuple[int, int] | None = None
         self.max_blocks = blocks
@@ -334,8 +334,7 @@ class HaloConvB2B(PersistentB2B):
         self.MM0 = halo_matmul(c, padded_c=True)
         self.MM1 = b2b_matmul(c.tile_m, shape.c_mid, shape.c_out, c.threads)
         self.layout = plan_b2b_layout(self.MM0, self.MM1, c, self.n_chunks)
-        limit = int(cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
-        halo_b2b_constraints(shape, c, self.layout, self.MM0.get_layout_smem_c().cosize, limit)
+        halo_b2b_constraints(shape, c, self.layout, self.MM0.get_layout_smem_c().cosize, smem_limit())
         self.kernel = make_halo_b2b_kernel(self.MM0, self.MM1, c, self.n_chunks, keep_d0)
         self.d0 = cp.zeros((shape.m if keep_d0 else c.tile_m, shape.c_mid), cp.float16)
         self.grid: tuple[int, int] | None = None

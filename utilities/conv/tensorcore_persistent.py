@@ -283,8 +283,13 @@ def one_wave(
     return max(1, min(tiles, sms * per_sm // columns)), res
 
 
+def smem_limit() -> int:
+    """Bytes of dynamic shared memory a block may have on this GPU (opted in)."""
+    return int(cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
+
+
 def _fits(layout: PipeLayout, cfg: PipeConfig) -> None:
-    check_fits(layout, cfg, int(cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]))
+    check_fits(layout, cfg, smem_limit())
 
 
 class PersistentConv:
