@@ -1,5 +1,5 @@
-"""Developer tool (issue 43): what bounds Ozaki-II's reconstruction, its loads or its arithmetic, and whether more
-entries a thread help.
+"""Developer tool (issue 43): what bounds Ozaki-II's reconstruction, its loads or its arithmetic, and whether the
+digits' arithmetic in 32-bit integers helps.
 
 Run on a GPU: ``python tools/ozaki2_reconstruct_probe.py [--size 8192] [--moduli 15] [--repeats 10] [--json F]``.
 
@@ -8,10 +8,15 @@ each kernel below is timed alone (CUDA events, ``utilities.bench``) on those buf
 reduced to its CRT digit in the kernel) and early (uint8 digits):
 
 - ``course``: ``simt.make_reconstruct_kernel``, one entry a thread, blocks of 32 x 8;
-- ``entries=E``: the same arithmetic, E entries of a row a thread (columns ``j + 32 e``, still coalesced), so that
-  each thread has E independent chains in flight; its C must equal the course kernel's bit for bit;
+- ``integer digit`` (late): the same kernel with each CRT digit found in 32-bit integers (:func:`make_integer_digit`:
+  one multiply-high a reduction) instead of FP64 (an int32 to FP64 conversion and two roundings by magic adds a
+  reduction); its C must equal the course kernel's bit for bit. (Two and four entries a thread, tried on 2026-11-29,
+  ran slower: their sums went through local memory);
 - ``loads only``: the planes read and summed as integers, one store: the floor of this access pattern;
-- ``arithmetic only``: one plane read, its value reduced and summed as for every modulus: the arithmetic alone.
+- ``unrolled`` (late): the course's kernel with its loop over the moduli written out, each modulus's constants
+  literals (no table loads or index arithmetic); its C must equal the course kernel's bit for bit;
+- ``arithmetic only`` (and ``integer arithmetic only``): one plane read, its value reduced and summed as for every
+  modulus: the arithmetic alone.
 
 Beside each: the bytes it moves at this run's copy rate (its floor) and how far the time is from it.
 """
@@ -28,76 +33,174 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from numba import cuda, float64, int64  # noqa: E402  (module globals: numba's simulator swaps them in a kernel)
+import numpy as np  # noqa: E402
+from numba import cuda, float64, int32, int64, uint32  # noqa: E402  (module globals: the simulator swaps them)
+from numba.cuda import libdevice  # noqa: E402
 
 BLOCK = (32, 8)
 
 
-def entries_factory(entries: int):
-    """``factory(count, from_products=False)``: the course's reconstruction with ``entries`` columns a thread."""
+def integer_tables(count: int) -> dict[str, np.ndarray]:
+    """The constants of :func:`make_integer_digit`, per modulus: p, y, 2^16 mod p, ceil(2^32 / p), p - (2^31 mod p)."""
+    from utilities.ozaki2 import simt
+
+    ps = [int(p) for p in simt.tables(count)["p"]]
+    ys = [int(y) for y in simt.tables(count)["y"]]
+    return {
+        "p": np.array(ps, np.uint32),
+        "y": np.array(ys, np.uint32),
+        "m16": np.array([pow(2, 16, p) for p in ps], np.uint32),
+        "magic": np.array([-(-(2**32) // p) for p in ps], np.uint32),
+        "shift": np.array([p - pow(2, 31, p) for p in ps], np.uint32),
+    }
+
+
+def integer_digit(v: np.ndarray, t: int, count: int) -> np.ndarray:
+    """:func:`make_integer_digit`'s steps in NumPy (uint64 holding the uint32 values): the CRT digits of int32 v."""
+    T = {k: np.uint64(a[t]) for k, a in integer_tables(count).items()}
+    w = (np.asarray(v, np.int64) & 0xFFFFFFFF).astype(np.uint64) ^ np.uint64(0x80000000)
+    x = (w >> np.uint64(16)) * T["m16"] + (w & np.uint64(0xFFFF))  # below 2^24: v + 2^31, of v's class mod p
+    r = x - ((x * T["magic"]) >> np.uint64(32)) * T["p"]  # x mod p: the high word is floor(x / p) while x p < 2^32
+    u = (r + T["shift"]) * T["y"]  # (v mod p) y, below 2 p^2 (2^31 taken back by the shift)
+    return u - ((u * T["magic"]) >> np.uint64(32)) * T["p"]
+
+
+def make_integer_digit(count: int):
+    """``digit(v, t)``: the CRT digit of the int32 product v in [0, p) as a double, in 32-bit integer arithmetic
+    (one multiply-high a reduction, no FP64 operation but the exact conversion of a byte)."""
+    T = integer_tables(count)
+    P, Y, M16, MAGIC, SHIFT = T["p"], T["y"], T["m16"], T["magic"], T["shift"]
+
+    @cuda.jit(device=True)
+    def digit(v, t):
+        w = uint32(v) ^ uint32(0x80000000)
+        x = uint32(uint32(w >> uint32(16)) * M16[t] + uint32(w & uint32(0xFFFF)))
+        r = uint32(x - uint32(libdevice.umulhi(x, MAGIC[t]) * P[t]))
+        u = uint32(uint32(r + SHIFT[t]) * Y[t])
+        u = uint32(u - uint32(libdevice.umulhi(u, MAGIC[t]) * P[t]))
+        return libdevice.hiloint2double(int32(0x43300000), int32(u)) - 4503599627370496.0  # 2^52 + u, exact
+
+    return digit
+
+
+def integer_factory(count: int, from_products: bool = True):
+    """The course's reconstruction (late digits) with :func:`make_integer_digit` on the int32 products as loaded."""
     from utilities.operands import NONFINITE_SHIFT
     from utilities.ozaki2 import reference as ref
     from utilities.ozaki2 import simt
     from utilities.simt import fma, scale2
 
-    def factory(count: int, from_products: bool = False):
-        T = simt.tables(count)
-        N, LATE, E, TX = count, from_products, entries, BLOCK[0]
-        C1, C2, C3 = T["c1"], T["c2"], T["c3"]
-        crt = ref.crt(count)
-        P_HI, P_LO = crt.product_hi, crt.product_lo
-        digit = simt.make_digit(count)
+    T = simt.tables(count)
+    N = count
+    C1, C2, C3 = T["c1"], T["c2"], T["c3"]
+    crt = ref.crt(count)
+    P_HI, P_LO = crt.product_hi, crt.product_lo
+    digit = make_integer_digit(count)
 
-        @cuda.jit(device=True)
-        def finish(s1, s2, s3, shift, alpha, beta, c, i, j, out):
-            q = math.floor(s1 + 0.5)
-            a = s1 - q
-            h = a + s2
-            back = h - a
-            low = ((a - (h - back)) + (s2 - back)) + s3
-            value = fma(h, P_HI, fma(low, P_HI, h * P_LO))
-            value = alpha * scale2(value, shift)
+    @cuda.jit
+    def kernel(planes, mu, nu, a, b, alpha, beta, c, out):
+        j, i = cuda.grid(2)
+        if i >= out.shape[0] or j >= out.shape[1]:
+            return
+        if mu[i] == NONFINITE_SHIFT or nu[j] == NONFINITE_SHIFT:
+            native = 0.0
+            for col in range(a.shape[1]):
+                native = fma(a[i, col], b[col, j], native)
+            native *= alpha
             if beta != 0.0:
-                value = fma(beta, c[i, j], value)
-            out[i, j] = value
+                native = fma(beta, c[i, j], native)
+            out[i, j] = native
+            return
+        s1 = 0.0
+        s2 = 0.0
+        s3 = 0.0
+        for t in range(N):
+            u = digit(planes[t, i, j], t)
+            s1 = fma(u, C1[t], s1)
+            s2 = fma(u, C2[t], s2)
+            s3 = fma(u, C3[t], s3)
+        q = math.floor(s1 + 0.5)
+        a0 = s1 - q
+        h = a0 + s2
+        back = h - a0
+        low = ((a0 - (h - back)) + (s2 - back)) + s3
+        value = fma(h, P_HI, fma(low, P_HI, h * P_LO))
+        value = alpha * scale2(value, -int(mu[i] + nu[j]))
+        if beta != 0.0:
+            value = fma(beta, c[i, j], value)
+        out[i, j] = value
 
-        @cuda.jit
-        def kernel(planes, mu, nu, a, b, alpha, beta, c, out):
-            i = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
-            j0 = cuda.blockIdx.x * (TX * E) + cuda.threadIdx.x
-            if i >= out.shape[0]:
-                return
-            sums = cuda.local.array((3, E), float64)
-            for e in range(E):
-                sums[0, e] = 0.0
-                sums[1, e] = 0.0
-                sums[2, e] = 0.0
-            for t in range(N):
-                for e in range(E):
-                    j = j0 + TX * e
-                    if j < out.shape[1]:
-                        u = digit(float64(planes[t, i, j]), t) if LATE else float64(planes[t, i, j])
-                        sums[0, e] = fma(u, C1[t], sums[0, e])
-                        sums[1, e] = fma(u, C2[t], sums[1, e])
-                        sums[2, e] = fma(u, C3[t], sums[2, e])
-            for e in range(E):
-                j = j0 + TX * e
-                if j >= out.shape[1]:
-                    continue
-                if mu[i] == NONFINITE_SHIFT or nu[j] == NONFINITE_SHIFT:
-                    native = 0.0
-                    for col in range(a.shape[1]):
-                        native = fma(a[i, col], b[col, j], native)
-                    native *= alpha
-                    if beta != 0.0:
-                        native = fma(beta, c[i, j], native)
-                    out[i, j] = native
-                else:
-                    finish(sums[0, e], sums[1, e], sums[2, e], -int(mu[i] + nu[j]), alpha, beta, c, i, j, out)
+    return kernel
 
-        return kernel
 
-    return factory
+UNROLLED = """
+def kernel(planes, mu, nu, a, b, alpha, beta, c, out):
+    j, i = cuda.grid(2)
+    if i >= out.shape[0] or j >= out.shape[1]:
+        return
+    if mu[i] == NONFINITE_SHIFT or nu[j] == NONFINITE_SHIFT:
+        native = 0.0
+        for col in range(a.shape[1]):
+            native = fma(a[i, col], b[col, j], native)
+        native *= alpha
+        if beta != 0.0:
+            native = fma(beta, c[i, j], native)
+        out[i, j] = native
+        return
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+{body}
+    q = math.floor(s1 + 0.5)
+    a0 = s1 - q
+    h = a0 + s2
+    back = h - a0
+    low = ((a0 - (h - back)) + (s2 - back)) + s3
+    value = fma(h, {p_hi!r}, fma(low, {p_hi!r}, h * {p_lo!r}))
+    value = alpha * scale2(value, -int(mu[i] + nu[j]))
+    if beta != 0.0:
+        value = fma(beta, c[i, j], value)
+    out[i, j] = value
+"""
+STEP = """
+    v = float64(planes[{t}, i, j])
+    r = v - round_near(v * {inv!r}) * {p!r}
+    u = r * {y!r}
+    u -= round_near(u * {inv!r}) * {p!r}
+    if u < 0:
+        u += {p!r}
+    s1 = fma(u, {c1!r}, s1)
+    s2 = fma(u, {c2!r}, s2)
+    s3 = fma(u, {c3!r}, s3)
+"""
+
+
+def unrolled_factory(count: int, from_products: bool = True):
+    """The course's reconstruction (late digits), its loop over the moduli written out: each modulus's constants
+    are literals in the code instead of loads from tables indexed by the loop's counter (the same operations, so
+    the same C bit for bit)."""
+    from utilities.operands import NONFINITE_SHIFT
+    from utilities.ozaki2 import reference as ref
+    from utilities.ozaki2 import simt
+    from utilities.simt import fma, round_near, scale2
+
+    T = simt.tables(count)
+    crt = ref.crt(count)
+    body = "".join(
+        STEP.format(t=t, **{k: float(T[k][t]) for k in ("p", "inv", "y", "c1", "c2", "c3")}) for t in range(count)
+    )
+    source = UNROLLED.format(body=body, p_hi=float(crt.product_hi), p_lo=float(crt.product_lo))
+    names = {
+        "cuda": cuda,
+        "float64": float64,
+        "fma": fma,
+        "round_near": round_near,
+        "scale2": scale2,
+        "math": math,
+        "NONFINITE_SHIFT": NONFINITE_SHIFT,
+    }
+    exec(compile(source, f"<unrolled reconstruction, {count} moduli>", "exec"), names)  # noqa: S102
+    return cuda.jit(names["kernel"])
 
 
 def diagnostics(count: int, late: bool):
@@ -131,14 +234,26 @@ def diagnostics(count: int, late: bool):
             s = fma(u, C1[t], s)
         out[i, j] = s
 
-    return loads_only, arithmetic_only
+    integer = make_integer_digit(count)
+
+    @cuda.jit
+    def integer_arithmetic_only(planes, out):
+        j, i = cuda.grid(2)
+        if i >= out.shape[0] or j >= out.shape[1]:
+            return
+        v = planes[0, i, j]
+        s = 0.0
+        for t in range(N):
+            s = fma(integer(v + t, t), C1[t], s)
+        out[i, j] = s
+
+    return loads_only, arithmetic_only, integer_arithmetic_only
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=8192, help="m = n = k (default 8192)")
     parser.add_argument("--moduli", type=int, default=15)
-    parser.add_argument("--entries", default="2,4", help="entries a thread of the variants (default 2,4)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
@@ -171,19 +286,20 @@ def main() -> None:
             course.block,
             (planes, plan.mu, plan.nu, a, b, *scalars, c, out),
         )
-        for e in (int(x) for x in args.entries.split(",") if x):
-            kernel = entries_factory(e)(count, late)
-            grid = (-(-size // (BLOCK[0] * e)), -(-size // BLOCK[1]))
-            kernels[f"entries={e}"] = (kernel, grid, BLOCK, (planes, plan.mu, plan.nu, a, b, *scalars, c, out))
-        loads, arithmetic = diagnostics(count, late)
         grid = (-(-size // BLOCK[0]), -(-size // BLOCK[1]))
+        if late:
+            kernels["integer digit"] = (integer_factory(count), grid, BLOCK, kernels["course"][3])
+            kernels["unrolled"] = (unrolled_factory(count), grid, BLOCK, kernels["course"][3])
+        loads, arithmetic, integer_arithmetic = diagnostics(count, late)
         kernels["loads only"] = (loads, grid, BLOCK, (planes, out))
         kernels["arithmetic only"] = (arithmetic, grid, BLOCK, (planes, out))
+        if late:
+            kernels["integer arithmetic only"] = (integer_arithmetic, grid, BLOCK, (planes, out))
         for name, (kernel, grid, block, kargs) in kernels.items():
             out.fill(cp.nan)
             launch.launch(kernel, grid, block, 0, *kargs)
             same = None
-            if name == "course" or name.startswith("entries"):
+            if name in ("course", "integer digit", "unrolled"):
                 same = bool(cp.array_equal(out, want))
             record = bench.bench(
                 lambda kernel=kernel, grid=grid, block=block, kargs=kargs: launch.launch(
@@ -196,7 +312,7 @@ def main() -> None:
                 repeats=args.repeats,
                 bytes_moved=moved,
             )
-            bytes_here = moved if name != "arithmetic only" else planes.nbytes // count + want.nbytes
+            bytes_here = moved if "arithmetic only" not in name else planes.nbytes // count + want.nbytes
             floor_ms = bytes_here / (copy_tbs * 1e12) * 1e3
             rows.append(
                 {
