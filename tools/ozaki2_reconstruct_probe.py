@@ -14,7 +14,9 @@ reduced to its CRT digit in the kernel) and early (uint8 digits):
   ran slower: their sums went through local memory);
 - ``loads only``: the planes read and summed as integers, one store: the floor of this access pattern;
 - ``unrolled`` (late): the course's kernel with its loop over the moduli written out, each modulus's constants
-  literals (no table loads or index arithmetic); its C must equal the course kernel's bit for bit;
+  literals (no table loads or index arithmetic); its C must equal the course kernel's bit for bit; ``unrolled by
+  numba`` the same from the course's own source, the loop over ``numba.cuda.literal_unroll``
+  (``tools/unrolled_variants.py``): the form a course change would take;
 - ``arithmetic only`` (and ``integer arithmetic only``): one plane read, its value reduced and summed as for every
   modulus: the arithmetic alone.
 
@@ -265,6 +267,9 @@ def main() -> None:
     from utilities.ozaki2.tensorcore import Ozaki2Gemm
     from utilities.peaks import measure_copy_bandwidth
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import unrolled_variants
+
     size, count = args.size, args.moduli
     a, b = cp.asarray(inputs.normal(size, size, 0)), cp.asarray(inputs.normal(size, size, 1))
     c = cp.asarray(inputs.normal(size, size, 2))
@@ -290,6 +295,8 @@ def main() -> None:
         if late:
             kernels["integer digit"] = (integer_factory(count), grid, BLOCK, kernels["course"][3])
             kernels["unrolled"] = (unrolled_factory(count), grid, BLOCK, kernels["course"][3])
+            by_numba = unrolled_variants.unrolled_simt()["make_reconstruct_kernel"](count, True)
+            kernels["unrolled by numba"] = (by_numba, grid, BLOCK, kernels["course"][3])
         loads, arithmetic, integer_arithmetic = diagnostics(count, late)
         kernels["loads only"] = (loads, grid, BLOCK, (planes, out))
         kernels["arithmetic only"] = (arithmetic, grid, BLOCK, (planes, out))
@@ -299,7 +306,7 @@ def main() -> None:
             out.fill(cp.nan)
             launch.launch(kernel, grid, block, 0, *kargs)
             same = None
-            if name in ("course", "integer digit", "unrolled"):
+            if name in ("course", "integer digit", "unrolled", "unrolled by numba"):
                 same = bool(cp.array_equal(out, want))
             record = bench.bench(
                 lambda kernel=kernel, grid=grid, block=block, kargs=kargs: launch.launch(

@@ -4,7 +4,9 @@ Run on a GPU: ``python tools/ozaki2_scaling_probe.py [--size 8192] [--counts 2,4
 
 The automatic plan's scaling is two kernels: A's residues from the row statistics the choice found
 (``residue_known_rows_kernel``) and B's, transposed, from its column statistics (``residue_cols_kernel``). Each is
-timed alone (CUDA events, ``utilities.bench``) at several moduli counts, and its times are fitted as ``a + b N``:
+timed alone (CUDA events, ``utilities.bench``) at several moduli counts (with ``--unrolled``, beside each
+the same kernel with its loops over the moduli unrolled, ``tools/unrolled_variants.py``, whose words and shifts must
+equal the course's), and its times are fitted as ``a + b N``:
 ``a`` is the pass over the operand (its loads and the split of each entry), ``b`` one modulus's residues and their
 stores. Beside each: the bytes it moves at this run's copy rate (its floor), and how far the time is from it. The
 residues are not checked here (the tests and the checkers do that).
@@ -39,6 +41,9 @@ def main() -> None:
     parser.add_argument("--counts", default="2,4,8,15", help="moduli counts, comma-separated (default 2,4,8,15)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument(
+        "--unrolled", action="store_true", help="also each kernel with its loops over the moduli unrolled"
+    )
     args = parser.parse_args()
     from utilities.ozaki2 import reference
 
@@ -53,6 +58,9 @@ def main() -> None:
     from utilities.ozaki2 import simt
     from utilities.ozaki2.tensorcore import Ozaki2Gemm
     from utilities.peaks import measure_copy_bandwidth
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import unrolled_variants
 
     size = args.size
     a, b = cp.asarray(inputs.normal(size, size, 0)), cp.asarray(inputs.normal(size, size, 1))
@@ -79,15 +87,52 @@ def main() -> None:
                 b.nbytes + count * size * kp,
             ),
         }
+        if args.unrolled:  # the same kernels, the loops over the moduli unrolled: their words must be the same
+            ns = unrolled_variants.unrolled_simt()
+            known_u = ns["make_residue_known_rows_kernel"](size, kp, count, known.block)
+            cols_u = ns["make_residue_cols_kernel"](count)
+            a_copy, b_copy = cp.empty_like(a_words), cp.empty_like(b_words)
+            mu_copy, nu_copy = cp.empty_like(plan.mu), cp.empty_like(plan.nu)
+            kernels["rows (A, statistics known), unrolled"] = (
+                lambda a_copy=a_copy, mu_copy=mu_copy, known_u=known_u, known=known: launch.launch(
+                    known_u, known.grid, known.block, 0, a, plan.stats.rows_i, a_copy, mu_copy
+                ),
+                a.nbytes + count * size * kp,
+            )
+            kernels["columns (B, transposed), unrolled"] = (
+                lambda b_copy=b_copy, nu_copy=nu_copy, cols_u=cols_u, cols=cols: launch.launch(
+                    cols_u, cols.grid, cols.block, 0, b, plan.stats.cols_i, b_copy, nu_copy
+                ),
+                b.nbytes + count * size * kp,
+            )
+            same = {
+                "rows (A, statistics known), unrolled": (a_words, a_copy, plan.mu, mu_copy),
+                "columns (B, transposed), unrolled": (b_words, b_copy, plan.nu, nu_copy),
+            }
+            for name in list(same):  # numba may refuse to unroll a loop (its literal_unroll has limits): said, skipped
+                try:
+                    kernels[name][0]()
+                except Exception as error:  # noqa: BLE001 (a variant never stops the probe)
+                    print(f"{name}: not built ({type(error).__name__}: {str(error).splitlines()[0][:160]})")
+                    del kernels[name], same[name]
         for name, (fn, moved) in kernels.items():
             record = bench.bench(fn, m=size, n=size, k=size, name=name, repeats=args.repeats, bytes_moved=moved)
             floor_ms = moved / (copy_tbs * 1e12) * 1e3
             ms = record.time.median
-            rows.append({"kernel": name, "moduli": count, "ms": ms, "floor_ms": floor_ms, "bytes": moved})
+            row = {"kernel": name, "moduli": count, "ms": ms, "floor_ms": floor_ms, "bytes": moved}
+            if args.unrolled and name in same:  # the course's kernel ran last into the plan's buffers
+                kernels[name.replace(", unrolled", "")][0]()
+                words, copy, shifts, shifts_copy = same[name]
+                row["same_as_course"] = bool(cp.array_equal(words, copy)) and bool(cp.array_equal(shifts, shifts_copy))
+            rows.append(row)
     print(f"{size}^3, copy rate {copy_tbs:.2f} TB/s (bytes moved / rate = floor)")
-    print(f"{'kernel':<28} {'moduli':>6} {'ms':>8} {'floor ms':>9} {'x floor':>8}")
+    print(f"{'kernel':<38} {'moduli':>6} {'ms':>8} {'floor ms':>9} {'x floor':>8}  same words")
     for r in rows:
-        print(f"{r['kernel']:<28} {r['moduli']:>6} {r['ms']:8.3f} {r['floor_ms']:9.3f} {r['ms'] / r['floor_ms']:8.2f}")
+        same = {True: "yes", False: "NO"}.get(r.get("same_as_course"), "-")
+        print(
+            f"{r['kernel']:<38} {r['moduli']:>6} {r['ms']:8.3f} {r['floor_ms']:9.3f} "
+            f"{r['ms'] / r['floor_ms']:8.2f}  {same}"
+        )
     for name in dict.fromkeys(r["kernel"] for r in rows):
         mine = [r for r in rows if r["kernel"] == name]
         a0, slope = fit([r["moduli"] for r in mine], [r["ms"] for r in mine])
