@@ -16,7 +16,8 @@ reduced to its CRT digit in the kernel) and early (uint8 digits):
 - ``unrolled`` (late): the course's kernel with its loop over the moduli written out, each modulus's constants
   literals (no table loads or index arithmetic); its C must equal the course kernel's bit for bit; ``unrolled by
   numba`` the same from the course's own source, the loop over ``numba.cuda.literal_unroll``
-  (``tools/unrolled_variants.py``): the form a course change would take;
+  (``tools/unrolled_variants.py``), and ``written out`` from the course's own source with the loop's body repeated
+  once a modulus, ``t`` a literal in each (``unrolled_variants.written_out_simt``);
 - ``arithmetic only`` (and ``integer arithmetic only``): one plane read, its value reduced and summed as for every
   modulus: the arithmetic alone.
 
@@ -297,6 +298,8 @@ def main() -> None:
             kernels["unrolled"] = (unrolled_factory(count), grid, BLOCK, kernels["course"][3])
             by_numba = unrolled_variants.unrolled_simt()["make_reconstruct_kernel"](count, True)
             kernels["unrolled by numba"] = (by_numba, grid, BLOCK, kernels["course"][3])
+            written = unrolled_variants.written_out_simt(count)["make_reconstruct_kernel"](count, True)
+            kernels["written out"] = (written, grid, BLOCK, kernels["course"][3])
         loads, arithmetic, integer_arithmetic = diagnostics(count, late)
         kernels["loads only"] = (loads, grid, BLOCK, (planes, out))
         kernels["arithmetic only"] = (arithmetic, grid, BLOCK, (planes, out))
@@ -306,7 +309,7 @@ def main() -> None:
             out.fill(cp.nan)
             launch.launch(kernel, grid, block, 0, *kargs)
             same = None
-            if name in ("course", "integer digit", "unrolled", "unrolled by numba"):
+            if name in ("course", "integer digit", "unrolled", "unrolled by numba", "written out"):
                 same = bool(cp.array_equal(out, want))
             record = bench.bench(
                 lambda kernel=kernel, grid=grid, block=block, kargs=kargs: launch.launch(

@@ -4,9 +4,10 @@ Run on a GPU: ``python tools/ozaki2_scaling_probe.py [--size 8192] [--counts 2,4
 
 The automatic plan's scaling is two kernels: A's residues from the row statistics the choice found
 (``residue_known_rows_kernel``) and B's, transposed, from its column statistics (``residue_cols_kernel``). Each is
-timed alone (CUDA events, ``utilities.bench``) at several moduli counts (with ``--unrolled``, beside each
-the same kernel with its loops over the moduli unrolled, ``tools/unrolled_variants.py``, whose words and shifts must
-equal the course's), and its times are fitted as ``a + b N``:
+timed alone (CUDA events, ``utilities.bench``) at several moduli counts (with ``--unrolled`` and
+``--written-out``, beside each the same kernel with its loops over the moduli unrolled by numba or written out in its
+source, ``tools/unrolled_variants.py``, whose words and shifts must equal the course's), and its times are fitted
+as ``a + b N``:
 ``a`` is the pass over the operand (its loads and the split of each entry), ``b`` one modulus's residues and their
 stores. Beside each: the bytes it moves at this run's copy rate (its floor), and how far the time is from it. The
 residues are not checked here (the tests and the checkers do that).
@@ -42,7 +43,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument(
-        "--unrolled", action="store_true", help="also each kernel with its loops over the moduli unrolled"
+        "--unrolled", action="store_true", help="also each kernel with its moduli loops over numba's literal_unroll"
+    )
+    parser.add_argument(
+        "--written-out", action="store_true", help="also each kernel with its moduli loops written out in its source"
     )
     args = parser.parse_args()
     from utilities.ozaki2 import reference
@@ -87,29 +91,30 @@ def main() -> None:
                 b.nbytes + count * size * kp,
             ),
         }
-        if args.unrolled:  # the same kernels, the loops over the moduli unrolled: their words must be the same
-            ns = unrolled_variants.unrolled_simt()
+        same: dict[str, tuple] = {}
+        modes = [("unrolled", args.unrolled), ("written out", args.written_out)]
+        for mode in [m for m, wanted in modes if wanted]:  # the same kernels, the moduli loops unrolled
+            ns = unrolled_variants.unrolled_simt() if mode == "unrolled" else unrolled_variants.written_out_simt(count)
             known_u = ns["make_residue_known_rows_kernel"](size, kp, count, known.block)
             cols_u = ns["make_residue_cols_kernel"](count)
             a_copy, b_copy = cp.empty_like(a_words), cp.empty_like(b_words)
             mu_copy, nu_copy = cp.empty_like(plan.mu), cp.empty_like(plan.nu)
-            kernels["rows (A, statistics known), unrolled"] = (
+            rows_name, cols_name = f"rows (A, statistics known), {mode}", f"columns (B, transposed), {mode}"
+            kernels[rows_name] = (
                 lambda a_copy=a_copy, mu_copy=mu_copy, known_u=known_u, known=known: launch.launch(
                     known_u, known.grid, known.block, 0, a, plan.stats.rows_i, a_copy, mu_copy
                 ),
                 a.nbytes + count * size * kp,
             )
-            kernels["columns (B, transposed), unrolled"] = (
+            kernels[cols_name] = (
                 lambda b_copy=b_copy, nu_copy=nu_copy, cols_u=cols_u, cols=cols: launch.launch(
                     cols_u, cols.grid, cols.block, 0, b, plan.stats.cols_i, b_copy, nu_copy
                 ),
                 b.nbytes + count * size * kp,
             )
-            same = {
-                "rows (A, statistics known), unrolled": (a_words, a_copy, plan.mu, mu_copy),
-                "columns (B, transposed), unrolled": (b_words, b_copy, plan.nu, nu_copy),
-            }
-            for name in list(same):  # numba may refuse to unroll a loop (its literal_unroll has limits): said, skipped
+            same[rows_name] = ("rows (A, statistics known)", a_words, a_copy, plan.mu, mu_copy)
+            same[cols_name] = ("columns (B, transposed)", b_words, b_copy, plan.nu, nu_copy)
+            for name in (rows_name, cols_name):  # numba may refuse to unroll a loop (literal_unroll's limits)
                 try:
                     kernels[name][0]()
                 except Exception as error:  # noqa: BLE001 (a variant never stops the probe)
@@ -120,9 +125,9 @@ def main() -> None:
             floor_ms = moved / (copy_tbs * 1e12) * 1e3
             ms = record.time.median
             row = {"kernel": name, "moduli": count, "ms": ms, "floor_ms": floor_ms, "bytes": moved}
-            if args.unrolled and name in same:  # the course's kernel ran last into the plan's buffers
-                kernels[name.replace(", unrolled", "")][0]()
-                words, copy, shifts, shifts_copy = same[name]
+            if name in same:  # the course's kernel ran last into the plan's buffers
+                course, words, copy, shifts, shifts_copy = same[name]
+                kernels[course][0]()
                 row["same_as_course"] = bool(cp.array_equal(words, copy)) and bool(cp.array_equal(shifts, shifts_copy))
             rows.append(row)
     print(f"{size}^3, copy rate {copy_tbs:.2f} TB/s (bytes moved / rate = floor)")
