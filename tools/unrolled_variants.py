@@ -11,6 +11,8 @@ code (read from the PTX of a CPU build). The same operations otherwise, so the s
     variants = written_out_simt(15)       # the source unrolled: each loop's body once a modulus, t a literal
     kernel = variants["make_reconstruct_kernel"](15, True)   # (the same count, or it raises)
 
+    python tools/unrolled_variants.py make_reconstruct_kernel --count 15   # the written-out source, printed
+
 On an H200 (2026-11-29) numba's way made the kernels 2.9-3.3x slower; the probe's own written-out reconstruction
 (``ozaki2_reconstruct_probe.unrolled_factory``) 1.27x faster: ``written_out_simt`` does that to any factory.
 """
@@ -131,3 +133,22 @@ def written_out_simt(count: int) -> dict[str, Any]:
             source = written_out_source(source, count)
         exec(compile(source, f"<{name}, written out>", "exec"), names)  # noqa: S102
     return names
+
+
+def main() -> None:
+    import argparse
+    import sys
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description="Print a factory's source with its loops over the moduli written out.")
+    parser.add_argument("factory", choices=FACTORIES, help="a factory of utilities.ozaki2.simt")
+    parser.add_argument("--count", type=int, default=15, help="moduli (default 15)")
+    args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from utilities.ozaki2 import simt
+
+    print(written_out_source(inspect.getsource(getattr(simt, args.factory)), args.count))
+
+
+if __name__ == "__main__":
+    main()
