@@ -1,5 +1,5 @@
-"""Developer tool (issue 43): what bounds Ozaki-II's reconstruction, its loads or its arithmetic, and whether the
-digits' arithmetic in 32-bit integers helps.
+"""Developer tool (issue 43): what bounds Ozaki-II's reconstruction, its loads or its arithmetic, and what its loop
+over the moduli costs.
 
 Run on a GPU: ``python tools/ozaki2_reconstruct_probe.py [--size 8192] [--moduli 15] [--repeats 10] [--json F]``.
 
@@ -8,30 +8,25 @@ each kernel below is timed alone (CUDA events, ``utilities.bench``) on those buf
 reduced to its CRT digit in the kernel) and early (uint8 digits):
 
 - ``course``: ``simt.make_reconstruct_kernel``, one entry a thread, blocks of 32 x 8;
-- ``integer digit`` (late): the same kernel with each CRT digit found in 32-bit integers (:func:`make_integer_digit`:
-  one multiply-high a reduction) instead of FP64 (an int32 to FP64 conversion and two roundings by magic adds a
-  reduction); its C must equal the course kernel's bit for bit. (Two and four entries a thread, tried on 2026-11-29,
-  ran slower: their sums went through local memory);
+- ``written out`` (late): the course's source with its loop over the moduli written out, the body once a modulus and
+  ``t`` a literal in each (``tools/unrolled_variants.py``, ``written_out_simt``): no table loads or index arithmetic
+  left; ``unrolled by numba``: the same loop over ``numba.cuda.literal_unroll``. Each one's C must equal the course
+  kernel's bit for bit;
 - ``loads only``: the planes read and summed as integers, one store: the floor of this access pattern;
-- ``unrolled`` (late): the course's kernel with its loop over the moduli written out, each modulus's constants
-  literals (no table loads or index arithmetic); its C must equal the course kernel's bit for bit; ``unrolled by
-  numba`` the same from the course's own source, the loop over ``numba.cuda.literal_unroll``
-  (``tools/unrolled_variants.py``), and ``written out`` from the course's own source with the loop's body repeated
-  once a modulus, ``t`` a literal in each (``unrolled_variants.written_out_simt``);
-- ``arithmetic only`` (and ``integer arithmetic only``): one plane read, its value reduced and summed as for every
-  modulus: the arithmetic alone.
+- ``arithmetic only``: one plane read, its value reduced and summed as for every modulus: the arithmetic alone;
+  ``integer arithmetic only``: the same with each digit found in 32-bit integers (:func:`make_integer_digit`, one
+  multiply-high a reduction) instead of FP64.
 
-Beside each: the bytes it moves at this run's copy rate (its floor) and how far the time is from it.
+Beside each: the bytes it moves at this run's copy rate (its floor) and how far the time is from it. Retired after
+the runs of 2026-11-29 (``results/nvidia-h200-ozaki2-reconstruct-probe.json`` holds their rows): the whole kernel
+with integer digits, the loop written out by hand from a template, and two and four entries a thread.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import shlex
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -84,126 +79,6 @@ def make_integer_digit(count: int):
         return libdevice.hiloint2double(int32(0x43300000), int32(u)) - 4503599627370496.0  # 2^52 + u, exact
 
     return digit
-
-
-def integer_factory(count: int, from_products: bool = True):
-    """The course's reconstruction (late digits) with :func:`make_integer_digit` on the int32 products as loaded."""
-    from utilities.operands import NONFINITE_SHIFT
-    from utilities.ozaki2 import reference as ref
-    from utilities.ozaki2 import simt
-    from utilities.simt import fma, scale2
-
-    T = simt.tables(count)
-    N = count
-    C1, C2, C3 = T["c1"], T["c2"], T["c3"]
-    crt = ref.crt(count)
-    P_HI, P_LO = crt.product_hi, crt.product_lo
-    digit = make_integer_digit(count)
-
-    @cuda.jit
-    def kernel(planes, mu, nu, a, b, alpha, beta, c, out):
-        j, i = cuda.grid(2)
-        if i >= out.shape[0] or j >= out.shape[1]:
-            return
-        if mu[i] == NONFINITE_SHIFT or nu[j] == NONFINITE_SHIFT:
-            native = 0.0
-            for col in range(a.shape[1]):
-                native = fma(a[i, col], b[col, j], native)
-            native *= alpha
-            if beta != 0.0:
-                native = fma(beta, c[i, j], native)
-            out[i, j] = native
-            return
-        s1 = 0.0
-        s2 = 0.0
-        s3 = 0.0
-        for t in range(N):
-            u = digit(planes[t, i, j], t)
-            s1 = fma(u, C1[t], s1)
-            s2 = fma(u, C2[t], s2)
-            s3 = fma(u, C3[t], s3)
-        q = math.floor(s1 + 0.5)
-        a0 = s1 - q
-        h = a0 + s2
-        back = h - a0
-        low = ((a0 - (h - back)) + (s2 - back)) + s3
-        value = fma(h, P_HI, fma(low, P_HI, h * P_LO))
-        value = alpha * scale2(value, -int(mu[i] + nu[j]))
-        if beta != 0.0:
-            value = fma(beta, c[i, j], value)
-        out[i, j] = value
-
-    return kernel
-
-
-UNROLLED = """
-def kernel(planes, mu, nu, a, b, alpha, beta, c, out):
-    j, i = cuda.grid(2)
-    if i >= out.shape[0] or j >= out.shape[1]:
-        return
-    if mu[i] == NONFINITE_SHIFT or nu[j] == NONFINITE_SHIFT:
-        native = 0.0
-        for col in range(a.shape[1]):
-            native = fma(a[i, col], b[col, j], native)
-        native *= alpha
-        if beta != 0.0:
-            native = fma(beta, c[i, j], native)
-        out[i, j] = native
-        return
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-{body}
-    q = math.floor(s1 + 0.5)
-    a0 = s1 - q
-    h = a0 + s2
-    back = h - a0
-    low = ((a0 - (h - back)) + (s2 - back)) + s3
-    value = fma(h, {p_hi!r}, fma(low, {p_hi!r}, h * {p_lo!r}))
-    value = alpha * scale2(value, -int(mu[i] + nu[j]))
-    if beta != 0.0:
-        value = fma(beta, c[i, j], value)
-    out[i, j] = value
-"""
-STEP = """
-    v = float64(planes[{t}, i, j])
-    r = v - round_near(v * {inv!r}) * {p!r}
-    u = r * {y!r}
-    u -= round_near(u * {inv!r}) * {p!r}
-    if u < 0:
-        u += {p!r}
-    s1 = fma(u, {c1!r}, s1)
-    s2 = fma(u, {c2!r}, s2)
-    s3 = fma(u, {c3!r}, s3)
-"""
-
-
-def unrolled_factory(count: int, from_products: bool = True):
-    """The course's reconstruction (late digits), its loop over the moduli written out: each modulus's constants
-    are literals in the code instead of loads from tables indexed by the loop's counter (the same operations, so
-    the same C bit for bit)."""
-    from utilities.operands import NONFINITE_SHIFT
-    from utilities.ozaki2 import reference as ref
-    from utilities.ozaki2 import simt
-    from utilities.simt import fma, round_near, scale2
-
-    T = simt.tables(count)
-    crt = ref.crt(count)
-    body = "".join(
-        STEP.format(t=t, **{k: float(T[k][t]) for k in ("p", "inv", "y", "c1", "c2", "c3")}) for t in range(count)
-    )
-    source = UNROLLED.format(body=body, p_hi=float(crt.product_hi), p_lo=float(crt.product_lo))
-    names = {
-        "cuda": cuda,
-        "float64": float64,
-        "fma": fma,
-        "round_near": round_near,
-        "scale2": scale2,
-        "math": math,
-        "NONFINITE_SHIFT": NONFINITE_SHIFT,
-    }
-    exec(compile(source, f"<unrolled reconstruction, {count} moduli>", "exec"), names)  # noqa: S102
-    return cuda.jit(names["kernel"])
 
 
 def diagnostics(count: int, late: bool):
@@ -294,8 +169,6 @@ def main() -> None:
         )
         grid = (-(-size // BLOCK[0]), -(-size // BLOCK[1]))
         if late:
-            kernels["integer digit"] = (integer_factory(count), grid, BLOCK, kernels["course"][3])
-            kernels["unrolled"] = (unrolled_factory(count), grid, BLOCK, kernels["course"][3])
             by_numba = unrolled_variants.unrolled_simt()["make_reconstruct_kernel"](count, True)
             kernels["unrolled by numba"] = (by_numba, grid, BLOCK, kernels["course"][3])
             written = unrolled_variants.written_out_simt(count)["make_reconstruct_kernel"](count, True)
@@ -309,7 +182,7 @@ def main() -> None:
             out.fill(cp.nan)
             launch.launch(kernel, grid, block, 0, *kargs)
             same = None
-            if name in ("course", "integer digit", "unrolled", "unrolled by numba", "written out"):
+            if name in ("course", "unrolled by numba", "written out"):
                 same = bool(cp.array_equal(out, want))
             record = bench.bench(
                 lambda kernel=kernel, grid=grid, block=block, kargs=kargs: launch.launch(
@@ -345,12 +218,9 @@ def main() -> None:
             f"{r['ms'] / r['floor_ms']:8.2f} {same:>14}"
         )
     if args.json:
-        name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
-        head = {
-            "gpu": name.decode() if isinstance(name, bytes) else str(name),
-            "date": time.strftime("%Y-%m-%d"),
-            "command": shlex.join(["python3", "tools/ozaki2_reconstruct_probe.py", *sys.argv[1:]]),
-        }
+        from ozaki2_scaling_probe import report_head
+
+        head = report_head("ozaki2_reconstruct_probe.py")
         Path(args.json).write_text(
             json.dumps({**head, "size": size, "moduli": count, "copy_tbs": copy_tbs, "rows": rows}, indent=1) + "\n"
         )

@@ -36,6 +36,18 @@ def fit(counts: list[int], ms: list[float]) -> tuple[float, float]:
     return mean_t - slope * mean_n, slope
 
 
+def report_head(tool: str) -> dict[str, str]:
+    """A probe report's first fields: the GPU's name, the date and the command that ran ``tools/<tool>``."""
+    import cupy as cp
+
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+    return {
+        "gpu": name.decode() if isinstance(name, bytes) else str(name),
+        "date": time.strftime("%Y-%m-%d"),
+        "command": shlex.join(["python3", f"tools/{tool}", *sys.argv[1:]]),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=8192, help="m = n = k (default 8192)")
@@ -143,13 +155,7 @@ def main() -> None:
         a0, slope = fit([r["moduli"] for r in mine], [r["ms"] for r in mine])
         print(f"{name}: {a0:.3f} ms a pass + {slope:.3f} ms a modulus")
     if args.json:
-        name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
-        head = {
-            "gpu": name.decode() if isinstance(name, bytes) else str(name),
-            "date": time.strftime("%Y-%m-%d"),
-            "command": shlex.join(["python3", "tools/ozaki2_scaling_probe.py", *sys.argv[1:]]),
-        }
-        report = {**head, "size": size, "copy_tbs": copy_tbs, "rows": rows}
+        report = {**report_head("ozaki2_scaling_probe.py"), "size": size, "copy_tbs": copy_tbs, "rows": rows}
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
 
 
