@@ -21,9 +21,12 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import nbformat  # noqa: E402
 
 from utilities import notebooks  # noqa: E402
 
@@ -62,11 +65,8 @@ def defines_code(source: str) -> bool:
     return any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) for n in tree.body)
 
 
-def count(path: Path) -> dict[str, Part]:
-    """The core and stretch parts of the exercise notebook at ``path``."""
-    import nbformat
-
-    nb = nbformat.read(path, as_version=4)
+def count(nb: Any) -> dict[str, Part]:
+    """The core and stretch parts of an exercise notebook (an ``nbformat`` node)."""
     parts = {"core": Part(), "stretch": Part()}
     first_code = True
     for cell in nb.cells:
@@ -119,10 +119,9 @@ def main() -> None:
         stem = path.stem
         if args.stems and not any(s in stem for s in args.stems):
             continue
-        parts = count(path)
-        import nbformat
-
-        clock = notebooks.CLOCK.search(nbformat.read(path, as_version=4).cells[0].source)
+        nb = nbformat.read(path, as_version=4)
+        parts = count(nb)
+        clock = notebooks.CLOCK.search(nb.cells[0].source)
         core_s, stretch_s, edit_s = machine(stem, runs)
         for name, part in parts.items():
             if name == "stretch" and not (part.words or part.kernel_lines or part.other_lines):

@@ -53,16 +53,6 @@ def integer_tables(count: int) -> dict[str, np.ndarray]:
     }
 
 
-def integer_digit(v: np.ndarray, t: int, count: int) -> np.ndarray:
-    """:func:`make_integer_digit`'s steps in NumPy (uint64 holding the uint32 values): the CRT digits of int32 v."""
-    T = {k: np.uint64(a[t]) for k, a in integer_tables(count).items()}
-    w = (np.asarray(v, np.int64) & 0xFFFFFFFF).astype(np.uint64) ^ np.uint64(0x80000000)
-    x = (w >> np.uint64(16)) * T["m16"] + (w & np.uint64(0xFFFF))  # below 2^24: v + 2^31, of v's class mod p
-    r = x - ((x * T["magic"]) >> np.uint64(32)) * T["p"]  # x mod p: the high word is floor(x / p) while x p < 2^32
-    u = (r + T["shift"]) * T["y"]  # (v mod p) y, below 2 p^2 (2^31 taken back by the shift)
-    return u - ((u * T["magic"]) >> np.uint64(32)) * T["p"]
-
-
 def make_integer_digit(count: int):
     """``digit(v, t)``: the CRT digit of the int32 product v in [0, p) as a double, in 32-bit integer arithmetic
     (one multiply-high a reduction, no FP64 operation but the exact conversion of a byte)."""
