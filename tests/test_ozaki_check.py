@@ -3,8 +3,13 @@ their domain on every run, and spot unfinished exercises."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import itertools
 import math
 import re
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -350,46 +355,127 @@ def test_a_gemm_without_the_sentinels_nan_is_rejected_and_named():
         assert check.check_ozaki_gemm(run, 7, shapes=[(40, 24, 56)], seed=1, adversarial=adversarial)
 
 
-# --- the products stage's hint: a right kernel is not sent back to its code ----------------------------------------
+# --- the products stage: the kernel's derivation of (s, t) from p, and the hint of a wrong one ---------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+TENSORCORE = ROOT / "utilities" / "ozaki" / "tensorcore.py"
 
 
-def products_plan(tables: str = "written", kernel: str = "right", keep_tables: bool = True):
-    """A plan whose products stage computes, for each product p, A_s @ B_t from its index tables ``term_s`` and
-    ``term_t``: as the plan wrote them, or with term_s written over with zeros (what 3b's products met on an H200);
-    its kernel reads them right, takes s = 0, or swaps s and t. ``stages()`` keeps the tables or not."""
-    slices, kept = 3, {}
+def products_kernel_source() -> str:
+    """``make_products_kernel``'s source as the module holds it (read, not imported: no GPU stack needed)."""
+    text = TENSORCORE.read_text(encoding="utf-8")
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "make_products_kernel")
+    return ast.get_source_segment(text, node)
+
+
+def derivation(kernel_source: str):
+    """``pair(p, bx, by)``: the (s, t) that the lines between BEGIN and END SOLUTION of ``kernel_source`` give for
+    product p in the block of tile (bx, by), run as Python (they are plain integer arithmetic)."""
+    lines = kernel_source.splitlines()
+    begin = next(i for i, line in enumerate(lines) if line.strip() == "# BEGIN SOLUTION")
+    end = next(i for i, line in enumerate(lines) if line.strip() == "# END SOLUTION")
+    code = compile(textwrap.dedent("\n".join(lines[begin + 1 : end])), "make_products_kernel", "exec")
+
+    def pair(p: int, bx: int = 0, by: int = 0) -> tuple[int, int]:
+        names = {"p": p, "bx": bx, "by": by}
+        exec(code, names)  # noqa: S102 - the course's own solution lines, or a mutant of them
+        return int(names["s"]), int(names["t"])
+
+    return pair
+
+
+def test_the_products_solution_derives_every_products_pair_in_the_contracts_order():
+    """The solution's own lines (read from the module: a broken solution fails here) give product p's pair as
+    ``product_terms`` lists it, for every p of every count up to 20, whatever the block's tile."""
+    pair = derivation(products_kernel_source())
+    for slices in range(1, 21):
+        terms = [(s, d - s) for d in range(slices) for s in range(d + 1)]  # slices beyond check_slices' 12 too
+        if slices <= 12:
+            assert terms == ozaki.product_terms(slices)
+        assert [pair(p, p % 3, p % 2) for p in range(len(terms))] == terms, slices
+
+
+def products_plan(pair, slices: int = 7, tile: tuple[int, int] = (128, 128)):
+    """A plan whose products stage does what the products kernel does with ``pair``: block (bx, by, p) writes tile
+    (bx, by) of A_s @ B_t, (s, t) = pair(p, bx, by), into product p; a slice outside 0 .. S - 1 reads as zeros (the
+    slice buffers' spare slices are zero, and the pipeline's TMA fills a box outside its tensor with zeros)."""
+    kept = {}
 
     def run(a, b, c, alpha, beta):
         st = ozaki.ozaki_stages(a, b, slices)
-        term_s, term_t = (np.array(x, np.int32) for x in zip(*ozaki.product_terms(slices), strict=True))
-        if tables == "overwritten":
-            term_s[:] = 0
-        pairs = {"right": list(zip(term_s, term_t, strict=True))}
-        pairs |= {"s = 0": [(0, t) for _, t in pairs["right"]], "swapped": [(t, s) for s, t in pairs["right"]]}
-        a64, b64 = st.a_slices.astype(np.int64), st.b_slices.astype(np.int64)
-        products = np.stack([a64[s] @ b64[t].T for s, t in pairs[kernel]]).astype(np.int32)
+        m, n = a.shape[0], b.shape[1]
+        a64, b64 = st.a_slices.astype(np.float64), st.b_slices.astype(np.float64)  # exact: below 2^53
+        products = np.zeros((len(ozaki.product_terms(slices)), m, n), np.int32)
+        for p, bx, by in itertools.product(range(len(products)), range(-(-m // tile[0])), range(-(-n // tile[1]))):
+            s, t = pair(p, bx, by)
+            if 0 <= s < slices and 0 <= t < slices:
+                rows, cols = slice(bx * tile[0], (bx + 1) * tile[0]), slice(by * tile[1], (by + 1) * tile[1])
+                products[p, rows, cols] = (a64[s, rows] @ b64[t, cols].T).astype(np.int32)
         kept.update(e=st.e, f=st.f, a_slices=st.a_slices, b_slices=st.b_slices, products=products)
-        if keep_tables:
-            kept.update(term_s=term_s, term_t=term_t)
         return ozaki.reconstruct(st.diagonals, st.e, st.f, alpha, beta, c)
 
-    return lambda seed: check.check_ozaki_gemm(run, slices, shapes=[(40, 24, 56)], stages=lambda: kept, seed=seed)
+    return run, lambda: kept
 
 
-@pytest.mark.parametrize(
-    ("plan", "says", "not_said"),
-    [
-        (products_plan("overwritten"), ["no longer hold what the plan wrote", "your kernel is right"], []),
-        (products_plan("overwritten", keep_tables=False), ["A_0 @ B_t", "a fresh plan then passes"], ["is right"]),
-        (products_plan(kernel="s = 0"), ["your kernel took slice 0 of A, not s = term_s[p]"], ["fresh plan"]),
-        (products_plan("overwritten", "swapped"), ["no longer hold", "look at yours too"], ["your kernel is right"]),
-        (products_plan(kernel="swapped"), ["s and t are swapped"], ["fresh plan"]),
-    ],
-    ids=["tables overwritten", "tables overwritten, not kept", "kernel takes s = 0", "both", "kernel swaps s and t"],
-)
-def test_the_products_hint_tells_an_overwritten_table_from_a_wrong_kernel(plan, says, not_said):
+# 3b's check: its first plan (2 x 3 tiles), and the contract's other block at its padded shape
+PRODUCTS_CASES = [((256, 384, 384), None), ((300, 136, 392), check.OTHER_TILE)]
+
+
+def products_check(pair, seed: int, shape, block, adversarial: bool = True) -> None:
+    tile = (block["tile_m"], block["tile_n"]) if block else (128, 128)
+    run, stages = products_plan(pair, 7, tile)
+    check.check_ozaki_gemm(run, 7, shapes=[shape], stages=stages, block=block, seed=seed, adversarial=adversarial)
+
+
+def test_the_products_solution_passes_3bs_check():
+    for shape, block in PRODUCTS_CASES:  # the pairs do not depend on the inputs: a few of the check's cases
+        products_check(derivation(products_kernel_source()), 3, shape, block, adversarial=False)
+
+
+def products_mistakes():
+    spec = importlib.util.spec_from_file_location("mistakes_ozaki", ROOT / "tools" / "mistakes" / "ozaki.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return [m for m in module.MISTAKES if m.exercise == "3b products"]
+
+
+@pytest.mark.parametrize("mistake", products_mistakes(), ids=lambda m: m.what)
+@pytest.mark.parametrize(("shape", "block"), PRODUCTS_CASES, ids=["own block", "other block"])
+def test_every_products_mistake_is_rejected_with_its_own_hint(mistake, shape, block):
+    """Each of ``tools/mistakes/ozaki.py``'s products mutants, applied to the module's solution, fails the products
+    stage with the text the GPU tool expects of it (and the one pair of slices it multiplied where it is one)."""
+    pair = derivation(mistake.apply(products_kernel_source()))
+    for seed in (0, 1):
+        with pytest.raises(CheckFailure) as failure:
+            products_check(pair, seed, shape, block)
+        message = str(failure.value)
+        assert failure.value.stage == "slice products", message
+        assert mistake.message in message and "should be A_" in message, message
+        if "tile" in mistake.what:  # two tiles of one product that hold different pairs, named
+            held = re.findall(r"(A_\d+ @ B_\d+|zero) in tile \((\d+), (\d+)\)", message)
+            assert len(held) == 2 and held[0][0] != held[1][0], message
+
+
+def test_the_products_hint_names_the_pair_each_wrong_product_multiplied():
+    """The hint says which pair the first wrong product should be and is; a pair that is no named mistake gets the
+    contract's order, not a cause the evidence does not show."""
+    terms = ozaki.product_terms(7)
+
+    def shuffled(p, bx=0, by=0):  # products 4 and 5 exchanged: no named mistake
+        return terms[{4: 5, 5: 4}.get(p, p)]
+
     with pytest.raises(CheckFailure) as failure:
-        plan(6)
+        products_check(shuffled, 0, *PRODUCTS_CASES[0])
     message = str(failure.value)
-    assert failure.value.stage == "slice products", message
-    assert all(text in message for text in says) and not any(text in message for text in not_said), message
+    assert "2 of 28 products wrong (p = 4, 5)" in message, message
+    assert "product 4 should be A_1 @ B_1 (diagonal d = s + t = 2, which starts at p = d(d+1)/2 = 3" in message
+    assert "your kernel's is A_2 @ B_0" in message and "s = p - d(d+1)/2" in message, message
+    for text in ("swapped", "one too", "stayed 0", "first of each", "last of each", "tile"):
+        assert text not in message.split("your kernel's is")[1], message
+
+    def zeros_from_3(p, bx=0, by=0):  # a pair outside the slices from p = 3 on
+        return terms[p] if p < 3 else (-1, 9)
+
+    with pytest.raises(CheckFailure) as failure:
+        products_check(zeros_from_3, 0, *PRODUCTS_CASES[0])
+    assert "product 3 should be A_0 @ B_2" in str(failure.value) and "your kernel's is zero" in str(failure.value)

@@ -43,7 +43,7 @@ def _runner(cp, plan):
         if plan.variant == "partial":
             kept["diagonals"] = plan.terms
         if plan.variant == "unfused":
-            kept |= {"products": plan.terms, "term_s": plan.term_s, "term_t": plan.term_t}
+            kept["products"] = plan.terms
         return {k: cp.asnumpy(v) for k, v in kept.items()}
 
     return run, stages
@@ -132,13 +132,13 @@ def test_3b_check_passes_with_its_solution_kernels_built_in_the_notebooks_order(
 
 
 @pytest.mark.parametrize("pool", ["on", "off"])
-def test_3b_padded_case_keeps_the_products_index_tables(gpu, pool, capsys):
+def test_3b_padded_case_passes_with_the_pool_on_and_off(gpu, pool):
     """3b's failing case (300 x 136 x 392, 7 slices, unfused, the course's kernels): on an H200 (2026-11-28) every
     product with s >= 1 was A_0 @ B_t, because the slicing's ``shifts_from_max_kernel`` wrote zeros past B's column
-    maxima into the next block of CuPy's memory pool, where ``term_s`` lay (``tests/test_ozaki_plans.py`` finds
-    that write in numba's simulator). With the pool on (where it happened) and off (every buffer its own allocation,
-    which compute-sanitizer's memcheck needs to see such a write): the check passes, and ``term_s`` and ``term_t``,
-    printed, still hold the products' slice indices after the run."""
+    maxima into the next block of CuPy's memory pool, where the products' table ``term_s`` then lay
+    (``tests/test_ozaki_plans.py`` finds that write in numba's simulator; the products kernel now derives its slices
+    from p and has no table). With the pool on (where it happened) and off (every buffer its own allocation, which
+    compute-sanitizer's memcheck needs to see such a write): the check passes, and B's maxima are zeroed."""
     cp, Z = gpu
     if pool == "off":
         cp.cuda.set_allocator(None)
@@ -146,14 +146,9 @@ def test_3b_padded_case_keeps_the_products_index_tables(gpu, pool, capsys):
         plan = Z.OzakiGemm(300, 136, 392, SLICES, "unfused")
         run, stages = _runner(cp, plan)
         result = check.check_ozaki_gemm(run, SLICES, shapes=[(300, 136, 392)], stages=stages, seed=1234)
-        got_s, got_t = cp.asnumpy(plan.term_s).tolist(), cp.asnumpy(plan.term_t).tolist()
         maxima = cp.asnumpy(plan.col_max), cp.asnumpy(plan.col_bad)
     finally:
         cp.cuda.set_allocator(cp.get_default_memory_pool().malloc)
-    with capsys.disabled():
-        print(f"\npool {pool}: term_s {got_s}\n          term_t {got_t}")
-    terms = ozaki.product_terms(SLICES)
-    assert got_s == [s for s, _ in terms] and got_t == [t for _, t in terms]
     assert not maxima[0].any() and not maxima[1].any(), "B's maxima are zeroed for the next call"
     assert result.status == "passed", result
 

@@ -408,7 +408,7 @@ def test_reviewed_equivalents_are_reported_apart_from_survivors(tmp_path):
                                                         "survivors": ["line 46: Gt -> GtE"], "equivalents": []}},
         {"exercise": "4b reconstruct", "syntactic": {"rejected": 7, "survived": 3, "equivalent": 0, "score": 0.7,
                                                      "survivors": [f"line {n}: first two arguments swapped"
-                                                                   for n in (42, 43, 44)], "equivalents": []}},
+                                                                   for n in (43, 44, 45)], "equivalents": []}},
     ]}  # fmt: skip
     path = tmp_path / "mutation-gpu.json"
     path.write_text(json.dumps(report))

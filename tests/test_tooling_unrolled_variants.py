@@ -1,13 +1,15 @@
-"""The probes' written-out kernels (``tools/unrolled_variants.py``, issue 43) compute what the course's do.
+"""The probes' variants of the course's kernels (``tools/unrolled_variants.py``, issue 43) compute what the
+course's do.
 
-The probes time Ozaki-II's kernels with their loops over the moduli written out beside the course's, and say which
-to take into the course: a variant that computed something else would be timed for nothing, or taken in wrong. Here
-each runs in numba's simulator beside the course's kernel on the same inputs, at a shape whose tiles are partial,
-with a row and a column that hold a non-finite value; words, shifts and C must be equal bit for bit.
+The probes time Ozaki-II's kernels with their loops over the moduli kept or written out beside the course's, and
+say which to take into the course: a variant that computed something else would be timed for nothing, or taken in
+wrong. Here each runs in numba's simulator beside the course's kernel on the same inputs, at a shape whose tiles
+are partial, with a row and a column that hold a non-finite value; words, shifts and C must be equal bit for bit.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -40,20 +42,24 @@ def _plan(m: int, n: int, k: int) -> tuple[simt.SimtPlan, np.ndarray, np.ndarray
     return plan, a, b
 
 
-def test_the_source_is_written_out_once_a_modulus_with_t_a_literal():
-    source = unrolled_variants.written_out_source(
-        "def f(count):\n    N = count\n    for t in range(N):\n        x = P[t]\n    return x\n", 3
-    )
-    assert "range(N)" not in source and "P[2]" in source and source.count("x = P[") == 3
-    assert "assert count == 3" in source
-    with pytest.raises(ValueError, match="no 'for t in range"):
-        unrolled_variants.written_out_source("def f(count):\n    return count\n", 3)
+def test_each_variant_edits_the_courses_loops():
+    from utilities.ozaki2 import simt as course
+
+    looped = unrolled_variants.looped_source(inspect.getsource(course.make_reconstruct_kernel))
+    assert "@written_out" not in looped and "for t in range(N):" in looped
+    columns = unrolled_variants.written_out_factory_source(inspect.getsource(course.make_residue_cols_kernel))
+    assert "    @cuda.jit\n    @written_out(N)\n    def residue_cols_kernel(" in columns
+    unrolled = unrolled_variants.unrolled_source(inspect.getsource(course.make_store_row_words))
+    assert "literal_unroll(TS)" in unrolled and "range(N)" not in unrolled and "@written_out" not in unrolled
+    with pytest.raises(ValueError, match="no 'N = count' binding"):
+        unrolled_variants.unrolled_source("def f(count):\n    return count\n")
 
 
-def test_written_out_kernels_equal_the_courses():
+@pytest.mark.parametrize("variant", ["looped_simt", "written_out_simt"])
+def test_the_variants_kernels_equal_the_courses(variant: str):
     m, n, k = 6, 40, 70  # two column tiles of the residue kernel (the second partial), K padded from 70 to 80
     plan, a, b = _plan(m, n, k)
-    names = unrolled_variants.written_out_simt(COUNT)
+    names = getattr(unrolled_variants, variant)()
     rows = simt.residue_known_launch(m, k, plan.kp, COUNT)
     words, mu = np.zeros_like(plan.a_res[:COUNT]).view(np.int32), np.zeros_like(plan.mu)
     kernel = names["make_residue_known_rows_kernel"](k, plan.kp, COUNT, rows.block)
@@ -73,5 +79,3 @@ def test_written_out_kernels_equal_the_courses():
         planes, plan.mu, plan.nu, a, b, -0.75, 1.25, c, got
     )
     assert np.array_equal(got, want, equal_nan=True) and not np.isnan(want).all()
-    with pytest.raises(AssertionError, match="written out for 5 moduli"):
-        names["make_reconstruct_kernel"](COUNT + 1, True)

@@ -7,11 +7,11 @@ A plan with fixed moduli runs once on random operands (its int32 products, digit
 each kernel below is timed alone (CUDA events, ``utilities.bench``) on those buffers, late (int32 products, each
 reduced to its CRT digit in the kernel) and early (uint8 digits):
 
-- ``course``: ``simt.make_reconstruct_kernel``, one entry a thread, blocks of 32 x 8;
-- ``written out`` (late): the course's source with its loop over the moduli written out, the body once a modulus and
-  ``t`` a literal in each (``tools/unrolled_variants.py``, ``written_out_simt``): no table loads or index arithmetic
-  left; ``unrolled by numba``: the same loop over ``numba.cuda.literal_unroll``. Each one's C must equal the course
-  kernel's bit for bit;
+- ``course``: ``simt.make_reconstruct_kernel``, one entry a thread, blocks of 32 x 8, its loop over the moduli
+  written out (``utilities.written_out``: the body once a modulus, ``t`` a literal in each, no table loads);
+- ``loop kept`` (late): the course's source with its loop kept (``tools/unrolled_variants.py``, ``looped_simt``: the
+  course's kernel before 2026-11-30); ``unrolled by numba``: the loop over ``numba.cuda.literal_unroll``. Each
+  one's C must equal the course kernel's bit for bit;
 - ``loads only``: the planes read and summed as integers, one store: the floor of this access pattern;
 - ``arithmetic only``: one plane read, its value reduced and summed as for every modulus: the arithmetic alone;
   ``integer arithmetic only``: the same with each digit found in 32-bit integers (:func:`make_integer_digit`, one
@@ -161,8 +161,8 @@ def main() -> None:
         if late:
             by_numba = unrolled_variants.unrolled_simt()["make_reconstruct_kernel"](count, True)
             kernels["unrolled by numba"] = (by_numba, grid, BLOCK, kernels["course"][3])
-            written = unrolled_variants.written_out_simt(count)["make_reconstruct_kernel"](count, True)
-            kernels["written out"] = (written, grid, BLOCK, kernels["course"][3])
+            looped = unrolled_variants.looped_simt()["make_reconstruct_kernel"](count, True)
+            kernels["loop kept"] = (looped, grid, BLOCK, kernels["course"][3])
         loads, arithmetic, integer_arithmetic = diagnostics(count, late)
         kernels["loads only"] = (loads, grid, BLOCK, (planes, out))
         kernels["arithmetic only"] = (arithmetic, grid, BLOCK, (planes, out))
@@ -172,7 +172,7 @@ def main() -> None:
             out.fill(cp.nan)
             launch.launch(kernel, grid, block, 0, *kargs)
             same = None
-            if name in ("course", "unrolled by numba", "written out"):
+            if name in ("course", "unrolled by numba", "loop kept"):
                 same = bool(cp.array_equal(out, want))
             record = bench.bench(
                 lambda kernel=kernel, grid=grid, block=block, kargs=kargs: launch.launch(

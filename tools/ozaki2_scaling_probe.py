@@ -4,10 +4,10 @@ Run on a GPU: ``python tools/ozaki2_scaling_probe.py [--size 8192] [--counts 2,4
 
 The automatic plan's scaling is two kernels: A's residues from the row statistics the choice found
 (``residue_known_rows_kernel``) and B's, transposed, from its column statistics (``residue_cols_kernel``). Each is
-timed alone (CUDA events, ``utilities.bench``) at several moduli counts (with ``--unrolled`` and
-``--written-out``, beside each the same kernel with its loops over the moduli unrolled by numba or written out in its
-source, ``tools/unrolled_variants.py``, whose words and shifts must equal the course's), and its times are fitted
-as ``a + b N``:
+timed alone (CUDA events, ``utilities.bench``) at several moduli counts (with ``--looped``, ``--written-out`` and
+``--unrolled``, beside each the same kernel with its loops over the moduli kept, all written out, or unrolled by
+numba, ``tools/unrolled_variants.py``, whose words and shifts must equal the course's; the course writes out the
+rows' loop and keeps the columns'), and its times are fitted as ``a + b N``:
 ``a`` is the pass over the operand (its loads and the split of each entry), ``b`` one modulus's residues and their
 stores. Beside each: the bytes it moves at this run's copy rate (its floor), and how far the time is from it. The
 residues are not checked here (the tests and the checkers do that).
@@ -58,8 +58,9 @@ def main() -> None:
         "--unrolled", action="store_true", help="also each kernel with its moduli loops over numba's literal_unroll"
     )
     parser.add_argument(
-        "--written-out", action="store_true", help="also each kernel with its moduli loops written out in its source"
+        "--written-out", action="store_true", help="also each kernel with every moduli loop written out in its source"
     )
+    parser.add_argument("--looped", action="store_true", help="also each kernel with every moduli loop kept")
     args = parser.parse_args()
     from utilities.ozaki2 import reference
 
@@ -104,9 +105,15 @@ def main() -> None:
             ),
         }
         same: dict[str, tuple] = {}
-        modes = [("unrolled", args.unrolled), ("written out", args.written_out)]
-        for mode in [m for m, wanted in modes if wanted]:  # the same kernels, the moduli loops unrolled
-            ns = unrolled_variants.unrolled_simt() if mode == "unrolled" else unrolled_variants.written_out_simt(count)
+        modes = {
+            "loop kept": (args.looped, unrolled_variants.looped_simt),
+            "written out": (args.written_out, unrolled_variants.written_out_simt),
+            "unrolled": (args.unrolled, unrolled_variants.unrolled_simt),
+        }
+        for mode, (wanted, variant) in modes.items():  # the same kernels, the moduli loops treated otherwise
+            if not wanted:
+                continue
+            ns = variant()
             known_u = ns["make_residue_known_rows_kernel"](size, kp, count, known.block)
             cols_u = ns["make_residue_cols_kernel"](count)
             a_copy, b_copy = cp.empty_like(a_words), cp.empty_like(b_words)

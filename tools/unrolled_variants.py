@@ -1,42 +1,54 @@
-"""Developer helper (issue 43): the course kernel factories of ``utilities.ozaki2.simt`` with their loops over the
-moduli unrolled, two ways, for the probes to time beside the course's.
+"""Developer helper (issue 43): the kernel factories of ``utilities.ozaki2.simt`` with their loops over the moduli
+treated otherwise than the course treats them, for the probes to time beside the course's kernels.
 
-A factory's kernel loops ``for t in range(N)`` and reads each modulus's constants from tables indexed by ``t``
-(``P[t]``, ``INV[t]``...): a constant-memory load and its address arithmetic each, at run time. With the loop
-unrolled over a tuple of literals, each ``t`` is a compile-time constant and each table entry an immediate in the
-code (read from the PTX of a CPU build). The same operations otherwise, so the same results bit for bit.
+The course writes out the loops of the reconstruction and of the rows' residues (``utilities.written_out``: the
+body once a modulus, ``t`` a literal in each, every table entry a constant in the code); the column kernel keeps
+its loops, which were faster. Each variant is the course's own source, edited, so it computes the same thing:
 
-    variants = unrolled_simt()            # numba unrolls: the loops over numba.cuda.literal_unroll
-    kernel = variants["make_reconstruct_kernel"](15, True)
-    variants = written_out_simt(15)       # the source unrolled: each loop's body once a modulus, t a literal
-    kernel = variants["make_reconstruct_kernel"](15, True)   # (the same count, or it raises)
+    looped_simt()         every loop kept (the course's kernels before 2026-11-30)
+    written_out_simt()    every loop written out, the column kernel's too
+    unrolled_simt()       every loop over ``numba.cuda.literal_unroll`` (numba unrolls by type)
+    kernel = written_out_simt()["make_residue_cols_kernel"](15)
 
-    python tools/unrolled_variants.py make_reconstruct_kernel --count 15   # the written-out source, printed
-
-On an H200 (2026-11-29) numba's way made the kernels 2.9-3.3x slower; the probe's own written-out reconstruction
-(``ozaki2_reconstruct_probe.unrolled_factory``) 1.27x faster: ``written_out_simt`` does that to any factory.
+    python tools/unrolled_variants.py make_residue_cols_kernel --count 15   # a kernel's written-out source
 """
 
 from __future__ import annotations
 
-import ast
-import copy
 import inspect
+import linecache
 import re
-import textwrap
+from collections.abc import Callable
 from typing import Any
 
-# the factories whose kernels loop over the moduli, and the line of each that binds N (the count)
+# the factories whose kernels loop over the moduli, and those that call one of them (rebuilt to use the variant)
 FACTORIES = ("make_store_row_words", "make_residue_cols_kernel", "make_reconstruct_kernel")
-REBUILT = ("make_residue_known_rows_kernel", "make_residue_rows_kernel")  # they call make_store_row_words
+REBUILT = ("make_residue_known_rows_kernel", "make_residue_rows_kernel")
+_MARK = re.compile(r"^ *@written_out\(N\).*\n", re.M)  # the course's decorator, as its factories write it
 _BINDS_N = re.compile(r"^(?P<indent>    )N\b[^=\n]*=\s*count\b.*$", re.M)
 _LOOP = "for t in range(N):"
+_COLUMNS = "    @cuda.jit\n    def residue_cols_kernel("
+
+
+def looped_source(source: str) -> str:
+    """A factory's source without the course's ``@written_out(N)``: its loops stay loops."""
+    return _MARK.sub("", source)
+
+
+def written_out_factory_source(source: str) -> str:
+    """A factory's source with every kernel that loops over the moduli under ``@written_out(N)``."""
+    if _COLUMNS in source:
+        return source.replace(_COLUMNS, "    @cuda.jit\n    @written_out(N)\n    def residue_cols_kernel(")
+    if not _MARK.search(source):
+        raise ValueError("a factory with a loop over the moduli that neither the course nor this tool writes out")
+    return source
 
 
 def unrolled_source(source: str) -> str:
     """A factory's source with ``TS = tuple(range(count))`` bound beside N and every ``for t in range(N):`` over
     ``literal_unroll(TS)``; raises where either is missing (the course's code changed: the probe would time the
     course's kernel twice)."""
+    source = looped_source(source)
     match = _BINDS_N.search(source)
     if match is None or _LOOP not in source:
         raise ValueError("no 'N = count' binding or no 'for t in range(N):' loop to unroll")
@@ -44,94 +56,38 @@ def unrolled_source(source: str) -> str:
     return source.replace(_LOOP, "for t in literal_unroll(TS):")
 
 
-def unrolled_simt() -> dict[str, Any]:
-    """A copy of ``utilities.ozaki2.simt``'s namespace in which :data:`FACTORIES` unroll their loops over the moduli
-    and :data:`REBUILT` use them."""
-    from numba import cuda
-
+def _namespace(edit: Callable[[str], str], mode: str) -> dict[str, Any]:
+    """A copy of ``utilities.ozaki2.simt``'s namespace with :data:`FACTORIES` edited and :data:`REBUILT` using them;
+    each source is kept where ``inspect`` finds it (``written_out`` reads its kernel's)."""
     from utilities.ozaki2 import simt
 
     names = dict(vars(simt))
-    names["literal_unroll"] = cuda.literal_unroll
     for name in (*FACTORIES, *REBUILT):
         source = inspect.getsource(getattr(simt, name))
         if name in FACTORIES:
-            source = unrolled_source(source)
-        if name == "make_reconstruct_kernel":  # its argument a is rebound to a double after the loop, which the
-            # unrolled loop's typing cannot unify with the array: a name of its own (the same operations)
-            source = source.replace("a = s1 - q", "a0 = s1 - q").replace("h = a + s2", "h = a0 + s2")
-            source = source.replace("back = h - a\n", "back = h - a0\n").replace(
-                "((a - (h - back))", "((a0 - (h - back))"
-            )
-        exec(compile(source, f"<{name}, unrolled>", "exec"), names)  # noqa: S102
+            source = edit(source)
+        file = f"<{name}, {mode}>"
+        linecache.cache[file] = (len(source), None, source.splitlines(True), file)
+        exec(compile(source, file, "exec"), names)  # noqa: S102 - the course's own source, edited
     return names
 
 
-class _Literal(ast.NodeTransformer):
-    """Every read of the name ``t`` becomes the constant ``value``."""
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        if node.id == "t" and isinstance(node.ctx, ast.Load):
-            return ast.copy_location(ast.Constant(self.value), node)
-        return node
+def looped_simt() -> dict[str, Any]:
+    """The factories with every loop over the moduli kept."""
+    return _namespace(looped_source, "looped")
 
 
-class _WriteOut(ast.NodeTransformer):
-    """``for t in range(N): body`` becomes ``count`` copies of body, t a literal in each."""
-
-    def __init__(self, count: int) -> None:
-        self.count, self.loops = count, 0
-
-    def visit_For(self, node: ast.For) -> Any:
-        self.generic_visit(node)
-        loop = node.iter
-        if not (
-            isinstance(node.target, ast.Name)
-            and node.target.id == "t"
-            and isinstance(loop, ast.Call)
-            and isinstance(loop.func, ast.Name)
-            and loop.func.id == "range"
-            and len(loop.args) == 1
-            and isinstance(loop.args[0], ast.Name)
-            and loop.args[0].id == "N"
-            and not node.orelse
-        ):
-            return node
-        if any(isinstance(n, ast.Break | ast.Continue) for n in ast.walk(node)):
-            raise ValueError("a loop over the moduli with break or continue cannot be written out")
-        self.loops += 1
-        return [_Literal(t).visit(copy.deepcopy(stmt)) for t in range(self.count) for stmt in node.body]
+def written_out_simt() -> dict[str, Any]:
+    """The factories with every loop over the moduli written out (the count is each factory's own)."""
+    return _namespace(written_out_factory_source, "written out")
 
 
-def written_out_source(source: str, count: int) -> str:
-    """A factory's source with each ``for t in range(N)`` written out for ``count`` moduli, and a check that the
-    factory is called with that count; raises where there is no such loop."""
-    tree = ast.parse(textwrap.dedent(source))
-    writer = _WriteOut(count)
-    tree = writer.visit(tree)
-    if writer.loops == 0:
-        raise ValueError("no 'for t in range(N)' loop to write out")
-    factory = tree.body[0]
-    guard = ast.parse(f"assert count == {count}, 'written out for {count} moduli'").body[0]
-    factory.body.insert(1 if ast.get_docstring(factory) else 0, guard)
-    factory.decorator_list = []  # functools.cache: each call builds, as the probes want
-    return ast.unparse(ast.fix_missing_locations(tree))
+def unrolled_simt() -> dict[str, Any]:
+    """The factories with every loop over the moduli unrolled by numba (on a GPU: numba's simulator has none)."""
+    from numba import cuda
 
-
-def written_out_simt(count: int) -> dict[str, Any]:
-    """A copy of ``utilities.ozaki2.simt``'s namespace in which :data:`FACTORIES` write their loops over the moduli
-    out for ``count`` moduli, and :data:`REBUILT` use them."""
-    from utilities.ozaki2 import simt
-
-    names = dict(vars(simt))
-    for name in (*FACTORIES, *REBUILT):
-        source = inspect.getsource(getattr(simt, name))
-        if name in FACTORIES:
-            source = written_out_source(source, count)
-        exec(compile(source, f"<{name}, written out>", "exec"), names)  # noqa: S102
+    names = _namespace(unrolled_source, "unrolled")
+    names["literal_unroll"] = cuda.literal_unroll
     return names
 
 
@@ -140,14 +96,15 @@ def main() -> None:
     import sys
     from pathlib import Path
 
-    parser = argparse.ArgumentParser(description="Print a factory's source with its loops over the moduli written out.")
-    parser.add_argument("factory", choices=FACTORIES, help="a factory of utilities.ozaki2.simt")
+    parser = argparse.ArgumentParser(description="Print a kernel's source with its loops over the moduli written out.")
+    parser.add_argument("factory", choices=("make_residue_cols_kernel", "make_reconstruct_kernel"))
     parser.add_argument("--count", type=int, default=15, help="moduli (default 15)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from utilities.ozaki2 import simt
+    from utilities.written_out import written_out_source
 
-    print(written_out_source(inspect.getsource(getattr(simt, args.factory)), args.count))
+    kernel = written_out_simt()[args.factory](args.count)
+    print(written_out_source(kernel.py_func.__wrapped__, args.count))
 
 
 if __name__ == "__main__":

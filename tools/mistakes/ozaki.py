@@ -9,6 +9,13 @@ from utilities.mutants import RUNNING, Alternative, Mistake
 
 _SCALE = "t = math.ldexp(x, 7 - e)"
 _CARRY = "    for s in range(slices - 1, 0, -1):"
+_LOOP = (  # 3b's products: the diagonal of p, as the solution finds it
+    "for e in range(1, p + 1):  # diagonal e starts at e (e + 1) / 2 >= e: none after p starts by p\n"
+    "            if e * (e + 1) // 2 <= p:\n"
+    "                d = e"
+)
+_START = "s = p - d * (d + 1) // 2"
+_ST = _START + "\n        t = d - s"
 
 MISTAKES = [
     # 3a: one number's digits
@@ -84,24 +91,32 @@ MISTAKES = [
             "math.ldexp(1.0, -8 * d)", new="                acc += float64(terms[t, i, j]) * math.ldexp(1.0, -8 * d)",
             message="exact sum of its terms"),
     # 3b: the products kernel (GPU)
-    Mistake("3b products", "swapped axes", "takes s from term_t and t from term_s", old="s, t = term_s[p], term_t[p]",
-            new="s, t = term_t[p], term_s[p]", message="slice products"),
-    Mistake("3b products", "hard-coded count", "derives (s, t) from p as if every diagonal had 7 terms",
-            old="s, t = term_s[p], term_t[p]", new="s, t = p // 7, p % 7", message="slice products"),
-    Mistake("3b products", "indexing", "uses s for both operands", old="s, t = term_s[p], term_t[p]",
-            new="s, t = term_s[p], term_s[p]", message="slice products"),
-    Mistake("3b products", "indexing", "computes product 0 in every block", old="s, t = term_s[p], term_t[p]",
-            new="s, t = term_s[0], term_t[0]", message="slice products"),
-    Mistake("3b products", "off by one", "takes the pair of product p - 1", old="s, t = term_s[p], term_t[p]",
-            new="s, t = term_s[p - 1], term_t[p - 1]", message="slice products"),
-    Mistake("3b products", "indexing", "takes t = p - s, as if p were the diagonal", old="s, t = term_s[p], term_t[p]",
-            new="s, t = term_s[p], p - term_s[p]", message="slice products"),
-    Mistake("3b products", "swapped axes", "indexes the slices by the block's tile", old="s, t = term_s[p], term_t[p]",
-            new="s, t = term_s[bx], term_t[by]", message="slice products"),
-    Mistake("3b products", "indexing", "takes the diagonal of p for s", old="s, t = term_s[p], term_t[p]",
-            new="s, t = term_s[p] + term_t[p], term_t[p]", message="slice products"),
-    Mistake("3b products", "off by one", "takes the pair of product p + 1 (past the last one at the end)",
-            old="s, t = term_s[p], term_t[p]", new="s, t = term_s[p + 1], term_t[p + 1]", message="slice products"),
+    Mistake("3b products", "off by one", "starts diagonal d at p = d(d-1)/2", old=_START,
+            new="s = p - d * (d - 1) // 2", message="as if diagonal d started at p = d(d-1)/2"),
+    Mistake("3b products", "off by one", "moves on to diagonal d one product late (< for <=)", old="// 2 <= p:",
+            new="// 2 < p:", message="the first of each diagonal d >= 1"),
+    Mistake("3b products", "off by one", "moves on to the next diagonal one product early", old="// 2 <= p:",
+            new="// 2 <= p + 1:", message="the last of each diagonal d"),
+    Mistake("3b products", "off by one", "counts s from 1 along each diagonal", old=_START,
+            new="s = p - d * (d + 1) // 2 + 1", message="s is one too large"),
+    Mistake("3b products", "swapped axes", "derives t from p's place on its diagonal and s from t", old=_ST,
+            new="t = p - d * (d + 1) // 2\n        s = d - t", message="s and t are swapped"),
+    Mistake("3b products", "indexing", "takes t = p - s", old="t = d - s", new="t = p - s", message="not p - s"),
+    Mistake("3b products", "indexing", "takes s = 0, so t = d: the first product of each diagonal", old=_START,
+            new="s = 0", message="the first of its diagonal"),
+    Mistake("3b products", "indexing", "takes s = p % (d + 1), right on the even diagonals only", old=_START,
+            new="s = p % (d + 1)", message="s = p - d(d+1)/2"),
+    Mistake("3b products", "indexing", "takes p itself as the diagonal", old=_LOOP,
+            new="d = p", message="diagonal d = p"),
+    Mistake("3b products", "hard-coded count", "derives (s, t) from p as if the pairs were a 7 x 7 grid", old=_ST,
+            new="s, t = p // 7, p % 7", message="not an S x S grid"),
+    Mistake("3b products", "indexing", "keeps the skeleton's s, t = 0, 0 below its own lines: product 0 everywhere",
+            old=_ST, new=_ST + "\n        s, t = 0, 0", message="every product is A_0 @ B_0"),
+    Mistake("3b products", "swapped axes", "derives (s, t) from the block's row tile bx, not from p",
+            old=_LOOP + "\n        " + _START,
+            new=(_LOOP + "\n        " + _START).replace("p + 1", "bx + 1").replace("<= p:", "<= bx:")
+            .replace("s = p", "s = bx"),
+            message="the same in every block of product p"),
     # 3c: the diagonals kernel (GPU)
     Mistake("3c diagonals", "swapped axes", "points A's tile at by and B's at bx",
             old="(bx, int32(s)), (by, int32(d - s))", new="(by, int32(s)), (bx, int32(d - s))"),

@@ -882,6 +882,7 @@ def check_ozaki_gemm(
     """
     name, seed = "Ozaki-I GEMM", fresh_seed(seed)
     rng = np.random.default_rng(seed)
+    tile = (block or {}).get("tile_m", 128), (block or {}).get("tile_n", 128)  # tile_config: 128 x 128 everywhere
     count = 0
     for m, n, k in shapes:
         cases = list(_cases(m, k, n, seed + count, nonfinite=True))
@@ -909,7 +910,7 @@ def check_ozaki_gemm(
                 if untouched(got) or untouched(got, float("nan")):
                     return not_yet(name, "C is all zero or was not written")
             if kept:
-                _compare_stages(kept, ref, label)
+                _compare_stages(kept, ref, label, tile)
             want = quick_return(got, want, alpha, beta, c)
             bound = epilogue_bound(x, c, alpha, beta, want)
 
@@ -920,8 +921,8 @@ def check_ozaki_gemm(
             hint = _gemm_hint(got, want, bound, alpha, beta, kept, recount, slices, shifts=(ref.e, ref.f))
             compare("C", got, want, bound=bound, names=("row", "col"), case=label, hint=hint)
             count += 1
-    tile = "" if not block else "; block " + ", ".join(f"{key} {value}" for key, value in block.items())
-    return passed(name, count, seed, DOMAIN_GEMM + f"; {slices} slices; shapes {plain(list(shapes))}{tile}")
+    other = "" if not block else "; block " + ", ".join(f"{key} {value}" for key, value in block.items())
+    return passed(name, count, seed, DOMAIN_GEMM + f"; {slices} slices; shapes {plain(list(shapes))}{other}")
 
 
 def _gemm_hint(
@@ -1007,7 +1008,11 @@ def _tile_mask(shape: tuple[int, ...], tiles: list[tuple[int, int]], size: int) 
     return out
 
 
-def _compare_stages(kept: dict[str, Any], ref: _reference.OzakiStages, case: str) -> None:
+def _compare_stages(
+    kept: dict[str, Any], ref: _reference.OzakiStages, case: str, tile: tuple[int, int] = (128, 128)
+) -> None:
+    """The stages the plan kept against the reference; ``tile``: the plan's block (rows, columns of C), for the
+    products' hint."""
     S, m, k = ref.a_slices.shape
     n = ref.b_slices.shape[1]
     view = {name: np.asarray(value) for name, value in kept.items()}
@@ -1037,63 +1042,197 @@ def _compare_stages(kept: dict[str, Any], ref: _reference.OzakiStages, case: str
             want,
             names=("product", "row", "col"),
             case=case,
-            hint="" if np.array_equal(got, want) else _products_hint(got, want, ref, view),
+            hint="" if np.array_equal(got, want) else _products_hint(got, want, ref, tile),
         )
 
 
-def _pairs_held(got: np.ndarray, ref: _reference.OzakiStages) -> list[set[tuple[int, int]]]:
-    """For each product the plan kept, the slice pairs (s, t) whose product A_s @ B_t it equals (none: garbage)."""
+_ZERO = "zero"  # a product (or a tile of one) that is all zero and no pair of the slices gives
+_BY_TILE = "by tile"  # each tile of C's is some A_s @ B_t, not the same pair in every tile
+_NONE = "none"  # some tile is no A_s @ B_t of the slices, nor zero
+
+
+def _pairs_held(
+    got: np.ndarray, ref: _reference.OzakiStages, tile: tuple[int, int]
+) -> tuple[list[Any], list[list[set[Any]]]]:
+    """What each product the plan kept holds: the slice pairs (s, t), 0 <= s, t < S, whose product A_s @ B_t it
+    equals in every tile of the plan's block (``tile``: rows, columns); else :data:`_ZERO`, :data:`_BY_TILE` or
+    :data:`_NONE`. Beside it, per product, the pairs each tile equals (``None`` standing for a tile all zero that
+    no pair gives)."""
     S, m, k = ref.a_slices.shape
     n = ref.b_slices.shape[1]
     a, b = ref.a_slices.reshape(S * m, k).astype(np.float64), ref.b_slices.reshape(S * n, k).astype(np.float64)
     table = (a @ b.T).reshape(S, m, S, n).transpose(0, 2, 1, 3).reshape(S * S, m, n)  # exact: below 2^53
-    w = np.random.default_rng(0).random(m * n)
-    keys = table.reshape(S * S, m * n) @ w  # a fingerprint of each pair's product, then compared in full
-    held = []
-    for product in got:
-        near = np.flatnonzero(np.isclose(keys, product.astype(np.float64).ravel() @ w, rtol=1e-9, atol=1e-9))
-        held.append({(int(i) // S, int(i) % S) for i in near if np.array_equal(table[i], product)})
-    return held
+    w = np.random.default_rng(0).random((m, n))
+    tiles = [(i, j) for i in range(0, m, tile[0]) for j in range(0, n, tile[1])]
+    views = [(slice(i, i + tile[0]), slice(j, j + tile[1])) for i, j in tiles]
+    keys = [table[:, r, c].reshape(S * S, -1) @ w[r, c].ravel() for r, c in views]  # a fingerprint of each pair
+    held, by_tile = [], []
+    for product in np.asarray(got, np.float64):
+        sets = []
+        for (r, c), key in zip(views, keys, strict=True):
+            part = product[r, c]
+            near = np.flatnonzero(np.isclose(key, part.ravel() @ w[r, c].ravel(), rtol=1e-9, atol=1e-9))
+            pairs = {(int(i) // S, int(i) % S) for i in near if np.array_equal(table[i][r, c], part)}
+            sets.append(pairs or ({None} if not part.any() else set()))
+        common = set.intersection(*sets)
+        if common - {None}:
+            held.append(common - {None})
+        elif common:
+            held.append(_ZERO)
+        else:
+            held.append(_BY_TILE if all(sets) else _NONE)
+        by_tile.append(sets)
+    return held, by_tile
 
 
-def _products_hint(got: np.ndarray, want: np.ndarray, ref: _reference.OzakiStages, kept: dict[str, Any]) -> str:
-    """What the wrong products hold, so that an attendee whose kernel is right is not sent back to it: when the plan's
-    tables ``term_s`` and ``term_t`` (if ``stages()`` keeps them) no longer hold what the plan wrote, say so, and
-    whether the products are what the course's products kernel computes from them; else the one pattern of slice
-    pairs that every wrong product shows, if there is one."""
-    terms = _products.product_terms(ref.a_slices.shape[0])
+def _pair(s: int, t: int) -> str:
+    return f"A_{s} @ B_{t}"
+
+
+def _holds(held: Any, by_tile: list[set[Any]], tile: tuple[int, int], n: int) -> str:
+    """What one product holds, in words."""
+    if isinstance(held, set):
+        return " or ".join(_pair(*pair) for pair in sorted(held)) + (" (equal here)" if len(held) > 1 else "")
+    if held == _ZERO:
+        return "zero (no pair of the slices gives that: likely a slice index below 0 or above S - 1, read as zeros)"
+    if held == _NONE:
+        return "no product A_s @ B_t of the slices"
+    tiles_n = -(-n // tile[1])
+    first = next(index for index, pairs in enumerate(by_tile) if pairs - {None})  # a tile that some pair gives
+    shown = sorted(by_tile[first] - {None})[0]
+    other = next(index for index, pairs in enumerate(by_tile) if shown not in pairs)  # one it does not give
+    said = []
+    for index in (first, other):
+        i, j = divmod(index, tiles_n)
+        pairs = sorted(by_tile[index] - {None})
+        what = _pair(*(shown if index == first else pairs[0])) if pairs else "zero"
+        said.append(f"{what} in tile ({i}, {j}) (rows from {i * tile[0]}, columns from {j * tile[1]})")
+    return ", ".join(said) + ": not the same pair in every tile"
+
+
+# Named mistakes of the products kernel: each maps product p (the contract's pair (s, t) on diagonal d = s + t, which
+# starts at p = d(d+1)/2) to the pair that mistake multiplies, and says what it is. Most specific first.
+_PRODUCT_MISTAKES: list[tuple[Callable[[int, int, int, int, int], tuple[int, int]], str]] = [
+    (
+        lambda p, s, t, d, S: (0, 0),
+        "every product is A_0 @ B_0, product 0's pair: each block derives the pair of its own product p = "
+        "blockIdx.z (diagonal by diagonal, s ascending)",
+    ),
+    (
+        lambda p, s, t, d, S: (t, s),
+        "every wrong product p is A_t @ B_s for the contract's (s, t): s and t are swapped, or s runs down the "
+        "diagonal; s is the slice of A (get_tile's first pair) and ascends along each diagonal, t = d - s",
+    ),
+    (
+        lambda p, s, t, d, S: (d, -1) if s == 0 and d > 0 else (s, t),
+        "the wrong products are the first of each diagonal d >= 1 (p = d(d+1)/2 = 1, 3, 6, ...), the others right: "
+        "there your kernel is still on diagonal d - 1, which ends at p - 1; the test that moves p on to diagonal d "
+        "is off by one at p = d(d+1)/2 exactly",
+    ),
+    (
+        lambda p, s, t, d, S: (-1, d + 2) if s == d else (s, t),
+        "the wrong products are the last of each diagonal d (p = d(d+1)/2 + d = 0, 2, 5, ...), the others right: "
+        "there your kernel has already moved on to diagonal d + 1, which starts at p + 1",
+    ),
+    (
+        lambda p, s, t, d, S: (s + d, -s),
+        "your products are A_(s+d) @ B_(-s) for the contract's (s, t) on diagonal d (a negative slice reads as "
+        "zeros): as if diagonal d started at p = d(d-1)/2; diagonals 0 to d - 1 hold 1 + 2 + ... + d products, so "
+        "diagonal d starts at p = d(d+1)/2",
+    ),
+    (
+        lambda p, s, t, d, S: (s - 1, t + 1),
+        "your products are A_(s-1) @ B_(t+1) for the contract's (s, t): s is one too small, as if diagonal d "
+        "started at p = d(d+1)/2 + 1; it starts at d(d+1)/2, with s = 0",
+    ),
+    (
+        lambda p, s, t, d, S: (s + 1, t - 1),
+        "your products are A_(s+1) @ B_(t-1) for the contract's (s, t): s is one too large, as if diagonal d "
+        "started at p = d(d+1)/2 - 1; it starts at d(d+1)/2, with s = 0",
+    ),
+    (
+        lambda p, s, t, d, S: (0, t),
+        "every wrong product p is A_0 @ B_t: t is right and s stayed 0; s = p - d(d+1)/2 is p's place on its diagonal",
+    ),
+    (
+        lambda p, s, t, d, S: (0, d),
+        "every wrong product p is A_0 @ B_d, the first of its diagonal d: s stayed 0 (and t = d - s = d); "
+        "s = p - d(d+1)/2 is p's place on its diagonal",
+    ),
+    (
+        lambda p, s, t, d, S: (s, 0),
+        "every wrong product p is A_s @ B_0: s is right and t stayed 0; t = d - s",
+    ),
+    (
+        lambda p, s, t, d, S: (s, p - s),
+        "your products are A_s @ B_(p-s): s is right, t is not; t = d - s, with d the diagonal of p, not p - s",
+    ),
+    (
+        lambda p, s, t, d, S: (p - p * (p + 1) // 2, p * (p + 1) // 2),
+        "your products are what diagonal d = p gives (products 0 and 1 right, the others on slices outside 0 to "
+        "S - 1, read as zeros): diagonal d holds d + 1 products, so p's diagonal is the last d with d(d+1)/2 <= p",
+    ),
+    (
+        lambda p, s, t, d, S: (p // S, p % S),
+        "your products are A_(p // S) @ B_(p % S): p numbers only the pairs with s + t < S, diagonal by diagonal, "
+        "not an S x S grid row by row",
+    ),
+    (
+        lambda p, s, t, d, S: (p % S, p // S),
+        "your products are A_(p % S) @ B_(p // S): p numbers only the pairs with s + t < S, diagonal by diagonal, "
+        "not an S x S grid",
+    ),
+]
+
+
+def _named_products_mistake(
+    got: np.ndarray, wrong: set[int], held: list[Any], terms: list[tuple[int, int]], S: int
+) -> str:
+    """The first of :data:`_PRODUCT_MISTAKES` that gives every product the plan kept: its pair where that pair is one
+    of the slices (the right pair only where the product is right), and where it is not, a product all zero or one
+    that no pair gives (what such a tile loads); "" when none does."""
+    for mistake, text in _PRODUCT_MISTAKES:
+        fits = True
+        for p, (s, t) in enumerate(terms):
+            pair = mistake(p, s, t, s + t, S)
+            if pair == (s, t):
+                fits = p not in wrong
+            elif 0 <= pair[0] < S and 0 <= pair[1] < S:
+                fits = isinstance(held[p], set) and pair in held[p]
+            else:
+                fits = p in wrong and (held[p] in (_ZERO, _NONE) or not np.any(got[p]))
+            if not fits:
+                break
+        if fits:
+            return text
+    return ""
+
+
+def _products_hint(got: np.ndarray, want: np.ndarray, ref: _reference.OzakiStages, tile: tuple[int, int]) -> str:
+    """Which pair of slices the first wrong product multiplied, against the contract's pair for it, and the mistake
+    that gives every product the plan kept, when one of :data:`_PRODUCT_MISTAKES` does (else what the contract's
+    order is). ``tile``: the plan's block (rows, columns), to tell a pair that depends on the block's tile."""
+    S = ref.a_slices.shape[0]
+    terms = _products.product_terms(S)
     if got.shape != want.shape:
         return f"the plan kept {len(got)} products, {len(terms)} expected: each (s, t) with s + t < S once, by diagonal"
     wrong = [p for p in range(len(terms)) if not np.array_equal(got[p], want[p])]
-    held = _pairs_held(got, ref)
-    if "term_s" in kept and "term_t" in kept:
-        now = list(zip(np.ravel(kept["term_s"]).tolist(), np.ravel(kept["term_t"]).tolist(), strict=False))
-        if now[: len(terms)] != terms:
-            p = next(p for p in range(len(terms)) if p >= len(now) or now[p] != terms[p])
-            text = (
-                f"the plan's term_s and term_t (the slices each product multiplies) no longer hold what the plan "
-                f"wrote: (term_s[{p}], term_t[{p}]) is {now[p] if p < len(now) else 'missing'}, the plan wrote "
-                f"{terms[p]}; something wrote over them after the plan was built"
-            )
-            if all(p < len(now) and now[p] in held[p] for p in wrong):
-                text += ", and your products are what the course's kernel computes from them: your kernel is right"
-            else:
-                text += ", and your products are not what the course's kernel computes from them: look at yours too"
-            return text + "; build a new plan and check again (instructor-notes/ozaki.md, 3b's wrong products)"
-    if all((0, terms[p][1]) in held[p] for p in wrong):
-        if "term_s" in kept:  # and it holds what the plan wrote
-            return "every wrong product p is A_0 @ B_t: your kernel took slice 0 of A, not s = term_s[p]"
-        return (
-            "every wrong product p is A_0 @ B_t: the kernel took slice 0 of A; if yours reads s = term_s[p], term_s "
-            "held zeros when it ran, written over after the plan was built (a fresh plan then passes: "
-            "instructor-notes/ozaki.md, 3b's wrong products); keep term_s and term_t in stages() to tell"
-        )
-    if all((terms[p][1], terms[p][0]) in held[p] for p in wrong):
-        return "every wrong product p is A_t @ B_s: s and t are swapped (s picks the slice of A: get_tile's first)"
-    if all(held[p] for p in wrong):
-        p = wrong[0]
-        return (
-            f"product {p} should be A_{terms[p][0]} @ B_{terms[p][1]} and is A_s @ B_t for (s, t) in "
-            f"{sorted(held[p])}: product p multiplies the slices (term_s[p], term_t[p])"
-        )
-    return "product p is A_s @ B_t with (s, t) = (term_s[p], term_t[p]): s picks the slice of A, t that of B"
+    held, by_tile = _pairs_held(got, ref, tile)
+    p = next((q for q in wrong if held[q] == _BY_TILE), wrong[0])
+    s, t = terms[p]
+    d = s + t
+    shown = ", ".join(map(str, wrong[:8])) + (", ..." if len(wrong) > 8 else "")
+    said = (
+        f"{len(wrong)} of {len(terms)} products wrong (p = {shown}); product {p} should be {_pair(s, t)} (diagonal "
+        f"d = s + t = {d}, which starts at p = d(d+1)/2 = {d * (d + 1) // 2}; s = {s} is p's place on it), your "
+        f"kernel's is {_holds(held[p], by_tile[p], tile, got.shape[2])}"
+    )
+    if held[p] == _BY_TILE:
+        return said + "; (s, t) must come from p = blockIdx.z alone, the same in every block of product p"
+    named = _named_products_mistake(got, set(wrong), held, terms, S)
+    if named:
+        return f"{said}; {named}"
+    return said + (
+        "; product p is A_s @ B_t on diagonal d = s + t: the diagonals in order, each from s = 0 to s = d, so "
+        "diagonal d starts at p = d(d+1)/2 and s = p - d(d+1)/2 (utilities.ozaki.products.product_terms)"
+    )

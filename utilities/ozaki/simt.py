@@ -441,14 +441,10 @@ def tile_config(variant: str, cc: tuple[int, int] | None = None) -> OzakiConfig:
 
 
 def index_tables(slices: int, variant: str) -> dict[str, np.ndarray]:
-    """The plan's int32 tables for ``slices`` slices: ``term_s`` and ``term_t``, the slices of A and B that each
-    unfused product multiplies (diagonal by diagonal), and, but for the fused variant, ``offsets``: where each
-    diagonal's terms start (the unfused products, or the partially fused diagonals)."""
-    terms = product_terms(slices)
-    tables = {
-        "term_s": np.array([s for s, _ in terms], np.int32),
-        "term_t": np.array([t for _, t in terms], np.int32),
-    }
+    """The plan's int32 tables for ``slices`` slices: but for the fused variant, ``offsets``, where each diagonal's
+    terms start (the unfused products, diagonal by diagonal, or the partially fused diagonals). The products kernel
+    derives each product's slices from its index (``utilities.ozaki.products.product_terms``' order): no table."""
+    tables = {}
     if variant == "unfused":
         tables["offsets"] = np.array([d * (d + 1) // 2 for d in range(slices + 1)], np.int32)
     elif variant == "partial":

@@ -89,13 +89,20 @@ def make_products_kernel(MM: Matmul):
     TM, TN, _ = MM.size
 
     @cuda.jit(extensions=pipeline_extensions, launch_bounds=(MM.block_size, 1))
-    def ozaki_products_kernel(products, term_s, term_t, device_pipeline):
+    def ozaki_products_kernel(products, device_pipeline):
         smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
         (bx, by), p = grouped_tile(), cuda.blockIdx.z
-        # TODO (about 1 line): s and t, the slice of A and the slice of B that product p multiplies (the contract)
+        # TODO (about 6 lines): s and t, the slice of A and the slice of B that product p multiplies, from p alone
+        # (the contract's order); integers only, and a loop with a fixed number of steps (a loop that never ends
+        # hangs the GPU, and the notebook with it)
         # SKELETON: s, t = 0, 0
         # BEGIN SOLUTION
-        s, t = term_s[p], term_t[p]
+        d = 0  # the diagonal s + t of product p: the last one that starts at or before p
+        for e in range(1, p + 1):  # diagonal e starts at e (e + 1) / 2 >= e: none after p starts by p
+            if e * (e + 1) // 2 <= p:
+                d = e
+        s = p - d * (d + 1) // 2
+        t = d - s
         # END SOLUTION
         tile = device_pipeline.get_tile(smem, (bx, int32(s)), (by, int32(t)))
         acc = MM.suggest_accumulator()
@@ -239,7 +246,7 @@ class OzakiGemm(plain.SimtPlan):
         if self.variant == "unfused":
             kernel = self.kernels.factory("products")(self.MM)
             grid = (*self.grid, self.terms.shape[0])
-            launch.launch(kernel, grid, block, shared, self.terms, self.term_s, self.term_t, self.pipeline)
+            launch.launch(kernel, grid, block, shared, self.terms, self.pipeline)
         elif self.variant == "partial":
             kernel = self.kernels.factory("diagonals")(self.MM)
             launch.launch(kernel, self.grid, block, shared, self.terms, self.pipeline)

@@ -28,6 +28,12 @@ How a residue stays exact and cheap. An integer x = trunc(v 2^mu) has at most 78
 exact) is reduced by the multiple of p nearest to it: ``w - round(w / p) p``. Rounding uses 1.5 2^52 (two FP64
 adds): a GPU's floor and rint are conversions, which run at a quarter of the FP64 rate, and a residue kernel does
 N of them per entry.
+
+Why some loops over the moduli are written out. The reconstruction and the rows' residues run ``for t in range(N)``
+under ``utilities.written_out.written_out``: numba compiles the body once for each modulus, t a literal, so each
+table entry (``C1[t]``, ``P[t]``...) is a constant in the code, not a load. Measured both ways on an H200 (tools/
+``ozaki2_reconstruct_probe.py``, ``ozaki2_scaling_probe.py --written-out``), that made both kernels faster, and the
+column kernel, which keeps a whole tile of words in registers, slower: its loops stay loops.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from ..precision_gpu import (
 )
 from ..simt import fma, int32_of, pack_digits, round_near, scale2, trunc_f64
 from ..smem import ceil_to
+from ..written_out import written_out
 from . import reference as ref
 from .precision import SCHEME
 
@@ -233,6 +240,7 @@ def make_store_row_words(count: int, items: int, threads: int, words_per_row: in
     N, ITEMS, THREADS, WORDS = count, items, threads, words_per_row
 
     @cuda.jit(device=True)
+    @written_out(N)  # each modulus's constants in the code: no table loads (the module's docstring)
     def store_words(vals, shift, words, row, tid):
         for j in range(0, ITEMS, 4):
             word = tid + (j // 4) * THREADS
@@ -396,6 +404,7 @@ def make_reconstruct_kernel(count: int, from_products: bool = False, digit_facto
     digit = digit_factory(count)
 
     @cuda.jit
+    @written_out(N)  # each modulus's constants in the code: no table loads (the module's docstring)
     def reconstruct_kernel(planes, mu, nu, a, b, alpha, beta, c, out):
         j, i = cuda.grid(2)
         if i >= out.shape[0] or j >= out.shape[1]:
@@ -422,10 +431,10 @@ def make_reconstruct_kernel(count: int, from_products: bool = False, digit_facto
             s3 = fma(u, C3[t], s3)  # rounded once
             # END SOLUTION
         q = math.floor(s1 + 0.5)
-        a = s1 - q  # exact
-        h = a + s2  # TwoSum: h + low = a + s2 exactly
-        back = h - a
-        low = ((a - (h - back)) + (s2 - back)) + s3
+        frac = s1 - q  # exact
+        h = frac + s2  # TwoSum: h + low = frac + s2 exactly
+        back = h - frac
+        low = ((frac - (h - back)) + (s2 - back)) + s3
         value = fma(h, P_HI, fma(low, P_HI, h * P_LO))  # (h + low)(P_hi + P_lo), h P_hi exact inside the fma
         value = alpha * scale2(value, -int(mu[i] + nu[j]))
         if beta != 0.0:
