@@ -6,7 +6,8 @@ The automatic plan's scaling is two kernels: A's residues from the row statistic
 (``residue_known_rows_kernel``) and B's, transposed, from its column statistics (``residue_cols_kernel``). Each is
 timed alone (CUDA events, ``utilities.bench``) at several moduli counts (with ``--looped``, ``--written-out`` and
 ``--unrolled``, beside each the same kernel with its loops over the moduli kept, all written out, or unrolled by
-numba, ``tools/unrolled_variants.py``, whose words and shifts must equal the course's; the course writes out the
+numba, ``tools/unrolled_variants.py``; with ``--by-rows``, B's residues by its transpose and the rows kernel,
+``tools/columns_by_rows.py``; every variant's words and shifts must equal the course's; the course writes out the
 rows' loop and keeps the columns'), and its times are fitted as ``a + b N``:
 ``a`` is the pass over the operand (its loads and the split of each entry), ``b`` one modulus's residues and their
 stores. Beside each: the bytes it moves at this run's copy rate (its floor), and how far the time is from it. The
@@ -61,6 +62,7 @@ def main() -> None:
         "--written-out", action="store_true", help="also each kernel with every moduli loop written out in its source"
     )
     parser.add_argument("--looped", action="store_true", help="also each kernel with every moduli loop kept")
+    parser.add_argument("--by-rows", action="store_true", help="also B's residues by its transpose and the rows kernel")
     args = parser.parse_args()
     from utilities.ozaki2 import reference
 
@@ -77,6 +79,7 @@ def main() -> None:
     from utilities.peaks import measure_copy_bandwidth
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import columns_by_rows
     import unrolled_variants
 
     size = args.size
@@ -86,6 +89,7 @@ def main() -> None:
     copy_tbs = measure_copy_bandwidth()
     kp = plan.kp
     rows: list[dict] = []
+    scratch: dict[str, object] = {}  # B^T for --by-rows, allocated once
     for count in counts:
         a_words, b_words = plan.a_res[:count].view(cp.int32), plan.b_res[:count].view(cp.int32)
         known = simt.residue_known_launch(size, size, kp, count)
@@ -139,6 +143,23 @@ def main() -> None:
                 except Exception as error:  # noqa: BLE001 (a variant never stops the probe)
                     print(f"{name}: not built ({type(error).__name__}: {str(error).splitlines()[0][:160]})")
                     del kernels[name], same[name]
+        if args.by_rows:  # B's residues through its transpose and the rows kernel (tools/columns_by_rows.py)
+            transpose, by_rows = columns_by_rows.columns_by_rows_launches(size, size, kp, count)
+            bt = scratch.setdefault("bt", cp.empty((size, size)))
+            b_copy, nu_copy = cp.empty_like(b_words), cp.empty_like(plan.nu)
+
+            def flip(transpose=transpose, bt=bt) -> None:
+                launch.launch(transpose.kernel, transpose.grid, transpose.block, 0, b, bt)
+
+            def residues(by_rows=by_rows, bt=bt, b_copy=b_copy, nu_copy=nu_copy) -> None:
+                launch.launch(by_rows.kernel, by_rows.grid, by_rows.block, 0, bt, plan.stats.cols_i, b_copy, nu_copy)
+
+            name = "columns (B), by rows of B^T"
+            kernels["B transposed alone"] = (flip, 2 * b.nbytes)
+            kernels["rows kernel on B^T alone"] = (residues, b.nbytes + count * size * kp)
+            both = 3 * b.nbytes + count * size * kp  # B read, B^T written and read, the words written
+            kernels[name] = (lambda flip=flip, residues=residues: (flip(), residues()), both)
+            same[name] = ("columns (B, transposed)", b_words, b_copy, plan.nu, nu_copy)
         for name, (fn, moved) in kernels.items():
             record = bench.bench(fn, m=size, n=size, k=size, name=name, repeats=args.repeats, bytes_moved=moved)
             floor_ms = moved / (copy_tbs * 1e12) * 1e3
