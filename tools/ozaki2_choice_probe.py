@@ -1,0 +1,86 @@
+"""Developer tool (issue 43): where Ozaki-II's automatic choice spends its time, each of its passes alone.
+
+Run on a GPU: ``python tools/ozaki2_choice_probe.py [--size 8192] [--repeats 10] [--json F]``.
+
+``GemmStatistics.compute`` makes four passes over the operands (A by column chunks, B by rows, A by rows, B by
+column chunks; a small normalizing kernel after the first two), and ``choose`` three small kernels and one copy of
+the estimates to the host. Each is timed alone (CUDA events, ``utilities.bench``) on the buffers of an automatic
+plan at ``--size``, then ``compute`` and ``plan.choose`` whole. Beside each pass: the bytes it reads at this run's
+copy rate (its floor) and how far the time is from it. The statistics are not checked here (the tests and the
+checkers do that); the count chosen is printed, to compare with the plan's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=8192, help="m = n = k (default 8192)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args()
+    import cupy as cp  # after the arguments: --help needs no GPU
+
+    from utilities import bench, inputs
+    from utilities.ozaki2.tensorcore import Ozaki2Gemm
+    from utilities.peaks import measure_copy_bandwidth
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from ozaki2_scaling_probe import report_head
+
+    size = args.size
+    a, b = cp.asarray(inputs.normal(size, size, 0)), cp.asarray(inputs.normal(size, size, 1))
+    plan = Ozaki2Gemm(size, size, size, "auto")
+    choice = plan.choose(a, b)
+    st = plan.stats
+    ta, tb = st.tops[0:1], st.tops[1:2]
+    copy_tbs = measure_copy_bandwidth()
+    passes = {  # what GemmStatistics.compute runs, in its order, each with the bytes it reads
+        "A by column chunks (col_chunk + col_combine)": (
+            lambda: st._col_chunks(a, st.r, st.a_chunks, st.a_cols_f, st.a_cols_i, ta, weighted=False, terms=False),
+            a.nbytes,
+        ),
+        "normalize A's columns": (lambda: st._normalize(st.a_cols_f, st.a_cols_i, ta, st.q), 0),
+        "B by rows (norms)": (
+            lambda: st._rows(b, st.q, st.b_rows_f, st.b_rows_i, tb, weighted=False, terms=False),
+            b.nbytes,
+        ),
+        "normalize B's rows": (lambda: st._normalize(st.b_rows_f, st.b_rows_i, tb, st.r), 0),
+        "A by rows (weighted, exponents)": (
+            lambda: st._rows(a, st.r, st.rows_f, st.rows_i, ta, weighted=True),
+            a.nbytes,
+        ),
+        "B by column chunks (weighted, exponents)": (
+            lambda: st._col_chunks(b, st.q, st.b_chunks, st.cols_f, st.cols_i, tb, weighted=True),
+            b.nbytes,
+        ),
+        "compute (the four passes)": (lambda: st.compute(a, b), 2 * a.nbytes + 2 * b.nbytes),
+        "choose (three kernels and the copy)": (lambda: st.choose(plan.tables), 0),
+        "plan.choose (compute and choose)": (lambda: plan.choose(a, b), 2 * a.nbytes + 2 * b.nbytes),
+    }
+    rows: list[dict] = []
+    for name, (fn, moved) in passes.items():
+        record = bench.bench(fn, m=size, n=size, k=size, name=name, repeats=args.repeats, bytes_moved=moved or None)
+        floor_ms = moved / (copy_tbs * 1e12) * 1e3
+        rows.append({"pass": name, "ms": record.time.median, "floor_ms": floor_ms, "bytes": moved})
+    again = plan.choose(a, b)
+    print(f"{size}^3, copy rate {copy_tbs:.2f} TB/s; {choice.count} moduli chosen, {again.count} after the runs")
+    print(f"{'pass':<46} {'ms':>8} {'floor ms':>9} {'x floor':>8}")
+    for r in rows:
+        ratio = f"{r['ms'] / r['floor_ms']:8.2f}" if r["floor_ms"] else f"{'-':>8}"
+        print(f"{r['pass']:<46} {r['ms']:8.3f} {r['floor_ms']:9.3f} {ratio}")
+    if args.json:
+        report = {**report_head("ozaki2_choice_probe.py"), "size": size, "copy_tbs": copy_tbs, "rows": rows,
+                  "count": choice.count, "count_after": again.count}  # fmt: skip
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
