@@ -180,3 +180,35 @@ def test_the_choices_row_statistics_give_the_same_residues_and_c(m, n, k, count)
 def test_the_statistics_switch_is_checked():
     with pytest.raises(ValueError, match="statistics must be one of"):
         simt.SimtPlan(64, 64, 64, "auto", statistics="fused", xp=np)
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "digits"),
+    [(3, 70, "early"), (8, 20, "late")],
+    ids=["B^T in its own buffer", "B^T in the products' memory"],
+)
+def test_b_by_the_rows_of_its_transpose_gives_the_one_pass_words(m, k, digits):
+    """``columns="by-rows"`` (B transposed, then the rows kernel with B's column statistics) against "direct"
+    (``residue_cols_kernel``, one pass): the same words and nu bit for bit, at n = 37 and k = 70 or 20 (tiles
+    partial on both axes of the transpose and of the column kernel, K padded to 80 or 32), with a NaN column and an
+    Inf column (zero residues). With late digits and m = 8 the five int32 planes hold B^T (8 n k bytes), which the
+    products then overwrite (that C stays the reference's: ``test_small_plans_give_the_references_c``)."""
+    n, count = 37, 5
+    a, b = inputs.exponent_spread(m, k, 1.0, 3), inputs.exponent_spread(k, n, 2.0, 4)
+    b[5, 2], b[k - 4, 36] = np.nan, -np.inf
+    plans = {columns: simt.SimtPlan(m, n, k, count, xp=np, digits=digits, columns=columns) for columns in simt.COLUMNS}
+    by_rows, direct = plans["by-rows"], plans["direct"]
+    assert direct.b_t is None
+    assert np.shares_memory(by_rows.b_t, by_rows.products_buffer) == (digits == "late")
+    for plan in plans.values():
+        plan.nu.fill(-99)
+        plan.scale(a, b)
+    np.testing.assert_array_equal(by_rows.b_t, b.T)
+    np.testing.assert_array_equal(by_rows.nu, direct.nu)
+    np.testing.assert_array_equal(by_rows.b_res, direct.b_res)
+    assert by_rows.b_res.any() and not by_rows.b_res[:, 2].any() and not by_rows.b_res[:, 36].any()
+
+
+def test_the_columns_switch_is_checked():
+    with pytest.raises(ValueError, match="columns must be one of"):
+        simt.SimtPlan(64, 64, 64, "auto", columns="transposed", xp=np)

@@ -69,6 +69,7 @@ KERNELS = {
         kernels2.make_residue_known_rows_kernel(8192, 8192, 15),
         (f64_2d, i64_2d, i32_3d, i32_1d),
     ),
+    "ozaki2 transpose_kernel": (kernels2.make_transpose_kernel(), (f64_2d, f64_2d)),
     "ozaki2 residue_cols_kernel, 15 moduli": (
         kernels2.make_residue_cols_kernel(15),
         (f64_2d, i64_2d, i32_3d, i32_1d),

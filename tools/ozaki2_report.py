@@ -58,17 +58,22 @@ def target_notes(records: list) -> list[str]:
     return notes
 
 
+NEW_PATHS = ("ozaki2.auto", "ozaki2.scaling.auto")  # each beside its old paths: name.recompute, name.direct
+
+
 def old_new_notes(records: list) -> list[str]:
-    """One line per size: the old path (A's row statistics found twice) against the new, end to end and scaling."""
+    """One line per size and old path (A's row statistics found twice, B's residues in one pass) against the
+    default, end to end and the scaling alone."""
     notes = []
     by = {(r.name, r.m): r for r in records}
     for size in sorted({r.m for r in records}):
-        pairs = (("ozaki2.auto", "ozaki2.auto.recompute"), ("ozaki2.scaling.auto", "ozaki2.scaling.auto.recompute"))
-        for new, old in pairs:
+        for new, old in [(new, f"{new}.{old}") for new in NEW_PATHS for old in ("recompute", "direct")]:
             if (new, size) in by and (old, size) in by:
                 n_ms, o_ms = by[(new, size)].time.median, by[(old, size)].time.median
-                same = by[(old, size)].params.get("same_c_as_auto")
-                extra = "" if same is None else f"; C bit for bit the same: {same}"
+                params = by[(old, size)].params
+                same = params.get("same_c_as_auto", params.get("same_b_words_as_auto"))
+                what = "C" if "same_c_as_auto" in params else "B's words and exponents"
+                extra = "" if same is None else f"; {what} bit for bit the same: {same}"
                 notes.append(f"{size}^3 {new} {n_ms:.3f} ms against {old} {o_ms:.3f} ms ({o_ms / n_ms:.2f}x){extra}")
     return notes
 
@@ -84,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--old-new",
         action="store_true",
-        help="time A's row statistics reused (the default) against found again, end to end and the scaling alone",
+        help="time the default against the designs it replaced (A's row statistics found again, B's residues in "
+        "one pass), end to end and the scaling alone",
     )
     parser.add_argument("--no-stages", action="store_true", help="leave out each stage alone against its floor")
     parser.add_argument("--no-accuracy", action="store_true", help="leave out the accuracy sweep")

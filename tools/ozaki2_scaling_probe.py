@@ -2,17 +2,16 @@
 
 Run on a GPU: ``python tools/ozaki2_scaling_probe.py [--size 8192] [--counts 2,4,8,15] [--repeats 10]``.
 
-The automatic plan's scaling is two kernels: A's residues from the row statistics the choice found
-(``residue_known_rows_kernel``) and B's, transposed, from its column statistics (``residue_cols_kernel``). Each is
-timed alone (CUDA events, ``utilities.bench``) at several moduli counts (with ``--looped``, ``--written-out`` and
-``--unrolled``, beside each the same kernel with its loops over the moduli kept, all written out, or unrolled by
-numba, ``tools/unrolled_variants.py``; with ``--by-rows``, B's residues by its transpose and the rows kernel,
-``tools/columns_by_rows.py``; every variant's words and shifts must equal the course's; the course writes out the
-rows' loop and keeps the columns'), and its times are fitted as ``a + b N``:
+The automatic plan's scaling: A's residues from the row statistics the choice found (``residue_known_rows_kernel``)
+and B's, transposed, from its column statistics, in one pass (``residue_cols_kernel``, ``columns="direct"``) or, the
+course's default, by B^T's rows (``transpose_kernel``, then the rows kernel; ``--by-rows`` times it, each part alone
+too). Each is timed alone (CUDA events, ``utilities.bench``) at several moduli counts (with ``--looped``,
+``--written-out`` and ``--unrolled``, beside each the same kernel with its loops over the moduli kept, all written
+out, or unrolled by numba, ``tools/unrolled_variants.py``; every variant's words and shifts must equal the one-pass
+kernel's; the course writes out the rows' loop and keeps the columns'), and its times are fitted as ``a + b N``:
 ``a`` is the pass over the operand (its loads and the split of each entry), ``b`` one modulus's residues and their
 stores. Beside each: the bytes it moves at this run's copy rate (its floor), and how far the time is from it. The
-residues are not checked here (the tests and the checkers do that).
-"""
+residues are not checked here (the tests and the checkers do that)."""
 
 from __future__ import annotations
 
@@ -79,7 +78,6 @@ def main() -> None:
     from utilities.peaks import measure_copy_bandwidth
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import columns_by_rows
     import unrolled_variants
 
     size = args.size
@@ -101,7 +99,7 @@ def main() -> None:
                 ),
                 a.nbytes + count * size * kp,
             ),
-            "columns (B, transposed)": (
+            "columns (B), one pass": (
                 lambda cols=cols, b_words=b_words: launch.launch(
                     cols.kernel, cols.grid, cols.block, 0, b, plan.stats.cols_i, b_words, plan.nu
                 ),
@@ -122,7 +120,7 @@ def main() -> None:
             cols_u = ns["make_residue_cols_kernel"](count)
             a_copy, b_copy = cp.empty_like(a_words), cp.empty_like(b_words)
             mu_copy, nu_copy = cp.empty_like(plan.mu), cp.empty_like(plan.nu)
-            rows_name, cols_name = f"rows (A, statistics known), {mode}", f"columns (B, transposed), {mode}"
+            rows_name, cols_name = f"rows (A, statistics known), {mode}", f"columns (B), one pass, {mode}"
             kernels[rows_name] = (
                 lambda a_copy=a_copy, mu_copy=mu_copy, known_u=known_u, known=known: launch.launch(
                     known_u, known.grid, known.block, 0, a, plan.stats.rows_i, a_copy, mu_copy
@@ -136,15 +134,15 @@ def main() -> None:
                 b.nbytes + count * size * kp,
             )
             same[rows_name] = ("rows (A, statistics known)", a_words, a_copy, plan.mu, mu_copy)
-            same[cols_name] = ("columns (B, transposed)", b_words, b_copy, plan.nu, nu_copy)
+            same[cols_name] = ("columns (B), one pass", b_words, b_copy, plan.nu, nu_copy)
             for name in (rows_name, cols_name):  # numba may refuse to unroll a loop (literal_unroll's limits)
                 try:
                     kernels[name][0]()
                 except Exception as error:  # noqa: BLE001 (a variant never stops the probe)
                     print(f"{name}: not built ({type(error).__name__}: {str(error).splitlines()[0][:160]})")
                     del kernels[name], same[name]
-        if args.by_rows:  # B's residues through its transpose and the rows kernel (tools/columns_by_rows.py)
-            transpose, by_rows = columns_by_rows.columns_by_rows_launches(size, size, kp, count)
+        if args.by_rows:  # B's residues through its transpose and the rows kernel (the course's default)
+            transpose, by_rows = simt.transpose_launch(size, size), simt.residue_known_launch(size, size, kp, count)
             bt = scratch.setdefault("bt", cp.empty((size, size)))
             b_copy, nu_copy = cp.empty_like(b_words), cp.empty_like(plan.nu)
 
@@ -154,12 +152,12 @@ def main() -> None:
             def residues(by_rows=by_rows, bt=bt, b_copy=b_copy, nu_copy=nu_copy) -> None:
                 launch.launch(by_rows.kernel, by_rows.grid, by_rows.block, 0, bt, plan.stats.cols_i, b_copy, nu_copy)
 
-            name = "columns (B), by rows of B^T"
+            name = "columns (B), by rows of B^T (course)"
             kernels["B transposed alone"] = (flip, 2 * b.nbytes)
             kernels["rows kernel on B^T alone"] = (residues, b.nbytes + count * size * kp)
             both = 3 * b.nbytes + count * size * kp  # B read, B^T written and read, the words written
             kernels[name] = (lambda flip=flip, residues=residues: (flip(), residues()), both)
-            same[name] = ("columns (B, transposed)", b_words, b_copy, plan.nu, nu_copy)
+            same[name] = ("columns (B), one pass", b_words, b_copy, plan.nu, nu_copy)
         for name, (fn, moved) in kernels.items():
             record = bench.bench(fn, m=size, n=size, k=size, name=name, repeats=args.repeats, bytes_moved=moved)
             floor_ms = moved / (copy_tbs * 1e12) * 1e3

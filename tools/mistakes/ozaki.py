@@ -96,7 +96,7 @@ MISTAKES = [
     Mistake("3b products", "off by one", "moves on to diagonal d one product late (< for <=)", old="// 2 <= p:",
             new="// 2 < p:", message="the first of each diagonal d >= 1"),
     Mistake("3b products", "off by one", "moves on to the next diagonal one product early", old="// 2 <= p:",
-            new="// 2 <= p + 1:", message="product 2 should be A_1 @ B_0"),  # p = 0 right: the generic hint
+            new="// 2 <= p + 1:", message="the last of each diagonal d >= 1"),
     Mistake("3b products", "off by one", "counts s from 1 along each diagonal", old=_START,
             new="s = p - d * (d + 1) // 2 + 1", message="s is one too large"),
     Mistake("3b products", "swapped axes", "derives t from p's place on its diagonal and s from t", old=_ST,

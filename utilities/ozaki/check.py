@@ -1129,6 +1129,11 @@ _PRODUCT_MISTAKES: list[tuple[Callable[[int, int, int, int, int], tuple[int, int
         "there your kernel is still on diagonal d - 1, which ends at p - 1; the test that moves p on to diagonal d "
         "is off by one at p = d(d+1)/2 exactly",
     ),
+    (  # the same mistake in a kernel whose loop never moves p = 0 off diagonal 0 (a `for` loop of p steps)
+        lambda p, s, t, d, S: (-1, d + 2) if s == d and d > 0 else (s, t),
+        "the wrong products are the last of each diagonal d >= 1 (p = d(d+1)/2 + d = 2, 5, 9, ...), the others "
+        "right: there your kernel has already moved on to diagonal d + 1, which starts at p + 1",
+    ),
     (
         lambda p, s, t, d, S: (-1, d + 2) if s == d else (s, t),
         "the wrong products are the last of each diagonal d (p = d(d+1)/2 + d = 0, 2, 5, ...), the others right: "

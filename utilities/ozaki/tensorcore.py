@@ -93,7 +93,7 @@ def make_products_kernel(MM: Matmul):
         smem = cuda.shared.array(shape=(0,), dtype=np.byte, alignment=device_pipeline.buffer_alignment)
         (bx, by), p = grouped_tile(), cuda.blockIdx.z
         # TODO (about 6 lines): s and t, the slice of A and the slice of B that product p multiplies, from p alone
-        # (the contract's order); integers only, and a loop with a fixed number of steps (a loop that never ends
+        # (the contract's order); integers only, and a loop with a bounded number of steps (a loop that never ends
         # hangs the GPU, and the notebook with it)
         # SKELETON: s, t = 0, 0
         # BEGIN SOLUTION

@@ -44,7 +44,10 @@ VARIANTS = {  # every design named outright: the default's digits depend on the 
     "ozaki2.auto.late": {"digits": "late"},
     "ozaki2.auto.serial": {"digits": "early", "overlap": False},
 }
-RECOMPUTE = {"ozaki2.auto.recompute": {"statistics": "recompute"}}  # A's row statistics found twice: the old path
+OLD_PATHS = {  # the designs the default replaced, each beside it in one run (``old_new``)
+    "ozaki2.auto.recompute": {"statistics": "recompute"},  # A's row statistics found twice
+    "ozaki2.auto.direct": {"columns": "direct"},  # B's residues in one pass (residue_cols_kernel), not by B^T's rows
+}
 VARIANT_SIZES = 8192  # the variants run up to this size (each plan holds its own buffers)
 
 
@@ -82,8 +85,8 @@ def ozaki2_records(
     """Ozaki-II with the automatic count at m = n = k = ``size``, end to end beside cuBLAS DGEMM (and Ozaki-I when
     ``ozaki1`` and ``ozaki1_auto``, factories ``(m, n, k) -> plan``, are given), interleaved; then each stage
     alone with its floor. ``variants`` (default: up to size 8192) adds the plan's other designs end to end;
-    ``old_new`` adds ``ozaki2.auto.recompute`` (A's row statistics found again in the scaling) end to end, and both
-    scalings of the automatic plan alone (``ozaki2.scaling.auto``, ``ozaki2.scaling.auto.recompute``); ``stages``
+    ``old_new`` adds the designs the default replaced (``OLD_PATHS``: A's row statistics found again, B's residues
+    in one pass) end to end, and the automatic plan's scaling alone beside each (``scaling_records``); ``stages``
     False leaves the stage timings out."""
     m = n = k = size
     a_h, b_h = inputs.normal(m, k, seed), inputs.normal(k, n, seed + 1)
@@ -97,7 +100,7 @@ def ozaki2_records(
     if variants if variants is not None else size <= VARIANT_SIZES:
         plans |= {name: Ozaki2Gemm(m, n, k, "auto", **options) for name, options in VARIANTS.items()}
     if old_new:
-        plans |= {name: Ozaki2Gemm(m, n, k, "auto", **options) for name, options in RECOMPUTE.items()}
+        plans |= {name: Ozaki2Gemm(m, n, k, "auto", **options) for name, options in OLD_PATHS.items()}
     if ozaki1 is not None:
         plans["ozaki.fused"] = ozaki1(m, n, k)
     if ozaki1_auto is not None:
@@ -131,9 +134,9 @@ def ozaki2_records(
                 r.params |= {"estimate_u": plan.choice.estimate, "target_u": plan.choice.target}
     if old_new:  # C of the two paths, bit for bit (the candidate's claim, checked where it runs)
         for r in records:
-            if r.name == "ozaki2.auto.recompute":
+            if r.name in OLD_PATHS:
                 r.params["same_c_as_auto"] = bool(cp.array_equal(outputs[r.name], outputs["ozaki2.auto"]))
-        records += scaling_records(size, a, b, auto, repeats=repeats)
+        records += scaling_records(size, a, b, auto, plans["ozaki2.auto.direct"], repeats=repeats)
     del providers, outputs, plans
     cp.get_default_memory_pool().free_all_blocks()
     if stages:
@@ -146,18 +149,28 @@ def ozaki2_records(
     return records
 
 
-def scaling_records(size: int, a: Any, b: Any, auto: Ozaki2Gemm, *, repeats: int = 10) -> list[bench.BenchRecord]:
+def scaling_records(
+    size: int, a: Any, b: Any, auto: Ozaki2Gemm, direct: Ozaki2Gemm, *, repeats: int = 10
+) -> list[bench.BenchRecord]:
     """The automatic plan's scaling alone (after its choice, B's column statistics known), interleaved round by
-    round: A's residues from the choice's row statistics (``ozaki2.scaling.auto``) and found again
-    (``ozaki2.scaling.auto.recompute``)."""
+    round: the default (``ozaki2.scaling.auto``), A's residues with their row statistics found again
+    (``ozaki2.scaling.auto.recompute``), and B's residues in one pass by ``direct``, a plan with
+    ``columns="direct"`` (``ozaki2.scaling.auto.direct``; its words and exponents checked against the default's)."""
     auto.choose(a, b)
+    direct.choose(a, b)
     providers = {
         "ozaki2.scaling.auto": lambda: auto.scale(a, b, columns_known=True, rows_known=True),
         "ozaki2.scaling.auto.recompute": lambda: auto.scale(a, b, columns_known=True, rows_known=False),
+        "ozaki2.scaling.auto.direct": lambda: direct.scale(a, b, columns_known=True, rows_known=True),
     }
     records = bench.compare(providers, m=size, n=size, k=size, repeats=repeats, show=False)
+    count = auto.count
+    same = bool(cp.array_equal(auto.b_res[:count], direct.b_res[:count])) and bool(cp.array_equal(auto.nu, direct.nu))
     for r in records:
-        r.params = {"timing": "interleaved", "moduli": auto.count, "statistics": r.name.rsplit(".", 1)[-1]}
+        statistics = "recompute" if r.name.endswith("recompute") else "reuse"
+        r.params = {"timing": "interleaved", "moduli": count, "statistics": statistics, "columns": "by-rows"}
+        if r.name.endswith("direct"):
+            r.params |= {"columns": "direct", "same_b_words_as_auto": same}
     return records
 
 

@@ -13,10 +13,13 @@ device in the plan. The designs, for 8192^3 with 15 moduli (``utilities.ozaki2.m
 - ``residue_rows_kernel``: one block per row of A, the row read once into registers; the row's exact statistics
   (``utilities.precision_gpu.make_row_statistics``), its exponent mu, then every residue of ``trunc(x 2^mu)``,
   four int8 residues to a 4-byte store, K-contiguous for cuBLAS;
-- ``residue_cols_kernel``: B stays row-major and is read once more after its column statistics: a block takes 32
-  columns by 64 rows (coalesced reads along n), turns each entry into its residues, packs four rows' residues into
-  a word in registers and writes the words transposed through shared memory, so that every residue plane of B is
-  B^T, K-contiguous: the layout cuBLAS's int8 GEMM is fast in (B column-major), with coalesced 4-byte stores;
+- B's columns, by rows: every residue plane of B is B^T, K-contiguous (the layout cuBLAS's int8 GEMM is fast in,
+  B column-major). ``transpose_kernel`` writes B^T (32 x 32 tiles through shared memory, reads and writes
+  coalesced) into memory the products take later, and ``residue_known_rows_kernel`` turns its rows into residues
+  with the statistics of B's columns, as it does A's rows. That moves B twice more (B^T written, then read) than
+  ``residue_cols_kernel``, which packs a tile's residues transposed through shared memory in one pass, and was
+  still faster on an H200 (``tools/ozaki2_scaling_probe.py --by-rows``, and the instructor notes);
+  ``SimtPlan(columns="direct")`` keeps the one-pass kernel, so that one run can time both;
 - ``digits_kernel``: right after the int32 GEMM of modulus t, each product becomes its CRT digit
   ``u = (P_t mod p) y_t mod p`` in [0, p), one byte: the reconstruction then reads N bytes an entry, not 4N;
 - ``reconstruct_kernel``: one thread per entry of C: the three sums of ``u_t c_t``, the fraction in double-double,
@@ -71,6 +74,7 @@ from .precision import SCHEME
 
 SPLIT = 2.0**40  # x = h 2^40 + l: |h| < 2^38 and |l| < 2^40 for |x| < 2^78
 COLS_TILE, COLS_ROWS, COLS_DEPTH = 32, 8, 64  # residue_cols_kernel: 32 columns by 64 rows, 8 rows a thread
+T_TILE, T_ROWS, T_PADDED = 32, 8, 33  # transpose_kernel: a 32 x 32 tile (33 columns in shared memory), 4 a thread
 RECONSTRUCT_BLOCK = (32, 8)  # 32 columns (coalesced) by 8 rows
 DIGITS_THREADS = 256
 
@@ -353,6 +357,29 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
 
 
 @functools.cache
+def make_transpose_kernel():
+    """``transpose_kernel[(ceil(cols / 32), ceil(rows / 32)), (32, 8)](x, xt)``: xt (cols, rows) = x^T for a float64
+    x (rows, cols). A block moves one 32 x 32 tile: it reads it along x's rows and writes it along xt's, both
+    coalesced, through shared memory whose 33rd column keeps a warp's column reads free of bank conflicts."""
+
+    @cuda.jit
+    def transpose_kernel(x, xt):
+        rows, cols = x.shape
+        tile = cuda.shared.array((T_TILE, T_PADDED), float64)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        row0, col0 = cuda.blockIdx.y * T_TILE, cuda.blockIdx.x * T_TILE
+        for i in range(ty, T_TILE, T_ROWS):
+            if row0 + i < rows and col0 + tx < cols:
+                tile[i, tx] = x[row0 + i, col0 + tx]
+        cuda.syncthreads()
+        for i in range(ty, T_TILE, T_ROWS):  # xt's row col0 + i, its entries row0 + tx: x's column, read down
+            if col0 + i < cols and row0 + tx < rows:
+                xt[col0 + i, row0 + tx] = tile[tx, i]
+
+    return transpose_kernel
+
+
+@functools.cache
 def make_digits_kernel(count: int, digit_factory: Callable[[int], Any] = make_digit):
     """``digits_kernel[ceil(size / 256), 256](products, t, digits)``: the CRT digit of modulus t of each int32
     product (a flat array of m n), as uint8 (``reference.reduce_products`` for one plane)."""
@@ -481,6 +508,12 @@ def residue_cols_launch(
     return Launch("residues of columns", kernel, (-(-n // COLS_TILE), -(-kp // COLS_DEPTH)), (COLS_TILE, COLS_ROWS))
 
 
+def transpose_launch(rows: int, cols: int) -> Launch:
+    """The transpose of a float64 (rows, cols) matrix into (cols, rows): ``kernel[grid, block](x, xt)``."""
+    grid = (-(-cols // T_TILE), -(-rows // T_TILE))
+    return Launch("transpose", make_transpose_kernel(), grid, (T_TILE, T_ROWS))
+
+
 def residue_values_launch(size: int, count: int, residue_factory: Callable[[int], Any] | None = None) -> Launch:
     """The device function's own values on ``size`` doubles: ``kernel[grid, block](w, out)``, out (count, size)."""
     kernel = make_residue_values_kernel(count, residue_factory or make_residue)
@@ -522,6 +555,7 @@ def digits_for(planes: int, m: int, n: int, memory_bytes: int) -> str:
 
 
 STATISTICS = ("reuse", "recompute")  # A's row statistics in the scaling of moduli="auto": the choice's, or found again
+COLUMNS = ("by-rows", "direct")  # B's residues: B^T's rows (transpose_kernel, then the rows kernel), or one pass
 
 
 @dataclass(frozen=True)
@@ -550,7 +584,9 @@ class SimtPlan:
     largest count the plan may use; int32 products (top or 2, m, n); uint8 digits (top, m, n) when they come early.
     ``statistics`` (``moduli="auto"`` only): "reuse" takes A's residues from the statistics of A's rows that the
     choice found (``residue_known_rows_kernel``), "recompute" finds them again in the residues' pass (the design
-    before it: kept so that one run can time both; C is the same bit for bit).
+    before it: kept so that one run can time both; C is the same bit for bit). ``columns``: B's residues from the
+    rows of B^T ("by-rows": B^T in the products' memory when it fits there, else its own (n, k) buffer) or by
+    ``residue_cols_kernel`` ("direct", the design before it; the same words bit for bit).
     """
 
     def __init__(
@@ -564,6 +600,7 @@ class SimtPlan:
         products: str = "per-modulus",
         digits: str = "early",
         statistics: str = "reuse",
+        columns: str = "by-rows",
         xp: Any = None,
     ):
         if moduli != "auto":
@@ -576,11 +613,14 @@ class SimtPlan:
             )
         if statistics not in STATISTICS:
             raise ValueError(f"statistics must be one of {STATISTICS}, got {statistics!r}")
+        if columns not in COLUMNS:
+            raise ValueError(f"columns must be one of {COLUMNS}, got {columns!r}")
         if xp is None:
             import cupy as xp
         self.xp = xp
         self.m, self.n, self.k, self.moduli = m, n, k, moduli
         self.products_mode, self.digits_mode, self.statistics = products, digits, statistics
+        self.columns_mode = columns
         self.kernels = kernels or Kernels()
         self.kp = ceil_to(k, K_ALIGN)
         top = ref.MAX_MODULI if moduli == "auto" else moduli
@@ -591,9 +631,18 @@ class SimtPlan:
         self.keep_all = digits == "late" or products == "batched"  # every int32 product kept, or two planes in turn
         self.products_buffer = xp.empty((top if self.keep_all else 2, m, n), xp.int32)
         self.digits = xp.empty((top, m, n), xp.uint8) if digits == "early" else None
+        self.b_t = None if columns == "direct" else self._b_t_buffer()
         self.count = None if moduli == "auto" else moduli
         self.choice: Choice | None = None
         self.tables = scheme_tables(SCHEME, k, line_offset, xp=xp) if moduli == "auto" else None
+
+    def _b_t_buffer(self) -> Any:
+        """B^T (n, k) float64 for the scaling: the first 8 n k bytes of the products' memory, which the scaling
+        is done with before the first product is written, or its own buffer when the products' is smaller."""
+        xp, n, k = self.xp, self.n, self.k
+        if self.products_buffer.nbytes >= 8 * n * k:
+            return self.products_buffer.reshape(-1)[: 2 * n * k].view(xp.float64).reshape(n, k)
+        return xp.empty((n, k), xp.float64)
 
     # -- stages ----------------------------------------------------------------------------------------------------
     def choose(self, a: Any, b: Any) -> Choice:
@@ -620,9 +669,15 @@ class SimtPlan:
         else:
             rows = residue_launch(self.m, self.k, self.kp, N, residue)
             launch.launch(rows.kernel, rows.grid, rows.block, 0, a, a_words, self.mu)
-        cols = residue_cols_launch(self.k, self.n, self.kp, N, residue)
         words = self.b_res[:N].view(self.xp.int32)
-        launch.launch(cols.kernel, cols.grid, cols.block, 0, b, self.stats.cols_i, words, self.nu)
+        if self.b_t is None:
+            cols = residue_cols_launch(self.k, self.n, self.kp, N, residue)
+            launch.launch(cols.kernel, cols.grid, cols.block, 0, b, self.stats.cols_i, words, self.nu)
+            return
+        flip = transpose_launch(self.k, self.n)
+        launch.launch(flip.kernel, flip.grid, flip.block, 0, b, self.b_t)
+        cols = residue_known_launch(self.n, self.k, self.kp, N, residue)
+        launch.launch(cols.kernel, cols.grid, cols.block, 0, self.b_t, self.stats.cols_i, words, self.nu)
 
     def product_plane(self, t: int) -> Any:
         """The int32 plane that product t (modulus t) is written to: its own when every product is kept, else the

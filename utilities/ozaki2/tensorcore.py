@@ -9,8 +9,9 @@ Stages (each compared with ``utilities.ozaki2.reference`` by the checkers):
    operand read twice, nothing written but a few vectors), every count's error estimate on the device, and one
    copy of about a hundred bytes to the host;
 1. scaling and residues (``utilities.ozaki2.simt``): A's rows in one pass (statistics in registers, then the
-   residues); B's columns from their statistics (read with the choice's, or alone for a fixed count), then B read
-   once more and its residues written transposed: every residue plane K-contiguous, int8, four to a store;
+   residues); B's columns from their statistics (read with the choice's, or alone for a fixed count), then B
+   transposed into the products' memory and its rows turned into residues as A's are: every residue plane
+   K-contiguous, int8, four to a store;
 2. N int8 products on tensor cores through cuBLAS (``utilities.cublas``): one ``igemm`` per modulus (the default:
    on Hopper the batched call is slower for large n), or one strided-batched call; ``digits="early"`` reduces
    each int32 product to its one-byte CRT digit right after its GEMM, on a second stream so that it can run
@@ -50,7 +51,7 @@ class Ozaki2Gemm(simt.SimtPlan):
     "late" (the reconstruction reads the int32 products) or "auto" (late where every int32 product fits in a
     quarter of the GPU's free memory: ``simt.digits_for``); ``overlap``: the early reductions on a second stream;
     ``statistics``: with ``moduli="auto"``, A's residues from the choice's row statistics ("reuse") or found again
-    ("recompute").
+    ("recompute"); ``columns``: B's residues from the rows of B^T ("by-rows") or in one pass ("direct").
     The buffers, the choice, the residues, the digits and the reconstruction are ``utilities.ozaki2.simt``'s
     ``SimtPlan`` on CuPy (the tests run that part in numba's simulator); this adds cuBLAS's products.
     """
@@ -67,12 +68,15 @@ class Ozaki2Gemm(simt.SimtPlan):
         digits: str = "auto",
         overlap: bool = True,
         statistics: str = "reuse",
+        columns: str = "by-rows",
     ):
         if digits == "auto":  # late where every int32 product fits (fewer bytes after the GEMMs), else early
             planes = ref.MAX_MODULI if moduli == "auto" else ref.check_moduli(moduli)
             free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()  # the pool's too
             digits = simt.digits_for(planes, m, n, free)
-        super().__init__(m, n, k, moduli, kernels, products=products, digits=digits, statistics=statistics, xp=cp)
+        super().__init__(
+            m, n, k, moduli, kernels, products=products, digits=digits, statistics=statistics, columns=columns, xp=cp
+        )
         self.overlap = overlap and products == "per-modulus"
         self._side = cp.cuda.Stream(non_blocking=True) if self.overlap else None
         self._ready = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
