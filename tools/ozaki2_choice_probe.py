@@ -8,6 +8,10 @@ the estimates to the host. Each is timed alone (CUDA events, ``utilities.bench``
 plan at ``--size``, then ``compute`` and ``plan.choose`` whole. Beside each pass: the bytes it reads at this run's
 copy rate (its floor) and how far the time is from it. The statistics are not checked here (the tests and the
 checkers do that); the count chosen is printed, to compare with the plan's.
+
+``--split`` also times each of the two weighted passes with one part of its work left out: the exponents and S
+alone (no weights), the weighted norms alone (no S), and neither (the norms only, as the first two passes): the
+differences say what S (two ``frexp`` and an int64 term an entry, a warp's reductions a chunk) and the weights cost.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=8192, help="m = n = k (default 8192)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--split", action="store_true", help="also the weighted passes with S or the weights left out")
     args = parser.parse_args()
     import cupy as cp  # after the arguments: --help needs no GPU
 
@@ -65,6 +70,19 @@ def main() -> None:
         "choose (three kernels and the copy)": (lambda: st.choose(plan.tables), 0),
         "plan.choose (compute and choose)": (lambda: plan.choose(a, b), 2 * a.nbytes + 2 * b.nbytes),
     }
+    if args.split:  # the same two passes with a part left out (their outputs are overwritten; choose() runs again)
+        parts = {"exponents and S only": (False, True), "weights only": (True, False), "norms only": (False, False)}
+        for part, (weighted, terms) in parts.items():
+            passes[f"A by rows, {part}"] = (
+                lambda weighted=weighted, terms=terms: st._rows(a, st.r, st.rows_f, st.rows_i, ta, weighted, terms),
+                a.nbytes,
+            )
+            passes[f"B by column chunks, {part}"] = (
+                lambda weighted=weighted, terms=terms: st._col_chunks(
+                    b, st.q, st.b_chunks, st.cols_f, st.cols_i, tb, weighted=weighted, terms=terms
+                ),
+                b.nbytes,
+            )
     rows: list[dict] = []
     for name, (fn, moved) in passes.items():
         record = bench.bench(fn, m=size, n=size, k=size, name=name, repeats=args.repeats, bytes_moved=moved or None)
