@@ -80,6 +80,13 @@ def test_small_plans_give_the_references_c():
 
 
 @in_simulator
+def _written_b_t(plan: simt.SimtPlan) -> None:
+    """B^T at zeros before a corner-block run. The transpose's corner blocks write part of it, and the rows kernel's
+    corner blocks read other parts, which hold whatever the allocation held: a NaN there stops the simulator at its
+    int conversion (a full run writes all of B^T before reading it)."""
+    plan.b_t.fill(0.0)
+
+
 def test_every_launch_stays_in_the_plans_buffers_at_the_notebooks_padded_shape():
     """120 x 136 x 200 with 14 moduli, digits early and late, as 4b checks it (B's columns in 4 tiles of 32 and 8
     more, K padded to 208 over 4 row tiles of 64); corner blocks only. The residues are taken once (early), the late
@@ -89,6 +96,7 @@ def test_every_launch_stays_in_the_plans_buffers_at_the_notebooks_padded_shape()
     a, b = inputs.normal(m, k, 1), inputs.normal(k, n, 2)
     early, late = (simt.SimtPlan(m, n, k, 14, digits=digits, xp=np) for digits in ("early", "late"))
     assert _stage_one(late) == _stage_one(early)
+    _written_b_t(early)
     with simulator.corner_blocks() as blocks:
         early.run(a, b, np.zeros((m, n)), np.zeros((m, n)), 1.0, 0.0)
         late.products()
@@ -104,6 +112,7 @@ def test_the_automatic_count_stays_in_the_plans_buffers():
     m, n, k = 3, 37, 70
     plan = simt.SimtPlan(m, n, k, "auto", xp=np)
     assert plan.a_res.shape[0] == ref.MAX_MODULI
+    _written_b_t(plan)
     with simulator.corner_blocks() as blocks:
         plan.run(inputs.normal(m, k, 1), inputs.normal(k, n, 2), np.zeros((m, n)), np.zeros((m, n)), 1.0, 0.0)
     assert plan.count == plan.choice.count and blocks["ran"] > 0
