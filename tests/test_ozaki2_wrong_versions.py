@@ -63,7 +63,8 @@ WRONG = [
                     new="    s1, s2, s3 = (np.zeros((digits.shape[1], digits.shape[2])) for _ in range(3))",
                     message="depends on one shape", stage="integers"),
     mutants.Mistake(DEVICE_RESIDUE, "edge", "the tie of p = 256 fixed for negative w only",
-                    old="if r > HI[t]:", new="if r > HI[t] and w < 0:", message="at a tie", stage="residue(w, t)"),
+                    old="if EVEN[t] and r > HI[t]:", new="if EVEN[t] and r > HI[t] and w < 0:", message="at a tie",
+                    stage="residue(w, t)"),
     mutants.Mistake(DIGIT, "convention", "a negative u made positive by its absolute value instead of adding p",
                     old="u += p", new="u = -u", message="made positive by its magnitude", stage="digits"),
 ]  # fmt: skip

@@ -117,6 +117,9 @@ def main() -> int:
             if name == "cp_async_groups_kernel":  # the two instructions, as written
                 commits, waits = ptx.count("cp.async.commit_group;"), ptx.count("cp.async.wait_group 1;")
                 extra = f", {commits} commit_group, {waits} wait_group 1"
+            if name.startswith(("ozaki2 residue_rows_kernel", "ozaki2 residue_known_rows_kernel")):
+                ties = len(re.findall(r"setp\.gt\.f64\s+%p\d+, %fd\d+, 0d405FC00000000000;", ptx))
+                extra = f", {ties} tie tests (r > 127)"  # only p = 256 has ties: one test an entry of a word
             if name == "ozaki_epilogue_kernel":  # how C = alpha x + beta c rounds (utilities.rounding.epilogue_bound)
                 steps = re.findall(r"^\s*((?:mul|fma|add|sub)(?:\.rn)?\.f64)\s", ptx, re.MULTILINE)
                 extra = f", C from {' then '.join(steps[-2:])}"

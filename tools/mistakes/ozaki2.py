@@ -24,7 +24,10 @@ _CRT_LOOP = """    for t in range(count):
         s1 = s1 + u * c.c1[t]
         s2 = s2 + u * c.c2[t]
         s3 = s3 + u * c.c3[t]"""
-_RESIDUE_4B_FIX = """        if r > HI[t]:  # a tie (p = 256, w / p = n + 1/2) rounds to even: r = 128 becomes -128
+_RESIDUE_4B_NEAREST = (
+    "        r = w - round_near(w * INV[t]) * P[t]  # |w| < 2^47: w / p is rounded to its nearest integer, r is exact\n"
+)
+_RESIDUE_4B_FIX = """        if EVEN[t] and r > HI[t]:  # a tie (w / p = n + 1/2) needs an even p: 256's 128 is -128
             r -= P[t]
 """
 _RECONSTRUCT_SUMS = """            s1 = fma(u, C1[t], s1)  # exact, fused or not
@@ -260,9 +263,12 @@ MISTAKES = [
 CORRECT = [
     Alternative(
         RESIDUE_4B,
-        "floor instead of nearest: residues in [0, p), and the fix moves the top half down",
-        old="r = w - round_near(w * INV[t]) * P[t]",
-        new="r = w - math.floor(w * INV[t]) * P[t]",
+        "floor instead of nearest: residues in [0, p), and the fix moves the top half down for every p",
+        old=_RESIDUE_4B_NEAREST + _RESIDUE_4B_FIX,
+        new="""        r = w - math.floor(w * INV[t]) * P[t]  # in [0, p)
+        if r > HI[t]:
+            r -= P[t]
+""",
     ),
     Alternative(
         RESIDUE_4A,

@@ -30,7 +30,9 @@ How a residue stays exact and cheap. An integer x = trunc(v 2^mu) has at most 78
 ``h 2^40 + l`` (both exact, |h| < 2^38, |l| < 2^40), and for each modulus ``w = h (2^40 mod p) + l`` (below 2^47,
 exact) is reduced by the multiple of p nearest to it: ``w - round(w / p) p``. Rounding uses 1.5 2^52 (two FP64
 adds): a GPU's floor and rint are conversions, which run at a quarter of the FP64 rate, and a residue kernel does
-N of them per entry.
+N of them per entry. Only an even p can tie (w / p = n + 1/2), and 256 is the only even modulus: the residue tests
+``EVEN[t]`` before its tie fix, so that with t a literal the compiler keeps the fix (a compare and a subtraction,
+both FP64) for 256 alone (``tools/compile_kernels.py`` counts the tests in the PTX).
 
 Why some loops over the moduli are written out. The reconstruction and the rows' residues run ``for t in range(N)``
 under ``utilities.written_out.written_out``: numba compiles the body once for each modulus, t a literal, so each
@@ -89,6 +91,7 @@ def tables(count: int) -> dict[str, np.ndarray]:
         "k40": np.array([pow(2, 40, p) for p in ps], np.float64),
         "lo": np.array([ref.residue_range(p)[0] for p in ps], np.float64),
         "hi": np.array([ref.residue_range(p)[1] for p in ps], np.float64),
+        "even": np.array([p % 2 == 0 for p in ps]),
         "y": np.array(c.inverses, np.float64),
         "c1": np.array(c.c1),
         "c2": np.array(c.c2),
@@ -102,16 +105,17 @@ def make_residue(count: int):
     the kernels guarantee) modulo the t-th modulus, exactly, in ``reference.residue_range`` (up to HI[t]), as a
     double."""
     T = tables(count)
-    P, INV, HI = T["p"], T["inv"], T["hi"]
+    P, INV, HI, EVEN = T["p"], T["inv"], T["hi"], T["even"]
 
     @cuda.jit(device=True)
     def residue(w, t):
         # TODO (about 4 lines): subtract from w the multiple of P[t] nearest to it (round_near(w * INV[t]) is
-        # w / p rounded to an integer, exact here); the result can exceed HI[t] by one (a tie): bring it into range
+        # w / p rounded to an integer, exact here); the result can exceed HI[t] by one (a tie, where EVEN[t]):
+        # bring it into range
         # SKELETON: return 0.0
         # BEGIN SOLUTION
         r = w - round_near(w * INV[t]) * P[t]  # |w| < 2^47: w / p is rounded to its nearest integer, r is exact
-        if r > HI[t]:  # a tie (p = 256, w / p = n + 1/2) rounds to even: r = 128 becomes -128
+        if EVEN[t] and r > HI[t]:  # a tie (w / p = n + 1/2) needs an even p: 256's 128 is -128
             r -= P[t]
         return r
         # END SOLUTION
