@@ -75,8 +75,8 @@ RIGHT = [
     mutants.Alternative(CRT, "rint of s1", old="q = np.floor(s1 + 0.5)", new="q = np.rint(s1)"),
     mutants.Alternative(DEVICE_RESIDUE, "w / p rounded by Python's round (half to even, as round_near)",
                         old="r = w - round_near(w * INV[t]) * P[t]", new="r = w - round(w / P[t]) * P[t]"),
-    mutants.Alternative(DIGIT, "the second reduction by floor, in [0, p) at once",
-                        old="u -= round_near(u * INV[t]) * p", new="u -= math.floor(u * INV[t]) * p"),
+    mutants.Alternative(DIGIT, "the reduction by Python's round (half to even, as round_near)",
+                        old="u -= round_near(u * INV[t]) * p", new="u -= round(u / p) * p"),
 ]  # fmt: skip
 
 
@@ -230,8 +230,7 @@ EDGES = [
                     new="    s1 = np.array([v for v in s1])\n    q = np.floor(s1 + 0.5)",
                     message="0-D trailing", stage="integers"),
     mutants.Mistake(DIGIT, "sign", "the digit of |v| (issue 41: told to add p where u < 0)",
-                    old="r = v - round_near(v * INV[t]) * p", new="r = abs(v) - round_near(abs(v) * INV[t]) * p",
-                    message="the digits of |v|"),
+                    old="u = v * Y[t]", new="u = abs(v) * Y[t]", message="the digits of |v|"),
 ]  # fmt: skip
 
 

@@ -419,22 +419,3 @@ def test_reviewed_equivalents_are_reported_apart_from_survivors(tmp_path):
         assert s["survivors"] == [] and s["survived"] == 0 and s["score"] == 1.0 and s["equivalent"] >= 1, entry
     assert "fma(u, C1[t], s1)" in done["exercises"][1]["syntactic"]["reviewed"][0]["line"]
     assert done["rescored"]["command"].startswith("python tools/mutation_gpu.py --rescore")
-
-
-def test_the_reviewed_digit_mutant_is_equivalent_on_every_int32_corner():
-    """4b digit's ``round_near(v + INV[t]) * p``, a GPU survivor, gives every digit right (the CPU tool's build)."""
-    import numpy as np
-
-    from utilities.ozaki2 import check as ozaki2_check
-    from utilities.ozaki2 import reference as ref
-
-    tool = _tool()
-    text, build, _, _ = tool.digit_exercise()
-    gpu = _gpu_tool()
-    entry = next(e for e in gpu.EQUIVALENT if e.exercise == "4b digit" and e.what == "Mult -> Add")
-    mutant = next(m for m in mutants.mutants(text) if m.what == "Mult -> Add" and entry.line in m.source)
-    digit = build(mutant.source)(ref.MAX_MODULI)
-    products = ozaki2_check._products(ref.MAX_MODULI, np.random.default_rng(7), (8, 60))
-    want = ref.reduce_products(products, ref.MAX_MODULI)
-    got = np.array([[[digit(float(v), t) for v in row] for row in products[t]] for t in range(ref.MAX_MODULI)])
-    assert np.array_equal(got, want)

@@ -124,14 +124,6 @@ EQUIVALENT = (
                "a TMA tensor map over (k, n, S): a box at slice coordinate -1 lies outside it and arrives as zeros "
                "(as does A's slice S at the last diagonal), so the term adds 0 to the exact int32 sum. It costs one "
                "wasted tile product a diagonal, which the notebook's timing shows, not its results"),
-    Equivalent("4b digit", "Mult -> Add", "r = v - round_near(v + INV[t]) * p",
-               "round_near(v + INV[t]) is v for an integer v (0 < 1/p < 1/2, and v + 1/p is exact below 2^31), so "
-               "r = v (1 - p), of v's class modulo p; |r Y[t]| < 2^31 * 2^8 * 2^8 = 2^47 keeps every later step "
-               "exact in FP64, and the second reduction brings it into [-p/2, p/2] as before (the CPU tool finds "
-               "it equivalent too)"),
-    Equivalent("4b digit", "Sub -> Add", "r = v + round_near(v * INV[t]) * p",
-               "v + q p is of v's class modulo p as v - q p is, and |v + q p| < 2^32 keeps the later steps exact "
-               "(the CPU tool finds it equivalent too)"),
 )  # fmt: skip
 
 

@@ -176,8 +176,8 @@ MISTAKES = [
         DIGIT_4B,
         "convention",
         "the residue instead of the digit: y_t forgotten",
-        old="u = r * Y[t]  # below 2^15 in magnitude",
-        new="u = r",
+        old="u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39",
+        new="u = v",
         message="residues of the products",
     ),
     Mistake(
@@ -203,16 +203,19 @@ MISTAKES = [
         DIGIT_4B,
         "sign",
         "the digit of |v| (issue 41: it was told to add p where u < 0)",
-        old="r = v - round_near(v * INV[t]) * p",
-        new="r = abs(v) - round_near(abs(v) * INV[t]) * p",
+        old="u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39",
+        new="u = abs(v) * Y[t]",
         message="the digits of |v|",
     ),
     Mistake(
         DIGIT_4B,
         "convention",
         "y applied twice",
-        old="u = r * Y[t]  # below 2^15 in magnitude",
-        new="u = r * Y[t]  # below 2^15 in magnitude\n        u -= round_near(u * INV[t]) * p\n        u = u * Y[t]",
+        old="u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39",
+        new=(
+            "u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39\n"
+            "        u -= round_near(u * INV[t]) * p\n        u = u * Y[t]"
+        ),
         message="applied twice",
     ),
     Mistake(
@@ -314,16 +317,16 @@ CORRECT = [
     ),
     Alternative(
         DIGIT_4B,
-        "y times the unreduced product (below 2^39: the nearest multiple is still exact)",
-        old="u = r * Y[t]  # below 2^15 in magnitude",
-        new="u = v * Y[t]",
+        "v reduced first, then times y and reduced again (two reductions, every value below 2^31)",
+        old="u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39",
+        new="u = (v - round_near(v * INV[t]) * p) * Y[t]",
     ),
     Alternative(
         DIGIT_4B,
         "the remainder operator on doubles",
-        old="""        u = r * Y[t]  # below 2^15 in magnitude
-        u -= round_near(u * INV[t]) * p""",
-        new="""        u = (r * Y[t]) % p  # Python's remainder of doubles: exact, in [0, p)""",
+        old="""        u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39
+        u -= round_near(u * INV[t]) * p  # the nearest multiple (the docstring says why): u in [-p/2, p/2]""",
+        new="""        u = (v * Y[t]) % p  # Python's remainder of doubles: exact, in [0, p)""",
     ),
     Alternative(
         RECONSTRUCT_4B,

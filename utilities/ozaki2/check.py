@@ -620,9 +620,10 @@ def digit_mistakes(products: np.ndarray, count: int) -> dict[str, np.ndarray]:
             np.mod(np.where(want == 0, moduli, want), 256)
         ),
         "these are the digits of |v|: the residue of a negative product is not the residue of its magnitude; reduce "
-        "v itself (round_near(v * INV[t]) keeps its sign)": np.mod(np.mod(np.abs(v), moduli) * inverses, moduli),
-        "Y[t] was applied twice (the digit reduced once more as if it were a product): u = (v mod p) Y[t] mod p, "
-        "once": np.mod(want * inverses, moduli),
+        "v itself (v * Y[t] keeps its sign)": np.mod(np.mod(np.abs(v), moduli) * inverses, moduli),
+        "Y[t] was applied twice (the digit reduced once more as if it were a product): u = v Y[t] mod p, once": (
+            np.mod(want * inverses, moduli)
+        ),
     }
 
 

@@ -125,21 +125,23 @@ def make_residue(count: int):
 
 @functools.cache
 def make_digit(count: int):
-    """A device function ``digit(v, t)``: the CRT digit ``(v mod p) y mod p`` in [0, p) of the int32 product v of
-    modulus t (t-th p, y = ``(P / p)^-1 mod p``), as a double."""
+    """A device function ``digit(v, t)``: the CRT digit ``v y mod p`` in [0, p) of the int32 product v of modulus t
+    (t-th p, y = ``(P / p)^-1 mod p``), as a double, in one reduction: v y is exact (below 2^39), and ``u INV[t]``
+    is within 2^-20 of u / p (INV[t] and the product each round once), while for an odd p u / p is at least
+    1 / (2p) from a half-integer, and for p = 256 the product is exact: the rounded quotient is u / p's nearest
+    integer (a tie of 256 gives 128 either way)."""
     T = tables(count)
     P, INV, Y = T["p"], T["inv"], T["y"]
 
     @cuda.jit(device=True)
     def digit(v, t):
-        # TODO (about 7 lines): v modulo P[t] (the nearest multiple subtracted, as in residue), times Y[t], modulo P[t]
-        # again, then into [0, P[t])
+        # TODO (about 5 lines): v times Y[t] (exact), modulo P[t] (the nearest multiple subtracted, as in residue),
+        # then into [0, P[t])
         # SKELETON: return 0.0
         # BEGIN SOLUTION
         p = P[t]
-        r = v - round_near(v * INV[t]) * p  # |v| < 2^31: exact, in [-p/2, p/2]
-        u = r * Y[t]  # below 2^15 in magnitude
-        u -= round_near(u * INV[t]) * p
+        u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39
+        u -= round_near(u * INV[t]) * p  # the nearest multiple (the docstring says why): u in [-p/2, p/2]
         if u < 0:
             u += p
         return u
