@@ -27,6 +27,10 @@ SEEDS = (1, 2, 3, 4, 5)
 
 RESIDUE, CRT = "4a symmetric_residue", "4a crt_reconstruct"
 DEVICE_RESIDUE, DIGIT = "4b residue (device function)", "4b digit (device function)"
+_DIGIT_FLOOR = (  # the solution's floor(u / p) and its digit, as the device function writes them
+    "q = round_near(u * INV[t] - BELOW)  # floor(u / p) by FP64 adds, not a slower conversion\n"
+    "        return u - q * P[t]"
+)
 _BODY = """    r = np.mod(x.astype(np.int64), p)  # in [0, p)
     r = np.where(r > hi, r - p, r)
     return r.astype(np.float64)"""
@@ -66,7 +70,8 @@ WRONG = [
                     old="if EVEN[t] and r > HI[t]:", new="if EVEN[t] and r > HI[t] and w < 0:", message="at a tie",
                     stage="residue(w, t)"),
     mutants.Mistake(DIGIT, "convention", "a negative u made positive by its absolute value instead of adding p",
-                    old="u += p", new="u = -u", message="made positive by its magnitude", stage="digits"),
+                    old=_DIGIT_FLOOR, new="q = round_near(u * INV[t])\n        return abs(u - q * P[t])",
+                    message="made positive by its magnitude", stage="digits"),
 ]  # fmt: skip
 
 RIGHT = [
@@ -75,8 +80,8 @@ RIGHT = [
     mutants.Alternative(CRT, "rint of s1", old="q = np.floor(s1 + 0.5)", new="q = np.rint(s1)"),
     mutants.Alternative(DEVICE_RESIDUE, "w / p rounded by Python's round (half to even, as round_near)",
                         old="r = w - round_near(w * INV[t]) * P[t]", new="r = w - round(w / P[t]) * P[t]"),
-    mutants.Alternative(DIGIT, "the reduction by Python's round (half to even, as round_near)",
-                        old="u -= round_near(u * INV[t]) * p", new="u -= round(u / p) * p"),
+    mutants.Alternative(DIGIT, "floor(u / p) by math.floor of the rounded quotient",
+                        old="q = round_near(u * INV[t] - BELOW)", new="q = math.floor(u / P[t])"),
 ]  # fmt: skip
 
 

@@ -24,6 +24,10 @@ _CRT_LOOP = """    for t in range(count):
         s1 = s1 + u * c.c1[t]
         s2 = s2 + u * c.c2[t]
         s3 = s3 + u * c.c3[t]"""
+_DIGIT_4B_FLOOR = (
+    "        q = round_near(u * INV[t] - BELOW)  # floor(u / p) by FP64 adds, not a slower conversion\n"
+    "        return u - q * P[t]  # exact, in [0, p)"
+)
 _RESIDUE_4B_NEAREST = (
     "        r = w - round_near(w * INV[t]) * P[t]  # |w| < 2^47: w / p is rounded to its nearest integer, r is exact\n"
 )
@@ -183,22 +187,26 @@ MISTAKES = [
     Mistake(
         DIGIT_4B,
         "edge",
-        "negative digits kept: a byte wraps them to 256 - |u|",
-        old="""        if u < 0:
-            u += p
-""",
-        new="",
+        "the nearest multiple subtracted and no p added: a byte wraps a negative u to 256 - |u|",
+        old="q = round_near(u * INV[t] - BELOW)",
+        new="q = round_near(u * INV[t])",
         message="a negative u reached the byte",
     ),
     Mistake(
         DIGIT_4B,
         "edge",
-        "u = 0 moved to p: one past the digit range",
-        old="if u < 0:",
-        new="if u <= 0:",
+        "the multiple strictly below u: u = 0 moved to p, one past the digit range",
+        old="q = round_near(u * INV[t] - BELOW)",
+        new="q = round_near(u * INV[t] - BELOW - 2.0**-9)",
         message="a digit of p where it is 0",
     ),
-    Mistake(DIGIT_4B, "hard-coded table", "the first modulus for every product", old="p = P[t]", new="p = P[0]"),
+    Mistake(
+        DIGIT_4B,
+        "hard-coded table",
+        "the first modulus for every product",
+        old=_DIGIT_4B_FLOOR,
+        new="        q = round_near(u * INV[0] - BELOW)\n        return u - q * P[0]",
+    ),
     Mistake(
         DIGIT_4B,
         "sign",
@@ -214,7 +222,7 @@ MISTAKES = [
         old="u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39",
         new=(
             "u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39\n"
-            "        u -= round_near(u * INV[t]) * p\n        u = u * Y[t]"
+            "        u -= round_near(u * INV[t]) * P[t]\n        u = u * Y[t]"
         ),
         message="applied twice",
     ),
@@ -319,14 +327,22 @@ CORRECT = [
         DIGIT_4B,
         "v reduced first, then times y and reduced again (two reductions, every value below 2^31)",
         old="u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39",
-        new="u = (v - round_near(v * INV[t]) * p) * Y[t]",
+        new="u = (v - round_near(v * INV[t]) * P[t]) * Y[t]",
     ),
     Alternative(
         DIGIT_4B,
         "the remainder operator on doubles",
-        old="""        u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39
-        u -= round_near(u * INV[t]) * p  # the nearest multiple (the docstring says why): u in [-p/2, p/2]""",
-        new="""        u = (v * Y[t]) % p  # Python's remainder of doubles: exact, in [0, p)""",
+        old="        u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39\n" + _DIGIT_4B_FLOOR,
+        new="""        return (v * Y[t]) % P[t]  # Python's remainder of doubles: exact, in [0, p)""",
+    ),
+    Alternative(
+        DIGIT_4B,
+        "the nearest multiple subtracted, then p added where the result is negative (one compare and one add more)",
+        old=_DIGIT_4B_FLOOR,
+        new="""        u -= round_near(u * INV[t]) * P[t]
+        if u < 0:
+            u += P[t]
+        return u""",
     ),
     Alternative(
         RECONSTRUCT_4B,

@@ -126,25 +126,24 @@ def make_residue(count: int):
 @functools.cache
 def make_digit(count: int):
     """A device function ``digit(v, t)``: the CRT digit ``v y mod p`` in [0, p) of the int32 product v of modulus t
-    (t-th p, y = ``(P / p)^-1 mod p``), as a double, in one reduction: v y is exact (below 2^39), and ``u INV[t]``
-    is within 2^-20 of u / p (INV[t] and the product each round once), while for an odd p u / p is at least
-    1 / (2p) from a half-integer, and for p = 256 the product is exact: the rounded quotient is u / p's nearest
-    integer (a tie of 256 gives 128 either way)."""
+    (t-th p, y = ``(P / p)^-1 mod p``), as a double, in one reduction, by the multiple of p at or below u = v y.
+    u is exact (below 2^39), and ``u INV[t]`` is within 2^-20 of u / p (INV[t] and the product each round once,
+    u / p < 2^32). u / p = n + f with f = 0 or 1/p <= f <= 1 - 1/p, so ``u INV[t] - (1/2 - 2^-10)`` lies strictly
+    between n - 1/2 + 2^-11 and n + 1/2 - 2^-11: its nearest integer is n = floor(u / p), whether the GPU fuses the
+    multiply and the subtraction or not, and u - n p is the digit."""
     T = tables(count)
     P, INV, Y = T["p"], T["inv"], T["y"]
+    BELOW = 0.5 - 2.0**-10  # round_near(u * INV[t] - BELOW) is floor(u / p) (the docstring says why)
 
     @cuda.jit(device=True)
     def digit(v, t):
-        # TODO (about 5 lines): v times Y[t] (exact), modulo P[t] (the nearest multiple subtracted, as in residue),
-        # then into [0, P[t])
+        # TODO (about 3 lines): u = v times Y[t] (exact), minus the multiple of P[t] at or below it: a digit in
+        # [0, P[t]) (or the nearest multiple subtracted, as in residue, and P[t] added where the result is negative)
         # SKELETON: return 0.0
         # BEGIN SOLUTION
-        p = P[t]
         u = v * Y[t]  # |v| < 2^31 and Y[t] < 2^8: exact, below 2^39
-        u -= round_near(u * INV[t]) * p  # the nearest multiple (the docstring says why): u in [-p/2, p/2]
-        if u < 0:
-            u += p
-        return u
+        q = round_near(u * INV[t] - BELOW)  # floor(u / p) by FP64 adds, not a slower conversion
+        return u - q * P[t]  # exact, in [0, p)
         # END SOLUTION
 
     return digit
