@@ -13,9 +13,10 @@ it failed. A row is the notebook's last run on that GPU: it passed when every ce
 ``raises-exception`` may raise) and no figure showed as text. Notebooks run as the run-through runs them: each in
 a fresh Jupyter kernel (nbclient) in a private folder (``utilities.execution``), not under nbval.
 
-``code_hash`` covers the variant's code cells, in order, and the tags that change how they run; markdown does not
-count, so a prose edit leaves a notebook current and any code edit makes it stale. The hash covers the cells, not
-the modules they import: a change in ``utilities/`` alone does not make a notebook stale.
+``code_hash`` covers the variant's code cells, in order, the tags that change how they run, and every Python file
+of ``utilities/``: markdown does not count, so a prose edit leaves a notebook current, while a code edit in the
+notebook or anywhere in the course's package makes it stale (a notebook passed "at its code" only if the code it
+calls is the same too).
 
 With ``--parallel N`` several kernels share the GPU: pass or fail holds, but their wall times are not those of a
 notebook alone, and the row says so (``"parallel": N``). The commit is ``--commit``, else ``$COURSE_COMMIT``,

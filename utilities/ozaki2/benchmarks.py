@@ -123,6 +123,7 @@ def ozaki2_records(
                 "auto": plan.moduli == "auto",
                 **_modes(plan),
                 "statistics": plan.statistics,
+                "columns": plan.columns_mode,
             }
             if plan.choice is not None:
                 r.params |= {"estimate_u": plan.choice.estimate, "target_u": plan.choice.target}
