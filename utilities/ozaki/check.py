@@ -1008,9 +1008,7 @@ def _tile_mask(shape: tuple[int, ...], tiles: list[tuple[int, int]], size: int) 
     return out
 
 
-def _compare_stages(
-    kept: dict[str, Any], ref: _reference.OzakiStages, case: str, tile: tuple[int, int] = (128, 128)
-) -> None:
+def _compare_stages(kept: dict[str, Any], ref: _reference.OzakiStages, case: str, tile: tuple[int, int]) -> None:
     """The stages the plan kept against the reference; ``tile``: the plan's block (rows, columns of C), for the
     products' hint."""
     S, m, k = ref.a_slices.shape
