@@ -73,8 +73,22 @@ def test_the_speed_settings_differ_in_blocks_per_sm():
         blocks = layout.min_blocks(cfg, L.nbytes)
         assert blocks <= got[-1] and layout.REGISTERS_PER_SM // (cfg.threads * blocks) >= layout.REGISTER_FLOOR
     assert got == [3, 2, 1] and layout.speed_configs()[0] == layout.PipeConfig()
-    b2b = layout.pipe_layout(layout.PipeConfig(), 9, 128 * 64, 64 * 64, 128 * 64, 128 * 64, 64 * 64)
-    assert not b2b.c_in_ring and b2b.c >= 0 and b2b.d0 > b2b.c
+
+
+@pytest.mark.parametrize(
+    "spec, kib, blocks",
+    [("128x64x64-t128-d3-g1-s", 96, 2), ("128x64x32-t128-d4-g1-s", 72, 3), ("128x64x64-t128-d2-g1-s", 72, 3)],
+)
+def test_the_back_to_back_plan_stages_its_output_where_d0_was(spec: str, kib: int, blocks: int):
+    """D0 (GEMM 1's A) and the output tile share one buffer, apart from the rings and W1: at 72 KiB three blocks
+    share an SM, as the 3x3 kernel's default does."""
+    cfg = layout.PipeConfig.parse(spec)
+    n = layout.stages(9, 64, cfg.tile_k)
+    sa, sb, sc, sd, sw = 128 * cfg.tile_k, cfg.tile_k * 64, 128 * 64, 128 * 64, 64 * 64
+    L = layout.pipe_layout(cfg, n, sa, sb, sc, sd, sw)
+    assert not L.c_in_ring and L.c == L.d0 >= L.b + cfg.depth * L.b_step and L.w1 >= L.d0 + max(sc, sd)
+    assert L.w1 + sw <= L.end and L.nbytes == kib * 1024 and layout.blocks_per_sm(L.nbytes) == blocks
+    assert layout.min_blocks(cfg, L.nbytes) == blocks
 
 
 def swizzled(tile_k: int):
@@ -241,7 +255,8 @@ def test_time_split_says_how_much_the_parts_overlap():
 def test_the_back_to_back_block_holds_a_256_wide_d0_in_64_values_a_thread():
     """The target's block is unchanged (its kernels, prebuilt, stay the same); a D0 of 256 channels takes 64 rows
     over 256 threads: 64 FP32 accumulators a thread for D0, as the target's 128 x 64 over 128 threads, and a
-    plan of 112 KiB (cuBLASDx's tiles as dense as their element counts), two blocks an SM by shared memory."""
+    plan of 104 KiB (cuBLASDx's tiles as dense as their element counts; D0's buffer takes the output tile too), two
+    blocks an SM by shared memory."""
     from utilities import prebuild
 
     assert layout.b2b_config(64, 64) == layout.PipeConfig(tile_n=64) == layout.speed_configs()[0]
@@ -252,7 +267,7 @@ def test_the_back_to_back_block_holds_a_256_wide_d0_in_64_values_a_thread():
     assert layout.b2b_accumulators(wide, 256) == 64 == layout.b2b_accumulators(layout.PipeConfig(), 64)
     n_stages = layout.stages(9, 64, wide.tile_k)
     L = layout.pipe_layout(wide, n_stages, 64 * 32, 32 * 256, 64 * 64, 64 * 256, 256 * 64)
-    assert L.nbytes == 112 * 1024 and layout.blocks_per_sm(L.nbytes) == 2
+    assert L.nbytes == 104 * 1024 and layout.blocks_per_sm(L.nbytes) == 2
     layout.check_fits(L, wide)
     shape = ref.B2BShape(8, 512, 512, 64, 256, 64)
     layout.b2b_constraints(shape, wide)

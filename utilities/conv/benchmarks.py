@@ -603,6 +603,18 @@ def halo_correctness(cfg: Any) -> str:
     return f"conv.fused@{cfg.spec} at {shapes} (one block a row tile, and two walking them all), unfused: passed"
 
 
+def b2b_tile_correctness(cfg: Any) -> str:
+    """The back-to-back kernel at another block (``--b2b-tiles``) through the checker at ``check.B2B_SHAPE``: D0
+    kept and checked first, two blocks walking the row tiles; one line, or the first CheckFailure."""
+    from . import check
+    from .tensorcore_persistent import ConvB2B
+
+    shape = check.B2B_SHAPE
+    kept = ConvB2B(shape, cfg=dataclasses.replace(cfg, tile_n=shape.c_mid), keep_d0=True, blocks=2)
+    check.check_conv_b2b(_numpy_run(kept), stages=kept.stages, shape=shape, seed=43)
+    return f"conv_b2b.fused@{cfg.spec} at {shape.label} (D0 kept, two blocks walking the row tiles): passed"
+
+
 def wide_correctness() -> str:
     """The kernels of ``conv_b2b.wide`` through the checker at ``check.B2B_WIDE_SHAPE``: the fused kernel with D0
     kept (two blocks walking the row tiles) and without, and the unfused path; one line, or the first CheckFailure."""
@@ -643,6 +655,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated tile specs (layout.PipeConfig.spec, halo.HaloConfig.spec); default: "
         "layout.speed_configs() and the halo kernel's default (the plans' default tiles with --quick)",
     )
+    parser.add_argument(
+        "--b2b-tiles",
+        default="",
+        help="comma-separated PipeConfig specs: the back-to-back chain at the target also with these blocks, each "
+        "checked first (records conv_b2b@<spec>.*, beside the plan's default)",
+    )
     parser.add_argument("--repeats", type=int, default=10, help="interleaved rounds")
     parser.add_argument("--out", default="results", help="folder of the report (<gpu>-conv2.json and .md)")
     parser.add_argument("--no-check", action="store_true", help="skip the correctness pass (not recommended)")
@@ -652,6 +670,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs = [parse_tile(t) for t in args.tiles.split(",")]
     else:
         configs = [PipeConfig(), HaloConfig()] if args.quick else [*speed_configs(), HaloConfig()]
+    b2b_tiles = [PipeConfig.parse(t) for t in args.b2b_tiles.split(",") if t]
     repeats = 5 if args.quick else args.repeats
     notes = []
     wide = True
@@ -665,6 +684,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             line, wide = f"conv_b2b.wide left out, not timed: {type(exc).__name__}: {exc}", False
         print(line, flush=True)
         notes.append(line)
+        for cfg in b2b_tiles:
+            notes.append(b2b_tile_correctness(cfg))
+            print(notes[-1], flush=True)
     records = pipelined_records(TARGET, configs, repeats=repeats, diagnostics=not args.quick)
     copy_tbs = peaks.measure_copy_bandwidth()  # the back-to-back model's copy rate, one for both shapes
     print(f"copy rate (device-to-device, reads and writes counted): {copy_tbs:.3f} TB/s", flush=True)
@@ -677,6 +699,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 (as above)
         notes.append(f"conv_b2b.wide left out: {type(exc).__name__}: {exc}")
         print(notes[-1], flush=True)
+    for cfg in b2b_tiles:  # prebuild with --jobs conv_b2b:64x64x64@<spec>,conv_pipe:64x64@<spec>
+        records += b2b_records(B2B_TARGET, cfg, repeats=repeats, copy_tbs=copy_tbs, name=f"conv_b2b@{cfg.spec}")
     print(run_summary(records, targets=True))
     bench.record(records)
     gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()

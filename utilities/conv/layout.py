@@ -114,7 +114,8 @@ def check_group(cfg: PipeConfig, n_stages: int) -> None:
 @dataclass(frozen=True)
 class PipeLayout:
     """FP16 offsets in dynamic shared memory: the A ring (``depth * group`` slots), the filters (every stage when
-    resident, else a ring like A's), the output tile, and, for back-to-back, D0 and the 1x1 filters W1.
+    resident, else a ring like A's), the output tile, and, for back-to-back, D0 (in the output tile's buffer) and
+    the 1x1 filters W1.
 
     ``c == -1``: the output tile has no buffer of its own; it is staged in the A slots of the phase the tile's K
     loop read last (free once every warp is past its last MMA, and refilled only after the next tile's first
@@ -144,18 +145,19 @@ def pipe_layout(cfg: PipeConfig, n_stages: int, sa: int, sb: int, sc: int, sd: i
     stage, the output tile (D0's tile and W1) in the layouts cuBLASDx suggests (their ``cosize``).
 
     One convolution stages its output tile in the A slots of one phase when they hold it (``group`` slots of an
-    A stage, contiguous); the back-to-back kernel keeps its buffers apart."""
+    A stage, contiguous). The back-to-back kernel stages its output tile where D0 was (``c == d0``: GEMM 1 has read
+    D0 by then, one barrier later), and keeps W1 apart."""
     slots = cfg.depth * cfg.group
     b_slots = n_stages if cfg.resident else slots
-    extra = [sd, sw] if sd else []
     a_slot = fp16_segments(sa)[1]  # an A slot with its alignment
     in_ring = not sd and cfg.group * a_slot >= sc
-    offsets, end = fp16_segments(*([sa] * slots), *([sb] * b_slots), *([] if in_ring else [sc]), *extra)
+    own = [max(sc, sd), sw] if sd else [] if in_ring else [sc]  # buffers outside the rings
+    offsets, end = fp16_segments(*([sa] * slots), *([sb] * b_slots), *own)
     a_step = offsets[1] - offsets[0] if slots > 1 else 0
     b0 = offsets[slots]
     b_step = offsets[slots + 1] - b0 if b_slots > 1 else 0
     c = -1 if in_ring else offsets[slots + b_slots]
-    d0, w1 = (offsets[-2], offsets[-1]) if sd else (-1, -1)
+    d0, w1 = (c, offsets[-1]) if sd else (-1, -1)
     return PipeLayout(offsets[0], a_step, b0, b_step, c, d0, w1, end)
 
 
@@ -214,7 +216,7 @@ def b2b_accumulators(cfg: PipeConfig, channels: int) -> int:
 
 # A D0 too wide for the default block's accumulators: 64 rows over 256 threads (the block of the 2d check's
 # contract, ``check.CONV_B2B_CONFIGS``), K stages of 32 and a ring of two, so that a 256-wide D0 costs 64 values
-# a thread, as the target's 128 x 64 over 128 threads does, and the plan fits two blocks an SM (112 KiB)
+# a thread, as the target's 128 x 64 over 128 threads does, and the plan fits two blocks an SM (104 KiB)
 WIDE_B2B_FIELDS = {"tile_m": 64, "tile_k": 32, "threads": 256, "depth": 2}
 
 

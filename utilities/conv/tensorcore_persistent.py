@@ -467,6 +467,7 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
                 v = r1[i] + float32(bias1[col])
                 part[i] = v if v > 0 else float32(0)
                 # END SOLUTION
+            cuda.syncthreads()  # every warp has read D0: its buffer takes the output tile (layout.pipe_layout)
             copy_fragment(part, sc)
             cuda.syncthreads()
             copy(sc, make_tensor(out[row0 : row0 + TM, :], gmem_out(N1)))
