@@ -79,7 +79,6 @@ def test_small_plans_give_the_references_c():
     np.testing.assert_array_equal(out, ref.ozaki2_gemm_ref(a, b, count, alpha=2.0))
 
 
-@in_simulator
 def _written_b_t(plan: simt.SimtPlan) -> None:
     """B^T at zeros before a corner-block run. The transpose's corner blocks write part of it, and the rows kernel's
     corner blocks read other parts, which hold whatever the allocation held: a NaN there stops the simulator at its
@@ -87,6 +86,7 @@ def _written_b_t(plan: simt.SimtPlan) -> None:
     plan.b_t.fill(0.0)
 
 
+@in_simulator
 def test_every_launch_stays_in_the_plans_buffers_at_the_notebooks_padded_shape():
     """120 x 136 x 200 with 14 moduli, digits early and late, as 4b checks it (B's columns in 4 tiles of 32 and 8
     more, K padded to 208 over 4 row tiles of 64); corner blocks only. The residues are taken once (early), the late
