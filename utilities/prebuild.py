@@ -235,13 +235,15 @@ def _conv_pipelined(kind: str, spec: str) -> None:
     conv_b2b[_keep]:64x64x64@... (C_in x C_mid x C_out): one build serves every image size."""
     import cupy as cp
 
-    from .conv.layout import PipeConfig
+    from .conv.layout import PipeConfig, one_by_one_config
     from .conv.reference import B2BShape, ConvShape
     from .conv.tensorcore_persistent import ConvB2B, PipelinedConv
 
     dims, _, tile = spec.partition("@")
     sizes = parse_shape(dims)
     cfg = PipeConfig.parse(tile) if tile else None
+    if kind == "conv_1x1" and cfg is None:  # the unfused back-to-back path's (UnfusedConvB2B)
+        cfg = one_by_one_config(PipeConfig(), sizes[1], sizes[0])
     rows = (cfg.tile_m if cfg else 128) // 16  # 2 x rows x 8 pixels: whole row tiles
     if kind.startswith("conv_b2b"):
         c_in, c_mid, c_out = sizes
@@ -434,7 +436,7 @@ CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels and 2c'
 # Every kernel `python -m utilities.conv.benchmarks` builds (utilities.conv.layout.speed_configs: the default tile
 # first), for --jobs before that run: each setting fused and unfused, the default's two diagnostics, 2c's two-stage
 # kernel, and the back-to-back kernels of its checks and of its timing, at the target and 64 -> 256 -> 64.
-CONV_SPEED_TILES = ("128x64x64-t128-d3-g1-s", "128x64x64-t128-d2-g1-r", "128x64x64-t128-d3-g1-r")
+CONV_SPEED_TILES = ("128x64x64-t128-d2-g1-s", "128x64x64-t128-d3-g1-s", "128x64x64-t128-d2-g1-r")
 CONV_SPEED_JOBS = ",".join(
     [f"conv_pipe:64x64@{t}" for t in CONV_SPEED_TILES]
     + [f"conv_pipe_unfused:64x64@{t}" for t in CONV_SPEED_TILES]

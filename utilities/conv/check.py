@@ -51,7 +51,7 @@ CONV_CONFIGS = (
 )
 # 2d's: the plan's default pipeline block (PipeConfig(tile_n=C_mid)) and one whose tile, K stage, threads and depth
 # differ (the stages a phase and the filters' residence are the course's pipeline, which the attendee does not write)
-CONV_B2B_CONFIGS = ({"tile_m": 64, "tile_k": 32, "threads": 256, "depth": 2}, {})
+CONV_B2B_CONFIGS = ({"tile_m": 64, "tile_k": 32, "threads": 256, "depth": 3}, {})
 NAMES = ("b", "h", "w", "c")
 
 

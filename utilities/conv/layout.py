@@ -39,7 +39,7 @@ class PipeConfig(TileConfig):
     """The block of the pipelined implicit GEMM: tile, threads, ring depth (phases), stages a phase, resident B."""
 
     tile_n: int = 64
-    depth: int = 3
+    depth: int = 2  # measured faster than 3 at the target (speed_configs says why)
     group: int = 1
     resident: bool = False  # the default streams the filters: three blocks share an SM (speed_configs says why)
 
@@ -193,15 +193,28 @@ def speed_configs() -> list[PipeConfig]:
     The same 128 x 64 x 64 tile and 128 threads, so that what changes is how many blocks share an SM
     (:func:`blocks_per_sm`) and where the filters live; instructor-notes/conv.md has the arithmetic:
 
-    - ``128x64x64-t128-d3-g1-s`` (the default): filters streamed with A, the output staged in the ring: 72 KiB,
-      three blocks an SM (twelve warps), a ring of three phases. Expected to win: with mma.sync each warp issues
-      its own gathers and its own MMAs, so other blocks' warps are what hides a stage's waits and barriers, as in
-      the two-stage kernel of notebook 2c (52.5 KiB: up to four blocks an SM), now with asynchronous copies;
-    - ``128x64x64-t128-d2-g1-r``: the filters resident (72 KiB of them), a ring of two: 104 KiB, two blocks an SM;
-    - ``128x64x64-t128-d3-g1-r``: the first GPU run's default (one block an SM, four warps), with today's gathers:
-      how much of the first run's loss was the copies' instructions, and how much the occupancy.
+    - ``128x64x64-t128-d2-g1-s`` (the default): filters streamed with A, the output staged in the ring, a ring of
+      two phases: 48 KiB, three blocks an SM (twelve warps) by the launch bounds' registers. With mma.sync each
+      warp issues its own gathers and its own MMAs, so other blocks' warps are what hides a stage's waits and
+      barriers; a phase in flight is enough once three blocks share an SM;
+    - ``128x64x64-t128-d3-g1-s``: the same with a ring of three (72 KiB, three blocks an SM): the default until the
+      H200 run of 2026-11-30 measured it 4% slower;
+    - ``128x64x64-t128-d2-g1-r``: the filters resident (72 KiB of them), a ring of two: 104 KiB, two blocks an SM.
     """
-    return [PipeConfig.parse(s) for s in ("128x64x64-t128-d3-g1-s", "128x64x64-t128-d2-g1-r", "128x64x64-t128-d3-g1-r")]
+    return [PipeConfig.parse(s) for s in ("128x64x64-t128-d2-g1-s", "128x64x64-t128-d3-g1-s", "128x64x64-t128-d2-g1-r")]
+
+
+def one_by_one_config(block: PipeConfig, c_mid: int, c_out: int) -> PipeConfig:
+    """The unfused back-to-back path's 1x1 kernel: the 3x3 kernel's rows and threads, K stages and N as wide as the
+    channels allow (64 or 32), and a ring of three, the setting it was measured with (it has one or a few K stages
+    a tile, so its ring runs across tiles)."""
+    return PipeConfig(
+        tile_m=block.tile_m,
+        tile_n=64 if c_out % 64 == 0 else 32,
+        tile_k=64 if c_mid % 64 == 0 else 32,
+        threads=block.threads,
+        depth=3,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -214,9 +227,9 @@ def b2b_accumulators(cfg: PipeConfig, channels: int) -> int:
     return cfg.tile_m * channels // cfg.threads
 
 
-# A D0 too wide for the default block's accumulators: 64 rows over 256 threads (the block of the 2d check's
-# contract, ``check.CONV_B2B_CONFIGS``), K stages of 32 and a ring of two, so that a 256-wide D0 costs 64 values
-# a thread, as the target's 128 x 64 over 128 threads does, and the plan fits two blocks an SM (104 KiB)
+# A D0 too wide for the default block's accumulators: 64 rows over 256 threads and K stages of 32 (as the 2d check's
+# second block, ``check.CONV_B2B_CONFIGS``) and a ring of two, so that a 256-wide D0 costs 64 values a thread, as
+# the target's 128 x 64 over 128 threads does, and the plan fits two blocks an SM (104 KiB)
 WIDE_B2B_FIELDS = {"tile_m": 64, "tile_k": 32, "threads": 256, "depth": 2}
 
 

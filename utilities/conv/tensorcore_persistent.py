@@ -60,6 +60,7 @@ from .layout import (
     check_fits,
     check_group,
     min_blocks,
+    one_by_one_config,
     pipe_layout,
     stages,
 )
@@ -579,13 +580,7 @@ class UnfusedConvB2B:
         self.conv3 = conv3 if conv3 is not None else PipelinedConv(s.first, cfg=cfg)
         # the 1x1 kernel: the 3x3's block where that is a pipelined one, else the plan's default
         block = self.conv3.cfg if isinstance(self.conv3.cfg, PipeConfig) else PipeConfig()
-        one = PipeConfig(
-            tile_m=block.tile_m,
-            tile_n=64 if s.c_out % 64 == 0 else 32,
-            tile_k=64 if s.c_mid % 64 == 0 else 32,
-            threads=block.threads,
-        )
-        self.conv1 = PipelinedConv(second, cfg=one, taps=1)
+        self.conv1 = PipelinedConv(second, cfg=one_by_one_config(block, s.c_mid, s.c_out), taps=1)
         self.zero = cp.zeros(s.c_mid, cp.float16)
         self.d0 = cp.empty((s.batch, s.height, s.width, s.c_mid), cp.float16)
 
