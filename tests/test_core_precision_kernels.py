@@ -167,3 +167,50 @@ def _device_choice_agrees(stats, scheme, offset, device_stats):
     assert got.count == want.count, (got.describe(), want.describe())
     for c, v in want.tried.items():
         assert got.tried[c] == pytest.approx(v, rel=1e-9), c
+
+
+def _edge_values() -> np.ndarray:
+    """Doubles where reading the exponent and the significand's top bits from the high word could go wrong: both
+    ends of the exponent range, subnormals, powers of two and the doubles just below them, both signs, and random
+    values over every exponent."""
+    tiny, big = np.finfo(np.float64).smallest_subnormal, np.finfo(np.float64).max
+    special = [tiny, 3 * tiny, 2.0**-1022 - tiny, 2.0**-1022, 2.0**-1021, big, 2.0**1023, 1.0, 0.5, 0.75]
+    powers = np.ldexp(1.0, np.arange(-1074, 1024, 37))
+    below = np.nextafter(powers, 0.0)
+    rng = np.random.default_rng(7)
+    spread = rng.uniform(0.5, 1.0, 400) * np.ldexp(1.0, rng.integers(-1073, 1024, 400))
+    v = np.concatenate([special, powers, below[below > 0], spread])
+    return np.concatenate([v, -v])
+
+
+def test_the_high_word_gives_frexp_and_the_s_terms_bit_for_bit():
+    """``exponent_of`` and ``s_term`` read the exponent and ``floor(f QUANT)`` from the high word; ``scaled``
+    multiplies by a power of two where ``ldexp`` did: each equals its ``frexp``/``floor``/``ldexp`` form on
+    subnormals, both ends of the range and random doubles (on a GPU too: this file runs on the device)."""
+    v = _edge_values()
+    tops = np.array([-1074, -1025, -1023, -1022, -200, 0, 3, 200, 1022, 1023, 1024], np.int32)
+
+    @cuda.jit
+    def probe(v, tops, e_out, terms, products):
+        i = cuda.grid(1)
+        if i < v.shape[0]:
+            e = pg.exponent_of(v[i])
+            e_out[i] = e
+            for j in range(tops.shape[0]):
+                if e <= tops[j]:  # as in the kernels: top is the largest exponent of v's line or chunk
+                    terms[i, j] = pg.s_term(v[i], tops[j])
+                    products[i, j] = pg.scaled(v[i], tops[j], pg.unit_scale(tops[j]))
+
+    e_out = _dev(np.zeros(v.size, np.int32))
+    terms, products = _dev(np.zeros((v.size, tops.size), np.int64)), _dev(np.zeros((v.size, tops.size)))
+    probe[-(-v.size // 64), 64](_dev(v), _dev(tops), e_out, terms, products)
+    f, e = np.frexp(np.abs(v))
+    np.testing.assert_array_equal(e_out.copy_to_host(), e)
+    inside = e[:, None] <= tops[None, :]
+    rel = np.where(inside, e[:, None] - tops[None, :] + precision.SPAN, -1)
+    q = np.floor(f * precision.QUANT).astype(np.int64)[:, None] + 1
+    want = np.where(inside, np.where(rel >= 0, (q * q) << np.maximum(2 * rel, 0), 256), 0)
+    np.testing.assert_array_equal(terms.copy_to_host(), want)
+    scaled = np.where(inside, np.ldexp(v[:, None], np.where(inside, -tops[None, :], 0).astype(int)), 0.0)
+    np.testing.assert_array_equal(products.copy_to_host(), scaled)
+    assert inside.sum() > v.size and (rel >= 0).any() and ((rel < 0) & inside).any()

@@ -35,6 +35,7 @@ import numpy as np
 from numba import config, cuda, float64, int32, int64
 
 from .precision import CHUNK, QUANT, SPAN, Choice, U, target
+from .simt import hi_word
 
 ROWS_THREADS = 512  # threads per row in the row kernels at k = 8192: 16 entries a thread
 ROW_REGISTERS = 64  # at most: two blocks of 512 threads per SM, so that one computes while the other loads
@@ -148,14 +149,60 @@ def items_per_thread(kp: int, threads: int) -> int:
     return 4 * -(-(kp // 4) // threads)
 
 
+QUANT_SHIFT = 21 - (QUANT.bit_length() - 1)  # floor(f QUANT) is the top bits of a normal double's significand
+SCALE_LIMIT = 1022  # 2^-e is a normal double, so x 2^-e is one exact multiply, for |e| <= SCALE_LIMIT
+assert QUANT & (QUANT - 1) == 0 and QUANT <= 2**21
+
+
+@cuda.jit(device=True)
+def exponent_of(v):
+    """``math.frexp(v)[1]`` of a finite nonzero v, from its exponent field (a subnormal v by ``frexp``)."""
+    field = (hi_word(v) >> 20) & 0x7FF
+    if field == 0:
+        _, e = math.frexp(v)
+        return int32(e)
+    return int32(field - 1022)
+
+
+@cuda.jit(device=True)
+def line_exponent(amax):
+    """The largest ``frexp`` exponent of a line or chunk whose largest magnitude is ``amax`` (``frexp``'s exponent
+    grows with the magnitude), or ``NO_EXPONENT`` when it holds only zeros."""
+    return exponent_of(amax) if amax > 0.0 else int32(NO_EXPONENT)
+
+
+@cuda.jit(device=True)
+def unit_scale(e):
+    """``2^-e`` where ``x 2^-e`` is one exact multiply (``|e| <= SCALE_LIMIT``), else 0: then ``ldexp`` it."""
+    return math.ldexp(1.0, -int(e)) if -SCALE_LIMIT <= e <= SCALE_LIMIT else 0.0
+
+
+@cuda.jit(device=True)
+def scaled(v, e, scale):
+    """``v 2^-e``: one multiply by :func:`unit_scale`'s ``scale``, or ``ldexp`` where it is 0. Both round the exact
+    product once (a subnormal result included), so they agree bit for bit."""
+    return v * scale if scale != 0.0 else math.ldexp(v, -int(e))
+
+
 @cuda.jit(device=True)
 def s_term(v, top):
     """The integer term of a nonzero ``v`` in ``precision.line_terms``'s S of a chunk whose largest exponent is
-    ``top``: ``(floor(f QUANT) + 1)^2 4^rel`` for ``v = f 2^e``, ``rel = e - top + SPAN``, or 256 below the span."""
-    f, e = math.frexp(abs(v))
+    ``top``: ``(floor(f QUANT) + 1)^2 4^rel`` for ``v = f 2^e``, ``rel = e - top + SPAN``, or 256 below the span.
+
+    For a normal v, e and ``floor(f QUANT)`` come from the bits of its high word (exponent field, and the top bits
+    of the significand with its leading 1), not from ``frexp`` and ``floor``, which libdevice builds with branches
+    for zeros, subnormals and non-finite values; a subnormal v takes ``frexp``."""
+    hi = hi_word(v)
+    field = (hi >> 20) & 0x7FF
+    if field == 0:
+        f, e = math.frexp(abs(v))
+        q = int64(math.floor(f * QUANT))
+    else:
+        e = field - 1022
+        q = int64(((hi & 0xFFFFF) | 0x100000) >> QUANT_SHIFT)
     rel = e - top + SPAN
     if rel >= 0:
-        qv = int64(math.floor(f * QUANT)) + 1
+        qv = q + 1
         return (qv * qv) << (2 * rel)
     return int64(256)
 
@@ -227,13 +274,10 @@ def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
         chunk_e = cuda.local.array(RUNS, int32)
         chunk_s = cuda.local.array(RUNS, int64)
         for r in range(RUNS):
-            top = int32(NO_EXPONENT)
+            big = 0.0
             for q in range(4):
-                v = vals[4 * r + q]
-                if v != 0.0:
-                    _, e = math.frexp(v)
-                    top = max(top, int32(e))
-            top = warp_max(top, si, tid)
+                big = max(big, abs(vals[4 * r + q]))
+            top = warp_max(line_exponent(big), si, tid)
             total = int64(0)
             for q in range(4):
                 v = vals[4 * r + q]
@@ -283,8 +327,9 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
             s = int64(0)
         norm2 = 0.0
         cross2 = 0.0
+        scale = unit_scale(e)
         for j in range(ITEMS):
-            v = math.ldexp(vals[j], -int(e))
+            v = scaled(vals[j], e, scale)
             norm2 += v * v
             if WEIGHTED:
                 col = 4 * (tid + (j // 4) * THREADS) + j % 4
@@ -354,7 +399,6 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
         sd = cuda.shared.array((COL_ROWS, COL_TILE), float64)
         bad = int32(0)
         amax = 0.0
-        top = int32(NO_EXPONENT)
         for i in range(PER):  # all loads first
             row = row0 + i * COL_ROWS
             vals[i] = x[row, col] if row < rows and col < cols else 0.0
@@ -365,24 +409,22 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
                 v = 0.0
                 vals[i] = 0.0
             amax = max(amax, abs(v))
-            if v != 0.0:
-                _, e = math.frexp(v)
-                top = max(top, int32(e))
-        top = _column_max(top, si, tx, ty)
+        top = _column_max(line_exponent(amax), si, tx, ty)
         bad = _column_max(bad, si, tx, ty)
         amax = _column_max(amax, sd, tx, ty)
         total = int64(0)
         norm2 = 0.0
         cross2 = 0.0
+        scale = unit_scale(top)
         for i in range(PER):
             v = vals[i]
             if v != 0.0:
                 if TERMS_TOO:
                     total += s_term(v, top)
-                scaled = math.ldexp(v, -int(top))
-                norm2 += scaled * scaled
+                u = scaled(v, top, scale)
+                norm2 += u * u
                 if WEIGHTED:
-                    cross2 += scaled * scaled * w[row0 + i * COL_ROWS]
+                    cross2 += u * u * w[row0 + i * COL_ROWS]
         if TERMS_TOO:
             total = _column_sum(total, sl, tx, ty)
         norm2 = _column_sum(norm2, sd, tx, ty)

@@ -9,7 +9,9 @@ simulator on a machine without a GPU).
 - ``fma``: the fused multiply-add (exact in the simulator too, where numba's ``cuda.fma`` rounds twice: there it is
   ``utilities.rounding.fma_scalar``, the same emulation NumPy references use);
 - ``scale2``: ``x 2^e`` that overflows to +-Inf as on the device (Python's ``math.ldexp``, which the simulator runs,
-  raises instead).
+  raises instead);
+- ``hi_word``: the high 32 bits of a double (sign, exponent field, top 20 bits of the fraction) as an int32, a
+  register move on the device.
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ if SIMULATOR:
         with np.errstate(over="ignore"):
             return float(np.ldexp(x, e))
 
+    @cuda.jit(device=True)
+    def _hi_word(v):
+        """The high 32 bits of the double v, as an int32."""
+        return int32(int(np.float64(v).view(np.int64)) >> 32)
+
 else:
     from numba.cuda import libdevice
 
@@ -85,5 +92,10 @@ else:
         """x 2^e, +-Inf past DBL_MAX."""
         return math.ldexp(x, e)
 
+    @cuda.jit(device=True, inline=True)
+    def _hi_word(v):
+        """The high 32 bits of the double v, as an int32."""
+        return libdevice.double2hiint(v)
 
-trunc_f64, int32_of, fma, scale2 = _trunc_f64, _int32_of, _fma, _scale2
+
+trunc_f64, int32_of, fma, scale2, hi_word = _trunc_f64, _int32_of, _fma, _scale2, _hi_word
