@@ -63,17 +63,34 @@ def test_layouts_do_not_overlap_and_fit_at_the_target():
 
 
 def test_the_speed_settings_differ_in_blocks_per_sm():
-    """The settings the speed run measures, the default first: four, three and two blocks an SM by their shared
-    memory; the launch bounds then leave each thread at least the register floor, so the default runs three."""
-    got = []
+    """The settings the speed run measures, the default first: four, three, two and four blocks an SM by their
+    shared memory; the launch bounds then leave each thread at least the register floor, so the default runs three,
+    except where a spec asks for its blocks (the last: four, at 128 registers a thread)."""
+    got, asked = [], []
     for cfg in layout.speed_configs():
         L = layout.pipe_layout(cfg, 9, 128 * 64, 64 * 64, 128 * 64)
         assert L.c_in_ring, "one convolution stages its output in the ring: 16 KiB less a block"
         got.append(layout.blocks_per_sm(L.nbytes))
-        blocks = layout.min_blocks(cfg, L.nbytes)
-        assert blocks <= got[-1] and layout.REGISTERS_PER_SM // (cfg.threads * blocks) >= layout.REGISTER_FLOOR
-    assert got == [4, 3, 2] and layout.speed_configs()[0] == layout.PipeConfig()
+        asked.append(layout.min_blocks(cfg, L.nbytes))
+        floor = layout.REGISTERS_PER_SM // (cfg.threads * asked[-1]) >= layout.REGISTER_FLOOR
+        assert asked[-1] <= got[-1] and (floor or cfg.blocks)
+    assert got == [4, 3, 2, 4] and asked == [3, 3, 2, 4] and layout.speed_configs()[0] == layout.PipeConfig()
     assert layout.min_blocks(layout.PipeConfig(), 48 * 1024) == 3
+
+
+def test_a_spec_can_ask_for_blocks_an_sm():
+    """``-bN`` sets the launch bounds' blocks an SM, capped by what the shared memory allows; without it the spec
+    and the rule are as before."""
+    four = layout.PipeConfig.parse("128x64x64-t128-d2-g1-s-b4")
+    assert four.blocks == 4 and four.spec == "128x64x64-t128-d2-g1-s-b4"
+    assert layout.PipeConfig.parse(four.spec) == four and layout.PipeConfig().spec == "128x64x64-t128-d2-g1-s"
+    assert layout.min_blocks(four, 48 * 1024) == 4 and layout.min_blocks(four, 72 * 1024) == 3
+    assert layout.min_blocks(layout.PipeConfig.parse("64x256x32-t256-d2-g1-s-b2"), 104 * 1024) == 2
+    assert layout.min_blocks(layout.PipeConfig.parse("64x256x32-t256-d2-g1-s"), 104 * 1024) == 1
+    with pytest.raises(ValueError, match="blocks must be 1 to 8"):
+        layout.PipeConfig(blocks=9)
+    with pytest.raises(ValueError, match="-bN"):
+        layout.PipeConfig.parse("128x64x64-t128-d2-g1-s-b")
 
 
 @pytest.mark.parametrize(

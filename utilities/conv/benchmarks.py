@@ -410,13 +410,15 @@ def b2b_records(
     name: str = "conv_b2b",
     copy_tbs: float | None = None,
     halo: bool = False,
+    unfused_cfg: Any = "same",
 ) -> list[bench.BenchRecord]:
     """``<name>.fused``, ``<name>.unfused``, its two kernels alone (``<name>.unfused.3x3``, ``<name>.unfused.1x1``),
     with ``halo`` the halo kernels' chain where it takes the shape (``<name>.halo.fused``, ``<name>.halo.unfused``: its
     3x3 kernel, then the pipelined 1x1; the speed run's, not notebook 2d's) and ``<name>.library`` (cuDNN twice,
     where PyTorch has it), interleaved at ``shape``; errors against the FP64 chain on sampled pixels. ``copy_tbs``:
     the run's copy rate (``peaks.measure_copy_bandwidth``, measured here if None), kept in each record's ``params``
-    with the model's D0 round trip (``model.fusion_limit``)."""
+    with the model's D0 round trip (``model.fusion_limit``). ``unfused_cfg``: the unfused path's 3x3 block (default
+    ``cfg``'s; None: its plan's default)."""
     from .baselines import CudnnB2B
     from .tensorcore_persistent import ConvB2B, UnfusedConvB2B
 
@@ -424,7 +426,8 @@ def b2b_records(
     traffic = model.b2b_traffic("fused", shape)
     sets = [b2b_operands(shape, seed + i) for i in range(bench.copies_for(traffic.bytes))]
     outs = [cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16) for _ in sets]
-    plans = {"fused": ConvB2B(shape, cfg=cfg), "unfused": UnfusedConvB2B(shape, cfg=cfg)}
+    unfused_cfg = cfg if unfused_cfg == "same" else unfused_cfg
+    plans = {"fused": ConvB2B(shape, cfg=cfg), "unfused": UnfusedConvB2B(shape, cfg=unfused_cfg)}
     if halo:
         plans.update(halo_b2b_plans(shape))
     paths = {
@@ -604,12 +607,13 @@ def halo_correctness(cfg: Any) -> str:
 
 
 def b2b_tile_correctness(cfg: Any) -> str:
-    """The back-to-back kernel at another block (``--b2b-tiles``) through the checker at ``check.B2B_SHAPE``: D0
-    kept and checked first, two blocks walking the row tiles; one line, or the first CheckFailure."""
+    """The back-to-back kernel at another block (``--b2b-tiles``) through the checker at ``check.B2B_SHAPE``, or at
+    ``check.B2B_WIDE_SHAPE`` for a block as wide as its D0: D0 kept and checked first, two blocks walking the row
+    tiles; one line, or the first CheckFailure."""
     from . import check
     from .tensorcore_persistent import ConvB2B
 
-    shape = check.B2B_SHAPE
+    shape = check.B2B_WIDE_SHAPE if cfg.tile_n == check.B2B_WIDE_SHAPE.c_mid else check.B2B_SHAPE
     kept = ConvB2B(shape, cfg=dataclasses.replace(cfg, tile_n=shape.c_mid), keep_d0=True, blocks=2)
     check.check_conv_b2b(_numpy_run(kept), stages=kept.stages, shape=shape, seed=43)
     return f"conv_b2b.fused@{cfg.spec} at {shape.label} (D0 kept, two blocks walking the row tiles): passed"
@@ -658,8 +662,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--b2b-tiles",
         default="",
-        help="comma-separated PipeConfig specs: the back-to-back chain at the target also with these blocks, each "
-        "checked first (records conv_b2b@<spec>.*, beside the plan's default)",
+        help="comma-separated PipeConfig specs: the back-to-back chain at the target also with these blocks, or the "
+        "wide chain (64 -> 256 -> 64) for a block 256 wide, each checked first (records conv_b2b@<spec>.* or "
+        "conv_b2b.wide@<spec>.*, beside the plans' defaults)",
     )
     parser.add_argument("--repeats", type=int, default=10, help="interleaved rounds")
     parser.add_argument("--out", default="results", help="folder of the report (<gpu>-conv2.json and .md)")
@@ -699,8 +704,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 (as above)
         notes.append(f"conv_b2b.wide left out: {type(exc).__name__}: {exc}")
         print(notes[-1], flush=True)
-    for cfg in b2b_tiles:  # prebuild with --jobs conv_b2b:64x64x64@<spec>,conv_pipe:64x64@<spec>
-        records += b2b_records(B2B_TARGET, cfg, repeats=repeats, copy_tbs=copy_tbs, name=f"conv_b2b@{cfg.spec}")
+    for cfg in b2b_tiles:  # prebuild with --jobs conv_b2b:64x64x64@<spec>,conv_pipe:64x64@<spec> (64 -> 64 -> 64)
+        if cfg.tile_n == B2B_WIDE.c_mid:  # the wide chain's fused kernel at cfg, its unfused path as the plans have it
+            name, shape, unfused = f"conv_b2b.wide@{cfg.spec}", B2B_WIDE, None
+        else:
+            name, shape, unfused = f"conv_b2b@{cfg.spec}", B2B_TARGET, cfg
+        records += b2b_records(shape, cfg, repeats=repeats, copy_tbs=copy_tbs, name=name, unfused_cfg=unfused)
     print(run_summary(records, targets=True))
     bench.record(records)
     gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()

@@ -31,7 +31,7 @@ SMEM_RESERVED = 1024  # bytes the system keeps per block on sm_80 and later
 REGISTERS_PER_SM = 65536
 REGISTER_FLOOR = 160  # registers a thread keeps at least when the launch bounds cap them (see min_blocks)
 B2B_ACCUMULATOR_MAX = 128  # FP32 values a thread may hold for one GEMM of the back-to-back kernel (see b2b_config)
-_SPEC = re.compile(r"^(\d+)x(\d+)x(\d+)-t(\d+)-d(\d+)-g(\d+)-([rs])$")
+_SPEC = re.compile(r"^(\d+)x(\d+)x(\d+)-t(\d+)-d(\d+)-g(\d+)-([rs])(?:-b(\d+))?$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +42,7 @@ class PipeConfig(TileConfig):
     depth: int = 2  # measured faster than 3 at the target (speed_configs says why)
     group: int = 1
     resident: bool = False  # the default streams the filters: three blocks share an SM (speed_configs says why)
+    blocks: int = 0  # blocks an SM the launch bounds ask for; 0: as min_blocks decides (a spec's "-bN" sets it)
 
     def __post_init__(self) -> None:
         if self.tile_k not in SWIZZLED_TK:
@@ -59,6 +60,8 @@ class PipeConfig(TileConfig):
             raise ValueError(f"depth must be 2 to 8 phases (one in use, the others in flight), got {self.depth}")
         if self.group < 1:
             raise ValueError(f"group must be at least 1 stage a phase, got {self.group}")
+        if not 0 <= self.blocks <= 8:
+            raise ValueError(f"blocks must be 1 to 8 blocks an SM, or 0 (min_blocks decides), got {self.blocks}")
 
     @property
     def chunks_per_row(self) -> int:
@@ -75,7 +78,7 @@ class PipeConfig(TileConfig):
         """A short name, e.g. ``128x64x64-t128-d3-g1-r`` (``r``: resident filters, ``s``: streamed)."""
         return (
             f"{self.tile_m}x{self.tile_n}x{self.tile_k}-t{self.threads}-d{self.depth}-g{self.group}-"
-            f"{'r' if self.resident else 's'}"
+            f"{'r' if self.resident else 's'}" + (f"-b{self.blocks}" if self.blocks else "")
         )
 
     @classmethod
@@ -85,11 +88,18 @@ class PipeConfig(TileConfig):
         if not match:
             raise ValueError(
                 f"a tile spec looks like 128x64x64-t128-d3-g1-r (TMxTNxTK, threads, depth, group, "
-                f"r = resident filters or s = streamed), got {spec!r}"
+                f"r = resident filters or s = streamed, then -bN to ask for N blocks an SM), got {spec!r}"
             )
         tm, tn, tk, threads, depth, group = (int(v) for v in match.groups()[:6])
         return cls(
-            tile_m=tm, tile_n=tn, tile_k=tk, threads=threads, depth=depth, group=group, resident=match.group(7) == "r"
+            tile_m=tm,
+            tile_n=tn,
+            tile_k=tk,
+            threads=threads,
+            depth=depth,
+            group=group,
+            resident=match.group(7) == "r",
+            blocks=int(match.group(8) or 0),
         )
 
 
@@ -172,7 +182,12 @@ def min_blocks(cfg: PipeConfig, nbytes: int) -> int:
     that a thread would get fewer than ``REGISTER_FLOOR`` registers. ptxas then keeps the kernel's registers low
     enough for that many blocks, and the shared memory, not the registers, sets the occupancy. The floor is a
     margin, not a measurement: a 128 x 64 FP32 accumulator over 128 threads is 64 registers a thread, and
-    cuBLASDx's operand fragments and the copies' addresses come on top (the run records registers and spills)."""
+    cuBLASDx's operand fragments and the copies' addresses come on top (the run records registers and spills).
+
+    ``cfg.blocks`` overrides the floor: the launch bounds ask for that many blocks (at most what the shared memory
+    allows), whatever registers it leaves a thread."""
+    if cfg.blocks:
+        return max(1, min(blocks_per_sm(nbytes), cfg.blocks))
     by_registers = REGISTERS_PER_SM // (cfg.threads * REGISTER_FLOOR)
     return max(1, min(blocks_per_sm(nbytes), by_registers))
 
@@ -199,9 +214,13 @@ def speed_configs() -> list[PipeConfig]:
       barriers; a phase in flight is enough once three blocks share an SM;
     - ``128x64x64-t128-d3-g1-s``: the same with a ring of three (72 KiB, three blocks an SM): the default until the
       H200 run of 2026-11-30 measured it 4% slower;
-    - ``128x64x64-t128-d2-g1-r``: the filters resident (72 KiB of them), a ring of two: 104 KiB, two blocks an SM.
+    - ``128x64x64-t128-d2-g1-r``: the filters resident (72 KiB of them), a ring of two: 104 KiB, two blocks an SM;
+    - ``128x64x64-t128-d2-g1-s-b4``: the default with launch bounds for four blocks an SM (16 warps), which its
+      48 KiB allow: at most 128 registers a thread, below the floor. A CPU build (ptxas 13.0, 2026-11-30) gave 128
+      and no spills; whether 16 warps an SM, with less of the SM left to L1, beat 12 is for the run to say.
     """
-    return [PipeConfig.parse(s) for s in ("128x64x64-t128-d2-g1-s", "128x64x64-t128-d3-g1-s", "128x64x64-t128-d2-g1-r")]
+    specs = ("128x64x64-t128-d2-g1-s", "128x64x64-t128-d3-g1-s", "128x64x64-t128-d2-g1-r", "128x64x64-t128-d2-g1-s-b4")
+    return [PipeConfig.parse(s) for s in specs]
 
 
 def one_by_one_config(block: PipeConfig, c_mid: int, c_out: int) -> PipeConfig:
