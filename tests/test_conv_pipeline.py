@@ -63,18 +63,19 @@ def test_layouts_do_not_overlap_and_fit_at_the_target():
 
 
 def test_the_speed_settings_differ_in_blocks_per_sm():
-    """The settings the speed run measures, the default first: four, three, two and four blocks an SM by their
+    """The settings the speed run measures, the default first: four, three, two, four and two blocks an SM by their
     shared memory; the launch bounds then leave each thread at least the register floor, so the default runs three,
-    except where a spec asks for its blocks (the last: four, at 128 registers a thread)."""
+    except where a spec asks for its blocks (the last two: four at 128 threads and two at 256, 128 registers a
+    thread)."""
     got, asked = [], []
     for cfg in layout.speed_configs():
-        L = layout.pipe_layout(cfg, 9, 128 * 64, 64 * 64, 128 * 64)
+        L = layout.pipe_layout(cfg, 9, cfg.tile_m * 64, 64 * 64, cfg.tile_m * 64)
         assert L.c_in_ring, "one convolution stages its output in the ring: 16 KiB less a block"
         got.append(layout.blocks_per_sm(L.nbytes))
         asked.append(layout.min_blocks(cfg, L.nbytes))
         floor = layout.REGISTERS_PER_SM // (cfg.threads * asked[-1]) >= layout.REGISTER_FLOOR
         assert asked[-1] <= got[-1] and (floor or cfg.blocks)
-    assert got == [4, 3, 2, 4] and asked == [3, 3, 2, 4] and layout.speed_configs()[0] == layout.PipeConfig()
+    assert got == [4, 3, 2, 4, 2] and asked == [3, 3, 2, 4, 2] and layout.speed_configs()[0] == layout.PipeConfig()
     assert layout.min_blocks(layout.PipeConfig(), 48 * 1024) == 3
 
 
@@ -300,3 +301,14 @@ def test_the_back_to_back_block_holds_a_256_wide_d0_in_64_values_a_thread():
     assert prebuild.kernel_of("conv_b2b:64x64x64") == "conv_b2b:64x64x64@128x64x64-t128-d2-g1-s"
     jobs = prebuild.CONV_SPEED_JOBS.split(",")
     assert {"conv_b2b:64x256x64", "conv_b2b_keep:64x256x64", "conv_1x1:64x256"} <= set(jobs)
+
+
+def test_every_speed_setting_has_a_check_shape_its_blocks_divide():
+    """``correctness`` checks each setting before it is timed: at check.CONV_SHAPE, or at the 256-pixel blocks'
+    own shape, with several row tiles and a tile that starts mid-row."""
+    from utilities.conv import check
+
+    for cfg in layout.speed_configs():
+        shape = check.CONV_SHAPE if check.CONV_SHAPE.m % cfg.tile_m == 0 else check.CONV_SHAPE_256
+        assert shape.m % cfg.tile_m == 0 and shape.m // cfg.tile_m >= 4 and cfg.tile_m % shape.width
+        assert shape.c_out % min(cfg.tile_n, shape.c_out) == 0

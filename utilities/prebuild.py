@@ -441,6 +441,7 @@ CONV_SPEED_TILES = (
     "128x64x64-t128-d3-g1-s",
     "128x64x64-t128-d2-g1-r",
     "128x64x64-t128-d2-g1-s-b4",
+    "256x64x64-t256-d2-g1-s-b2",
 )
 # The wide chain's fused kernel asking for two blocks an SM (127 registers in a CPU build, against 151 and one block):
 # `python -m utilities.conv.benchmarks --b2b-tiles 64x256x32-t256-d2-g1-s-b2` times it beside the plan's default

@@ -522,10 +522,10 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
     from .tensorcore_persistent import ConvB2B, PipelinedConv, UnfusedConvB2B
 
     lines = []
-    shape = check.CONV_SHAPE
     for cfg in [c for c in configs if isinstance(c, HaloConfig)]:
         lines.append(halo_correctness(cfg))
     for cfg in [c for c in configs if not isinstance(c, HaloConfig)] or [PipeConfig()]:
+        shape = check.CONV_SHAPE if check.CONV_SHAPE.m % cfg.tile_m == 0 else check.CONV_SHAPE_256
         cfg_n = dataclasses.replace(cfg, tile_n=min(cfg.tile_n, shape.c_out))
         try:
             plan = PipelinedConv(shape, cfg=cfg_n)
@@ -539,6 +539,7 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
         lines.append(
             f"conv.fused@{cfg.spec} (one block a row tile, and two walking them all) and its unfused path: passed"
         )
+    shape = check.CONV_SHAPE
     check.check_conv(_numpy_run(Conv3x3(shape)), shape=shape, seed=33)
     lines.append("conv.twostage: passed")
     if triton_peer.available() is None:

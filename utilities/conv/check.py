@@ -42,6 +42,9 @@ CONTRACT_CONV = (
 # (batch, height, width): odd sizes, a single row and a single column, and images smaller than a row tile
 NEIGHBOR_GEOMETRIES = ((2, 5, 7), (1, 1, 1), (3, 4, 1), (2, 1, 6), (1, 3, 3))
 CONV_SHAPE = ref.ConvShape(2, 24, 24, 64, 128)  # 9 row tiles of 128 pixels, starting mid-row; 2 column tiles of 64
+# the speed run's check for blocks of 256 pixels (CONV_SHAPE's 1,152 pixels are not a multiple): 6 row tiles of 256
+# over 2 images of 32 x 24, starting mid-row; 2 column tiles of 64
+CONV_SHAPE_256 = ref.ConvShape(2, 32, 24, 64, 128)
 # The contract's parameters: the blocks (ConvConfig's fields) 2c's kernel is checked at, two values of every field its
 # factory's Matmul takes: the plan's choice for CONV_SHAPE (ConvConfig.for_shape), and one whose every size differs
 # (18 row tiles of 64 pixels, 4 column tiles of 32, K stages of 32 channels, 64 threads). No index may hold one.
