@@ -63,10 +63,9 @@ def test_layouts_do_not_overlap_and_fit_at_the_target():
 
 
 def test_the_speed_settings_differ_in_blocks_per_sm():
-    """The settings the speed run measures, the default first: four, three, two, four and two blocks an SM by their
-    shared memory; the launch bounds then leave each thread at least the register floor, so the default runs three,
-    except where a spec asks for its blocks (the last two: four at 128 threads and two at 256, 128 registers a
-    thread)."""
+    """The settings the speed run measures, the default first: four, four, three and two blocks an SM by their
+    shared memory; the launch bounds then leave each thread at least the register floor (128 at 128 threads and four
+    blocks), so each runs what its shared memory allows, except the second, which asks for three."""
     got, asked = [], []
     for cfg in layout.speed_configs():
         L = layout.pipe_layout(cfg, 9, cfg.tile_m * 64, 64 * 64, cfg.tile_m * 64)
@@ -75,8 +74,9 @@ def test_the_speed_settings_differ_in_blocks_per_sm():
         asked.append(layout.min_blocks(cfg, L.nbytes))
         floor = layout.REGISTERS_PER_SM // (cfg.threads * asked[-1]) >= layout.REGISTER_FLOOR
         assert asked[-1] <= got[-1] and (floor or cfg.blocks)
-    assert got == [4, 3, 2, 4, 2] and asked == [3, 3, 2, 4, 2] and layout.speed_configs()[0] == layout.PipeConfig()
-    assert layout.min_blocks(layout.PipeConfig(), 48 * 1024) == 3
+    assert got == [4, 4, 3, 2] and asked == [4, 3, 3, 2] and layout.speed_configs()[0] == layout.PipeConfig()
+    assert layout.min_blocks(layout.PipeConfig(), 48 * 1024) == 4
+    assert layout.min_blocks(layout.PipeConfig(threads=256, tile_m=256), 48 * 1024) == 2  # the floor caps them
 
 
 def test_a_spec_can_ask_for_blocks_an_sm():
@@ -86,8 +86,8 @@ def test_a_spec_can_ask_for_blocks_an_sm():
     assert four.blocks == 4 and four.spec == "128x64x64-t128-d2-g1-s-b4"
     assert layout.PipeConfig.parse(four.spec) == four and layout.PipeConfig().spec == "128x64x64-t128-d2-g1-s"
     assert layout.min_blocks(four, 48 * 1024) == 4 and layout.min_blocks(four, 72 * 1024) == 3
-    assert layout.min_blocks(layout.PipeConfig.parse("64x256x32-t256-d2-g1-s-b2"), 104 * 1024) == 2
-    assert layout.min_blocks(layout.PipeConfig.parse("64x256x32-t256-d2-g1-s"), 104 * 1024) == 1
+    assert layout.min_blocks(layout.PipeConfig.parse("128x64x64-t128-d2-g1-s-b3"), 48 * 1024) == 3
+    assert layout.min_blocks(layout.PipeConfig.parse("64x256x32-t256-d2-g1-s-b1"), 104 * 1024) == 1
     with pytest.raises(ValueError, match="blocks must be 1 to 8"):
         layout.PipeConfig(blocks=9)
     with pytest.raises(ValueError, match="-bN"):
@@ -95,17 +95,34 @@ def test_a_spec_can_ask_for_blocks_an_sm():
 
 
 @pytest.mark.parametrize(
-    "spec, kib, blocks",
-    [("128x64x64-t128-d3-g1-s", 96, 2), ("128x64x32-t128-d4-g1-s", 72, 3), ("128x64x64-t128-d2-g1-s", 72, 3)],
+    "spec, kib, blocks, in_ring",
+    [
+        ("128x64x64-t128-d3-g1-s", 80, 2, True),
+        ("128x64x64-t128-d2-g1-s", 56, 4, True),
+        ("128x64x32-t128-d4-g1-s", 72, 3, False),
+        ("64x256x32-t256-d2-g1-s", 104, 2, False),
+    ],
 )
-def test_the_back_to_back_plan_stages_its_output_where_d0_was(spec: str, kib: int, blocks: int):
-    """D0 (GEMM 1's A) and the output tile share one buffer, apart from the rings and W1: at 72 KiB three blocks
-    share an SM, as the 3x3 kernel's default does."""
+def test_the_back_to_back_plan_stages_d0_and_its_output_in_the_ring_where_they_fit(
+    spec: str, kib: int, blocks: int, in_ring: bool
+):
+    """D0 (GEMM 1's A) and then the output tile go into the A slots of the phase the K loop read last where one
+    phase's A slots hold them (a 64-channel K stage: 16 KiB, as D0's tile), else into one buffer of their own; W1
+    always has its own. With a ring of two, 56 KiB: four blocks an SM."""
     cfg = layout.PipeConfig.parse(spec)
     n = layout.stages(9, 64, cfg.tile_k)
-    sa, sb, sc, sd, sw = 128 * cfg.tile_k, cfg.tile_k * 64, 128 * 64, 128 * 64, 64 * 64
+    c_mid = 256 if cfg.tile_n == 256 else 64
+    tm = cfg.tile_m
+    sa, sb, sc, sd, sw = tm * cfg.tile_k, cfg.tile_k * cfg.tile_n, tm * 64, tm * c_mid, c_mid * 64
     L = layout.pipe_layout(cfg, n, sa, sb, sc, sd, sw)
-    assert not L.c_in_ring and L.c == L.d0 >= L.b + cfg.depth * L.b_step and L.w1 >= L.d0 + max(sc, sd)
+    assert L.c_in_ring == in_ring and L.c == L.d0
+    if in_ring:
+        assert L.d0 == -1 and L.w1 >= L.b + cfg.depth * L.b_step
+        for phase in range(cfg.depth):  # any phase's A slots, contiguous, hold both tiles
+            first = L.a + phase * cfg.group * L.a_step
+            assert first + max(sc, sd) <= min(L.a + (phase + 1) * cfg.group * L.a_step, L.b)
+    else:
+        assert L.d0 >= L.b + cfg.depth * L.b_step and L.w1 >= L.d0 + max(sc, sd)
     assert L.w1 + sw <= L.end and L.nbytes == kib * 1024 and layout.blocks_per_sm(L.nbytes) == blocks
     assert layout.min_blocks(cfg, L.nbytes) == blocks
 

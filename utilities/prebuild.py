@@ -438,21 +438,16 @@ CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels and 2c'
 # kernel, and the back-to-back kernels of its checks and of its timing, at the target and 64 -> 256 -> 64.
 CONV_SPEED_TILES = (
     "128x64x64-t128-d2-g1-s",
+    "128x64x64-t128-d2-g1-s-b3",
     "128x64x64-t128-d3-g1-s",
     "128x64x64-t128-d2-g1-r",
-    "128x64x64-t128-d2-g1-s-b4",
-    "256x64x64-t256-d2-g1-s-b2",
 )
-# The wide chain's fused kernel asking for two blocks an SM (127 registers in a CPU build, against 151 and one block):
-# `python -m utilities.conv.benchmarks --b2b-tiles 64x256x32-t256-d2-g1-s-b2` times it beside the plan's default
-WIDE_CANDIDATE = "64x256x32-t256-d2-g1-s-b2"
 CONV_SPEED_JOBS = ",".join(
     [f"conv_pipe:64x64@{t}" for t in CONV_SPEED_TILES]
     + [f"conv_pipe_unfused:64x64@{t}" for t in CONV_SPEED_TILES]
     + [f"conv_pipe_gather:64x64@{CONV_SPEED_TILES[0]}", f"conv_pipe_mma:64x64@{CONV_SPEED_TILES[0]}"]
     + ["conv_1x1:64x64", "conv:64x64", "conv_b2b:64x64x64", "conv_b2b:64x64x128", "conv_b2b_keep:64x64x128"]
     + ["conv_b2b:64x256x64", "conv_b2b_keep:64x256x64", "conv_1x1:64x256"]  # the wide chain (its 3x3: conv_pipe's)
-    + [f"conv_b2b:64x256x64@{WIDE_CANDIDATE}", f"conv_b2b_keep:64x256x64@{WIDE_CANDIDATE}"]
     + ["conv_halo_gather:64x64", "conv_halo_mma:64x64"]  # the halo kernel's diagnostics (its kernels: CONV_JOBS)
 )
 PRIMER_JOBS = "primer:tile,primer:stack"  # notebook 0's two kernels

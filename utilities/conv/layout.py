@@ -29,7 +29,7 @@ SMEM_LIMIT = 227 * 1024  # bytes a block may have on sm_90 (sm_80: 163 KiB); the
 SMEM_PER_SM = 228 * 1024  # bytes of shared memory an sm_90 SM shares among its blocks
 SMEM_RESERVED = 1024  # bytes the system keeps per block on sm_80 and later
 REGISTERS_PER_SM = 65536
-REGISTER_FLOOR = 160  # registers a thread keeps at least when the launch bounds cap them (see min_blocks)
+REGISTER_FLOOR = 128  # registers a thread keeps at least when the launch bounds cap them (see min_blocks)
 B2B_ACCUMULATOR_MAX = 128  # FP32 values a thread may hold for one GEMM of the back-to-back kernel (see b2b_config)
 _SPEC = re.compile(r"^(\d+)x(\d+)x(\d+)-t(\d+)-d(\d+)-g(\d+)-([rs])(?:-b(\d+))?$")
 
@@ -127,9 +127,9 @@ class PipeLayout:
     resident, else a ring like A's), the output tile, and, for back-to-back, D0 (in the output tile's buffer) and
     the 1x1 filters W1.
 
-    ``c == -1``: the output tile has no buffer of its own; it is staged in the A slots of the phase the tile's K
-    loop read last (free once every warp is past its last MMA, and refilled only after the next tile's first
-    barrier)."""
+    ``c == -1``: the output tile (and D0, ``d0 == -1`` then too) has no buffer of its own; it is staged in the A
+    slots of the phase the tile's K loop read last (free once every warp is past its last MMA, and refilled only
+    after the next tile's first barrier)."""
 
     a: int
     a_step: int
@@ -154,14 +154,20 @@ def pipe_layout(cfg: PipeConfig, n_stages: int, sa: int, sb: int, sc: int, sd: i
     """Where each buffer starts; ``sa``, ``sb``, ``sc`` (and ``sd``, ``sw``) are the FP16 sizes of an A stage, a B
     stage, the output tile (D0's tile and W1) in the layouts cuBLASDx suggests (their ``cosize``).
 
-    One convolution stages its output tile in the A slots of one phase when they hold it (``group`` slots of an
-    A stage, contiguous). The back-to-back kernel stages its output tile where D0 was (``c == d0``: GEMM 1 has read
-    D0 by then, one barrier later), and keeps W1 apart."""
+    The epilogue stages its output tile (the back-to-back kernel: D0, then the output tile where D0 was, one barrier
+    after GEMM 1 has read it) in the A slots of the phase the K loop read last, where they hold it (``group`` slots
+    of an A stage, contiguous); else in a buffer of its own. W1 always has its own."""
     slots = cfg.depth * cfg.group
     b_slots = n_stages if cfg.resident else slots
     a_slot = fp16_segments(sa)[1]  # an A slot with its alignment
-    in_ring = not sd and cfg.group * a_slot >= sc
-    own = [max(sc, sd), sw] if sd else [] if in_ring else [sc]  # buffers outside the rings
+    staged = max(sc, sd)
+    in_ring = cfg.group * a_slot >= staged
+    if in_ring:
+        own = [sw] if sd else []  # buffers outside the rings
+    elif sd:
+        own = [staged, sw]
+    else:
+        own = [sc]
     offsets, end = fp16_segments(*([sa] * slots), *([sb] * b_slots), *own)
     a_step = offsets[1] - offsets[0] if slots > 1 else 0
     b0 = offsets[slots]
@@ -180,9 +186,10 @@ def blocks_per_sm(nbytes: int, per_sm: int = SMEM_PER_SM) -> int:
 def min_blocks(cfg: PipeConfig, nbytes: int) -> int:
     """The launch bounds' minimum blocks per SM: as many as the shared memory lets share an SM, but never so many
     that a thread would get fewer than ``REGISTER_FLOOR`` registers. ptxas then keeps the kernel's registers low
-    enough for that many blocks, and the shared memory, not the registers, sets the occupancy. The floor is a
-    margin, not a measurement: a 128 x 64 FP32 accumulator over 128 threads is 64 registers a thread, and
-    cuBLASDx's operand fragments and the copies' addresses come on top (the run records registers and spills).
+    enough for that many blocks, and the shared memory, not the registers, sets the occupancy. A 128 x 64 FP32
+    accumulator over 128 threads is 64 registers a thread; cuBLASDx's operand fragments and the copies' addresses
+    come on top. The floor was 160, a margin; at 128 the 3x3 kernel (four blocks an SM) and the wide back-to-back
+    kernel (two) ran without spills and faster than at 160 (instructor-notes/conv.md, the candidates measured).
 
     ``cfg.blocks`` overrides the floor: the launch bounds ask for that many blocks (at most what the shared memory
     allows), whatever registers it leaves a thread."""
@@ -209,25 +216,19 @@ def speed_configs() -> list[PipeConfig]:
     (:func:`blocks_per_sm`) and where the filters live; instructor-notes/conv.md has the arithmetic:
 
     - ``128x64x64-t128-d2-g1-s`` (the default): filters streamed with A, the output staged in the ring, a ring of
-      two phases: 48 KiB, three blocks an SM (twelve warps) by the launch bounds' registers. With mma.sync each
-      warp issues its own gathers and its own MMAs, so other blocks' warps are what hides a stage's waits and
-      barriers; a phase in flight is enough once three blocks share an SM;
-    - ``128x64x64-t128-d3-g1-s``: the same with a ring of three (72 KiB, three blocks an SM): the default until the
-      H200 run of 2026-11-30 measured it 4% slower;
-    - ``128x64x64-t128-d2-g1-r``: the filters resident (72 KiB of them), a ring of two: 104 KiB, two blocks an SM;
-    - ``128x64x64-t128-d2-g1-s-b4``: the default with launch bounds for four blocks an SM (16 warps), which its
-      48 KiB allow: at most 128 registers a thread, below the floor. A CPU build (ptxas 13.0, 2026-11-30) gave 128
-      and no spills; whether 16 warps an SM, with less of the SM left to L1, beat 12 is for the run to say;
-    - ``256x64x64-t256-d2-g1-s-b2``: 256 pixels a block over 256 threads (the same 64 accumulators a thread),
-      80 KiB, two blocks an SM (16 warps): half the filters' reads from L2 a pixel (0.6 GB at the target instead
-      of 1.2, beside A's 2.4).
+      two phases: 48 KiB, four blocks an SM (sixteen warps), 128 registers a thread by the launch bounds. With
+      mma.sync each warp issues its own gathers and its own MMAs, so other blocks' warps are what hides a stage's
+      waits and barriers; a phase in flight is enough once four blocks share an SM;
+    - ``128x64x64-t128-d2-g1-s-b3``: the same at three blocks an SM (twelve warps, up to 170 registers): the default
+      until the floor went from 160 registers to 128;
+    - ``128x64x64-t128-d3-g1-s``: a ring of three (72 KiB, three blocks an SM);
+    - ``128x64x64-t128-d2-g1-r``: the filters resident (72 KiB of them), a ring of two: 104 KiB, two blocks an SM.
     """
     specs = (
         "128x64x64-t128-d2-g1-s",
+        "128x64x64-t128-d2-g1-s-b3",
         "128x64x64-t128-d3-g1-s",
         "128x64x64-t128-d2-g1-r",
-        "128x64x64-t128-d2-g1-s-b4",
-        "256x64x64-t256-d2-g1-s-b2",
     )
     return [PipeConfig.parse(s) for s in specs]
 

@@ -399,7 +399,7 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
     L = conv_layout(MM0, cfg, n_stages, MM1)
     issue, kloop = make_stream(MM0, cfg, 9, n_stages, L)
     load_filters = resident_filters(MM0, cfg, n_stages, L)
-    DEPTH, C_AT, D_AT, W_AT = cfg.depth, L.c, L.d0, L.w1
+    DEPTH, D_AT, W_AT, IN_RING, A_AT, PHASE_SLOTS = cfg.depth, L.d0, L.w1, L.c_in_ring, L.a, cfg.group * L.a_step
     MIN_BLOCKS = min_blocks(cfg, L.nbytes)
     ROWS = TM // (THREADS // cfg.chunks_per_row)
     SC, SD, SW = (MM1.suggest_layout_smem_c().cosize, MM1.suggest_layout_smem_a().cosize,
@@ -420,8 +420,6 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
         copy(make_tensor(w1, gmem_w1(N1)), sw)  # in the first group (with the 3x3 filters, when resident)
         for p in range(DEPTH - 1):
             issue(smem, x, w0, p, t0, step, tiles, 0, c_in, height, width, pix, inside)
-        sd = make_tensor(smem[D_AT : D_AT + SD], MM1.suggest_layout_smem_a())
-        sc = make_tensor(smem[C_AT : C_AT + SC], MM1.suggest_layout_smem_c())
         acc0 = MM0.suggest_accumulator()
         acc1 = MM1.suggest_accumulator()
         p = 0
@@ -431,8 +429,16 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
             acc0.clear()
             p = kloop(smem, x, w0, p, t0, step, tiles, 0, c_in, height, width, pix, inside, acc0)
 
-            # D0 = relu(acc0) in FP16, into shared memory as GEMM 1's A operand (GEMM 1 of the last tile finished
-            # with sd before the K loop's barriers)
+            # D0 = relu(acc0) in FP16, into shared memory as GEMM 1's A operand: in the slots of the phase the K loop
+            # read last, once every warp is past its MMAs there (layout.pipe_layout), else in D0's own buffer (GEMM 1
+            # of the last tile finished with it before the K loop's barriers)
+            if IN_RING:
+                cuda.syncthreads()
+                d_at = A_AT + ((p - 1) % DEPTH) * PHASE_SLOTS
+            else:
+                d_at = D_AT
+            sd = make_tensor(smem[d_at : d_at + SD], MM1.suggest_layout_smem_a())
+            sc = make_tensor(smem[d_at : d_at + SC], MM1.suggest_layout_smem_c())
             r0 = acc0.get_results()
             d0_tile = make_tensor(cuda.local.array(F0, np.float16), MM0.suggest_layout_rmem_c())
             for i in range(F0):
