@@ -289,16 +289,18 @@ def test_time_split_says_how_much_the_parts_overlap():
 
 
 def test_the_back_to_back_block_holds_a_256_wide_d0_in_64_values_a_thread():
-    """The target's block is unchanged (its kernels, prebuilt, stay the same); a D0 of 256 channels takes 64 rows
+    """The target's block is the 3x3 kernel's asking for three blocks an SM (the speed run's second setting); a D0
+    of 256 channels takes 64 rows
     over 256 threads: 64 FP32 accumulators a thread for D0, as the target's 128 x 64 over 128 threads, and a
     plan of 104 KiB (cuBLASDx's tiles as dense as their element counts; D0's buffer takes the output tile too), two
     blocks an SM by shared memory."""
     from utilities import prebuild
 
-    assert layout.b2b_config(64, 64) == layout.PipeConfig(tile_n=64) == layout.speed_configs()[0]
+    three = layout.PipeConfig(tile_n=64, blocks=layout.B2B_BLOCKS)
+    assert layout.b2b_config(64, 64) == three == layout.speed_configs()[1] and layout.B2B_BLOCKS == 3
     assert layout.one_by_one_config(layout.PipeConfig(), 256, 64).spec == "128x64x64-t128-d3-g1-s"
-    assert layout.b2b_config(64, 128) == layout.PipeConfig(tile_n=64)
-    assert layout.b2b_config(128, 128) == layout.PipeConfig(tile_n=128)
+    assert layout.b2b_config(64, 128) == three
+    assert layout.b2b_config(128, 128) == layout.PipeConfig(tile_n=128, blocks=3)
     wide = layout.b2b_config(256, 64)
     assert wide.spec == "64x256x32-t256-d2-g1-s"
     assert layout.b2b_accumulators(wide, 256) == 64 == layout.b2b_accumulators(layout.PipeConfig(), 64)
@@ -315,7 +317,7 @@ def test_the_back_to_back_block_holds_a_256_wide_d0_in_64_values_a_thread():
     with pytest.raises(ValueError, match="not a multiple of the row tile 64"):
         layout.b2b_constraints(ref.B2BShape(1, 5, 5, 64, 256, 64), wide)
     assert prebuild.kernel_of("conv_b2b:64x256x64") == f"conv_b2b:64x256x64@{wide.spec}"
-    assert prebuild.kernel_of("conv_b2b:64x64x64") == "conv_b2b:64x64x64@128x64x64-t128-d2-g1-s"
+    assert prebuild.kernel_of("conv_b2b:64x64x64") == "conv_b2b:64x64x64@128x64x64-t128-d2-g1-s-b3"
     jobs = prebuild.CONV_SPEED_JOBS.split(",")
     assert {"conv_b2b:64x256x64", "conv_b2b_keep:64x256x64", "conv_1x1:64x256"} <= set(jobs)
 

@@ -177,7 +177,7 @@ def test_kernel_of_writes_the_plans_defaults_out_and_leaves_the_sizes_that_pick_
     assert k("b2b:576x64x128@64x128") == "b2b:64x128@64x128-k64" != k("b2b:288x64x128@64x128-k32")
     assert k("conv:64x64") == k("conv:128x64@128x64x64x128") == "conv@128x64x64x128"
     assert k("conv:32x32") == "conv@128x32x32x128" and k("conv_unfused:64x64") == "conv_unfused@128x64x64x128"
-    assert k("conv_b2b_keep:64x64x128") == k("conv_b2b_keep:64x64x128@128x64x64-t128-d2-g1-s")
+    assert k("conv_b2b_keep:64x64x128") == k("conv_b2b_keep:64x64x128@128x64x64-t128-d2-g1-s-b3")
     assert k("conv_b2b_keep:32x64x128") != k("conv_b2b_keep:64x64x128")  # C_in picks the K stages
     # the multi-pass kernel: one phase's Matmul (tile, F PK deep, threads); N picks nothing
     assert k("multipass:int8:2") == k("multipass:int8:2@128x128x256-n16") == "multipass:int8:128x128x64x256"

@@ -30,6 +30,7 @@ SMEM_PER_SM = 228 * 1024  # bytes of shared memory an sm_90 SM shares among its 
 SMEM_RESERVED = 1024  # bytes the system keeps per block on sm_80 and later
 REGISTERS_PER_SM = 65536
 REGISTER_FLOOR = 128  # registers a thread keeps at least when the launch bounds cap them (see min_blocks)
+B2B_BLOCKS = 3  # the back-to-back block's: four fit its 56 KiB, and left L1 28 KiB (instructor-notes/conv.md)
 B2B_ACCUMULATOR_MAX = 128  # FP32 values a thread may hold for one GEMM of the back-to-back kernel (see b2b_config)
 _SPEC = re.compile(r"^(\d+)x(\d+)x(\d+)-t(\d+)-d(\d+)-g(\d+)-([rs])(?:-b(\d+))?$")
 
@@ -265,8 +266,8 @@ WIDE_B2B_FIELDS = {"tile_m": 64, "tile_k": 32, "threads": 256, "depth": 2}
 def b2b_config(c_mid: int, c_out: int) -> PipeConfig:
     """The back-to-back plan's default block: the pipelined convolution's default with N = C_mid while both
     accumulators fit :data:`B2B_ACCUMULATOR_MAX` values a thread (C_mid and C_out up to 128), else
-    :data:`WIDE_B2B_FIELDS`."""
-    cfg = PipeConfig(tile_n=c_mid)
+    :data:`WIDE_B2B_FIELDS`. It asks for :data:`B2B_BLOCKS` blocks an SM."""
+    cfg = PipeConfig(tile_n=c_mid, blocks=B2B_BLOCKS)
     if max(b2b_accumulators(cfg, c) for c in (c_mid, c_out)) <= B2B_ACCUMULATOR_MAX:
         return cfg
     return PipeConfig(tile_n=c_mid, **WIDE_B2B_FIELDS)
