@@ -40,6 +40,7 @@ from .simt import hi_word
 ROWS_THREADS = 512  # threads per row in the row kernels at k = 8192: 16 entries a thread
 ROW_REGISTERS = 64  # at most: two blocks of 512 threads per SM, so that one computes while the other loads
 COL_TILE = 32  # columns per block in col_chunk_kernel (one warp reads 256 contiguous bytes of a row)
+COL_REGISTERS = 64  # at most: four blocks of COL_TILE x COL_ROWS threads per SM
 COL_ROWS = 8  # threads along the rows: each holds CHUNK / COL_ROWS = 16 entries of its column
 CHOICE_THREADS = 256
 MAX_COUNTS = 24  # counts a choice may try
@@ -136,6 +137,11 @@ def _check_width(k: int, kp: int, threads: int) -> None:
 def row_kernel(fn: Callable[..., Any]) -> Any:
     """``cuda.jit`` with the row kernels' register cap (``ROW_REGISTERS``; numba's simulator takes no cap)."""
     return cuda.jit(fn) if config.ENABLE_CUDASIM else cuda.jit(max_registers=ROW_REGISTERS)(fn)
+
+
+def col_kernel(fn: Callable[..., Any]) -> Any:
+    """``cuda.jit`` with the column-chunk kernel's register cap (``COL_REGISTERS``), as :func:`row_kernel`."""
+    return cuda.jit(fn) if config.ENABLE_CUDASIM else cuda.jit(max_registers=COL_REGISTERS)(fn)
 
 
 def rows_threads(kp: int) -> int:
@@ -400,7 +406,7 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
     """
     PER, WEIGHTED, TERMS_TOO = CHUNK // COL_ROWS, weighted, terms
 
-    @cuda.jit
+    @col_kernel
     def col_chunk_kernel(x, w, cf, ci):
         rows, cols = x.shape
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
