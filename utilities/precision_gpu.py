@@ -40,6 +40,7 @@ from .simt import hi_word
 ROWS_THREADS = 512  # threads per row in the row kernels at k = 8192: 16 entries a thread
 ROW_REGISTERS = 64  # at most: two blocks of 512 threads per SM, so that one computes while the other loads
 COL_TILE = 32  # columns per block in col_chunk_kernel (one warp reads 256 contiguous bytes of a row)
+COL_REGISTERS = 64  # at most: four blocks of COL_TILE x COL_ROWS threads per SM
 COL_ROWS = 8  # threads along the rows: each holds CHUNK / COL_ROWS = 16 entries of its column
 CHOICE_THREADS = 256
 MAX_COUNTS = 24  # counts a choice may try
@@ -138,6 +139,11 @@ def row_kernel(fn: Callable[..., Any]) -> Any:
     return cuda.jit(fn) if config.ENABLE_CUDASIM else cuda.jit(max_registers=ROW_REGISTERS)(fn)
 
 
+def col_kernel(fn: Callable[..., Any]) -> Any:
+    """``cuda.jit`` with the column-chunk kernel's register cap (``COL_REGISTERS``), as :func:`row_kernel`."""
+    return cuda.jit(fn) if config.ENABLE_CUDASIM else cuda.jit(max_registers=COL_REGISTERS)(fn)
+
+
 def rows_threads(kp: int) -> int:
     """Threads per row for a row of width kp: 16 entries a thread (registers for the row, and 64 registers a thread
     leave room for two blocks of 512 per SM), between 128 and 1024 threads."""
@@ -150,17 +156,18 @@ def items_per_thread(kp: int, threads: int) -> int:
 
 
 QUANT_SHIFT = 21 - (QUANT.bit_length() - 1)  # floor(f QUANT) is the top bits of a normal double's significand
+TWO_64 = 2.0**64  # a subnormal double times this is a normal one, exactly
 SCALE_LIMIT = 1022  # 2^-e is a normal double, so x 2^-e is one exact multiply, for |e| <= SCALE_LIMIT
 assert QUANT & (QUANT - 1) == 0 and QUANT <= 2**21
 
 
 @cuda.jit(device=True)
 def exponent_of(v):
-    """``math.frexp(v)[1]`` of a finite nonzero v, from its exponent field (a subnormal v by ``frexp``)."""
+    """``math.frexp(v)[1]`` of a finite nonzero v, from its exponent field (a subnormal v's after scaling it by
+    ``2^64``, exactly)."""
     field = (hi_word(v) >> 20) & 0x7FF
-    if field == 0:
-        _, e = math.frexp(v)
-        return int32(e)
+    if field == 0:  # subnormal: 2^64 v is normal, exactly
+        field = ((hi_word(v * TWO_64) >> 20) & 0x7FF) - 64
     return int32(field - 1022)
 
 
@@ -191,15 +198,15 @@ def s_term(v, top):
 
     For a normal v, e and ``floor(f QUANT)`` come from the bits of its high word (exponent field, and the top bits
     of the significand with its leading 1), not from ``frexp`` and ``floor``, which libdevice builds with branches
-    for zeros, subnormals and non-finite values; a subnormal v takes ``frexp``."""
+    for zeros, subnormals and non-finite values; a subnormal v is first scaled by ``2^64`` (exact: the same
+    significand, its exponent 64 higher)."""
     hi = hi_word(v)
     field = (hi >> 20) & 0x7FF
-    if field == 0:
-        f, e = math.frexp(abs(v))
-        q = int64(math.floor(f * QUANT))
-    else:
-        e = field - 1022
-        q = int64(((hi & 0xFFFFF) | 0x100000) >> QUANT_SHIFT)
+    if field == 0:  # subnormal: 2^64 v is normal, exactly, with the same significand
+        hi = hi_word(v * TWO_64)
+        field = ((hi >> 20) & 0x7FF) - 64
+    e = field - 1022
+    q = int64(((hi & 0xFFFFF) | 0x100000) >> QUANT_SHIFT)
     rel = e - top + SPAN
     if rel >= 0:
         qv = q + 1
@@ -253,43 +260,53 @@ def make_row_largest(k: int, kp: int, threads: int = ROWS_THREADS):
 
 
 @functools.cache
+def make_chunk_part(threads: int = ROWS_THREADS):
+    """A device function ``chunk_part(vals, r, e_line, si, sl, tid) -> int64``: run r of a row held as
+    :func:`make_row_load` holds it is one chunk of 128 entries a warp; the warp finds the chunk's largest exponent
+    and its integer sum by shuffles, and lane 0 returns that sum shifted to the row's exponent ``e_line``
+    (``ceil_shift``), every other lane 0: summed over the runs and the block, ``precision.line_terms``'s S."""
+    warp_max, warp_sum, _, _ = reducers(threads)
+
+    @cuda.jit(device=True)
+    def chunk_part(vals, r, e_line, si, sl, tid):
+        big = 0.0
+        for q in range(4):
+            big = max(big, abs(vals[4 * r + q]))
+        high = warp_max(line_exponent(big), si, tid)
+        total = int64(0)
+        for q in range(4):
+            v = vals[4 * r + q]
+            if v != 0.0:
+                total += s_term(v, high)
+        chunk = warp_sum(total, sl, tid)
+        if tid % 32 == 0 and chunk > 0:
+            return ceil_shift(chunk, 2 * (e_line - high))
+        return int64(0)
+
+    return chunk_part
+
+
+@functools.cache
 def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
     """A device function ``row_statistics(x, row, vals, si, sl, sd, tid) -> (bad, amax, e, s)`` for a block of
     ``threads`` threads on row ``row`` of x (m, k): it loads the row into ``vals`` (this thread's entries: run r
     holds entries ``4 (tid + r threads) .. +3``; NaN and Inf replaced by 0) and returns, the same in every thread,
-    the row's non-finite flag, largest magnitude, its exponent and ``precision.line_terms``'s S. ``si``, ``sl``
-    and ``sd`` are shared scratch arrays of ``threads`` int32, int64 and float64.
-
-    Run r of warp w is chunk ``r threads / 32 + w`` of the row (128 entries): the warp finds the chunk's largest
-    exponent and the chunk's integer sum by shuffles; lane 0 keeps them until the row's largest exponent is known.
+    the row's non-finite flag, largest magnitude, its exponent and ``precision.line_terms``'s S (one
+    :func:`make_chunk_part` a run). ``si``, ``sl`` and ``sd`` are shared scratch arrays of ``threads`` int32, int64
+    and float64.
     """
     _check_width(k, kp, threads)
     RUNS = items_per_thread(kp, threads) // 4
-    warp_max, warp_sum, _, block_sum = reducers(threads)
+    _, _, _, block_sum = reducers(threads)
     row_largest = make_row_largest(k, kp, threads)
+    chunk_part = make_chunk_part(threads)
 
     @cuda.jit(device=True)
     def row_statistics(x, row, vals, si, sl, sd, tid):
         bad, amax, e_line = row_largest(x, row, vals, si, sd, tid)
-        chunk_e = cuda.local.array(RUNS, int32)
-        chunk_s = cuda.local.array(RUNS, int64)
-        for r in range(RUNS):
-            big = 0.0
-            for q in range(4):
-                big = max(big, abs(vals[4 * r + q]))
-            top = warp_max(line_exponent(big), si, tid)
-            total = int64(0)
-            for q in range(4):
-                v = vals[4 * r + q]
-                if v != 0.0:
-                    total += s_term(v, top)
-            chunk_e[r] = top
-            chunk_s[r] = warp_sum(total, sl, tid)
         part = int64(0)
-        if tid % 32 == 0:
-            for r in range(RUNS):
-                if chunk_s[r] > 0:
-                    part += ceil_shift(chunk_s[r], 2 * (e_line - chunk_e[r]))
+        for r in range(RUNS):
+            part += chunk_part(vals, r, e_line, si, sl, tid)
         s = block_sum(part, sl, tid)
         return bad, amax, e_line, s
 
@@ -304,13 +321,14 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
     ``sum (x_l 2^-e)^2 w_l`` (w: k float64); ``istats`` (3, m) int64 its exponent e, S and the non-finite flag;
     ``top`` (1,) int32 the largest e of a nonzero row (atomic max: fill it with a small value first). Without
     ``terms``, S is not found (0 is written): a pass whose norms are the other operand's weights reads only the
-    norms and exponents, and S is most of a row's work (two ``frexp`` and an int64 term an entry, a warp's
+    norms and exponents, and S is most of a row's work (an exponent and an int64 term an entry, a warp's
     reductions a chunk).
     """
     THREADS, K, WEIGHTED, TERMS_TOO = threads, k, weighted, terms
     ITEMS = items_per_thread(kp, threads)
-    row_statistics = make_row_statistics(k, kp, threads)
+    _check_width(k, kp, threads)
     row_largest = make_row_largest(k, kp, threads)
+    chunk_part = make_chunk_part(threads)
     _, _, _, block_sum = reducers(threads)
 
     @row_kernel
@@ -320,21 +338,22 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
         si = cuda.shared.array(THREADS, int32)
         sl = cuda.shared.array(THREADS, int64)
         sd = cuda.shared.array(THREADS, float64)
-        if TERMS_TOO:
-            bad, amax, e, s = row_statistics(x, row, vals, si, sl, sd, tid)
-        else:
-            bad, amax, e = row_largest(x, row, vals, si, sd, tid)
-            s = int64(0)
+        bad, amax, e = row_largest(x, row, vals, si, sd, tid)
+        part = int64(0)
         norm2 = 0.0
         cross2 = 0.0
         scale = unit_scale(e)
-        for j in range(ITEMS):
-            v = scaled(vals[j], e, scale)
-            norm2 += v * v
-            if WEIGHTED:
-                col = 4 * (tid + (j // 4) * THREADS) + j % 4
-                if col < K:
-                    cross2 += v * v * w[col]
+        for r in range(ITEMS // 4):  # S's chunk and the norms of each run together: its entries die after it
+            if TERMS_TOO:
+                part += chunk_part(vals, r, e, si, sl, tid)
+            for q in range(4):
+                v = scaled(vals[4 * r + q], e, scale)
+                norm2 += v * v
+                if WEIGHTED:
+                    col = 4 * (tid + r * THREADS) + q
+                    if col < K:
+                        cross2 += v * v * w[col]
+        s = block_sum(part, sl, tid) if TERMS_TOO else int64(0)
         norm2 = block_sum(norm2, sd, tid)
         if WEIGHTED:
             cross2 = block_sum(cross2, sd, tid)
@@ -387,7 +406,7 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
     """
     PER, WEIGHTED, TERMS_TOO = CHUNK // COL_ROWS, weighted, terms
 
-    @cuda.jit
+    @col_kernel
     def col_chunk_kernel(x, w, cf, ci):
         rows, cols = x.shape
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
