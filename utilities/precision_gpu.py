@@ -127,6 +127,36 @@ def reducers(threads: int):
     return warp_max, warp_sum, block_max, block_sum
 
 
+@functools.cache
+def first_thread_sums(threads: int):
+    """A device function ``sums(a, b, c, sa, sb, sc, tid) -> (a, b, c)``: three block sums (each as
+    :func:`reducers`'s ``block_sum`` adds, in the same order) behind one barrier, right in thread 0 only. ``sa``,
+    ``sb``, ``sc``: shared scratch of ``threads`` entries of each value's type, not read by any thread since their
+    last barrier."""
+    WARPS = threads // 32
+    _, warp_sum, _, _ = reducers(threads)
+
+    @cuda.jit(device=True)
+    def sums(a, b, c, sa, sb, sc, tid):
+        a = warp_sum(a, sa, tid)
+        b = warp_sum(b, sb, tid)
+        c = warp_sum(c, sc, tid)
+        if tid % 32 == 0:
+            sa[tid // 32] = a
+            sb[tid // 32] = b
+            sc[tid // 32] = c
+        cuda.syncthreads()
+        if tid == 0:
+            a, b, c = sa[0], sb[0], sc[0]
+            for warp in range(1, WARPS):
+                a += sa[warp]
+                b += sb[warp]
+                c += sc[warp]
+        return a, b, c
+
+    return sums
+
+
 def _check_width(k: int, kp: int, threads: int) -> None:
     if kp % 4 or kp < k:
         raise ValueError(f"the padded width kp = {kp} must be a multiple of 4 and at least k = {k}")
@@ -249,7 +279,7 @@ def make_row_largest(k: int, kp: int, threads: int = ROWS_THREADS):
     @cuda.jit(device=True)
     def row_largest(x, row, vals, si, sd, tid):
         bad, amax = row_load(x, row, vals, tid)
-        bad = block_max(bad, si, tid)
+        bad = int32(1) if cuda.syncthreads_or(bad) else int32(0)
         amax = block_max(amax, sd, tid)
         e_line = 0
         if amax > 0.0:
@@ -329,7 +359,7 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
     _check_width(k, kp, threads)
     row_largest = make_row_largest(k, kp, threads)
     chunk_part = make_chunk_part(threads)
-    _, _, _, block_sum = reducers(threads)
+    sums = first_thread_sums(threads)
 
     @row_kernel
     def row_stats_kernel(x, w, fstats, istats, top):
@@ -338,6 +368,7 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
         si = cuda.shared.array(THREADS, int32)
         sl = cuda.shared.array(THREADS, int64)
         sd = cuda.shared.array(THREADS, float64)
+        sd2 = cuda.shared.array(THREADS, float64)
         bad, amax, e = row_largest(x, row, vals, si, sd, tid)
         part = int64(0)
         norm2 = 0.0
@@ -353,10 +384,8 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
                     col = 4 * (tid + r * THREADS) + q
                     if col < K:
                         cross2 += v * v * w[col]
-        s = block_sum(part, sl, tid) if TERMS_TOO else int64(0)
-        norm2 = block_sum(norm2, sd, tid)
-        if WEIGHTED:
-            cross2 = block_sum(cross2, sd, tid)
+        s, norm2, cross2 = sums(part, norm2, cross2, sl, sd, sd2, tid)  # right in thread 0, which stores them
+        # (sd was last read before block_max's closing barrier in row_largest)
         if tid == 0:
             fstats[AMAX, row] = amax
             fstats[NORM2, row] = norm2
@@ -383,15 +412,19 @@ def _column_max(value, scratch, tx, ty):
 
 
 @cuda.jit(device=True)
-def _column_sum(value, scratch, tx, ty):
-    """The sum over the COL_ROWS threads of column tx, in the order of ty (all of them get it)."""
-    scratch[ty, tx] = value
+def _column_sums(a, b, c, sa, sb, sc, tx, ty):
+    """Three sums over the COL_ROWS threads of column tx, each in the order of ty, behind one barrier: right in the
+    column's thread ty = 0 only. ``sa``, ``sb``, ``sc`` are not read by any thread since their last barrier."""
+    sa[ty, tx] = a
+    sb[ty, tx] = b
+    sc[ty, tx] = c
     cuda.syncthreads()
-    value = scratch[0, tx]
-    for other in range(1, COL_ROWS):
-        value += scratch[other, tx]
-    cuda.syncthreads()
-    return value
+    if ty == 0:
+        for other in range(1, COL_ROWS):
+            a += sa[other, tx]
+            b += sb[other, tx]
+            c += sc[other, tx]
+    return a, b, c
 
 
 @functools.cache
@@ -416,6 +449,7 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
         si = cuda.shared.array((COL_ROWS, COL_TILE), int32)
         sl = cuda.shared.array((COL_ROWS, COL_TILE), int64)
         sd = cuda.shared.array((COL_ROWS, COL_TILE), float64)
+        sd2 = cuda.shared.array((COL_ROWS, COL_TILE), float64)
         bad = int32(0)
         amax = 0.0
         for i in range(PER):  # all loads first
@@ -428,9 +462,10 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
                 v = 0.0
                 vals[i] = 0.0
             amax = max(amax, abs(v))
-        top = _column_max(line_exponent(amax), si, tx, ty)
-        bad = _column_max(bad, si, tx, ty)
+        if cuda.syncthreads_or(bad):  # the same in every thread: a chunk with a NaN or an Inf is rare
+            bad = _column_max(bad, si, tx, ty)
         amax = _column_max(amax, sd, tx, ty)
+        top = line_exponent(amax)  # the exponent of the largest magnitude is the largest exponent
         total = int64(0)
         norm2 = 0.0
         cross2 = 0.0
@@ -444,11 +479,7 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
                 norm2 += u * u
                 if WEIGHTED:
                     cross2 += u * u * w[row0 + i * COL_ROWS]
-        if TERMS_TOO:
-            total = _column_sum(total, sl, tx, ty)
-        norm2 = _column_sum(norm2, sd, tx, ty)
-        if WEIGHTED:
-            cross2 = _column_sum(cross2, sd, tx, ty)
+        total, norm2, cross2 = _column_sums(total, norm2, cross2, sl, sd, sd2, tx, ty)
         if ty == 0 and col < cols:
             cf[AMAX, chunk, col] = amax
             cf[NORM2, chunk, col] = norm2
