@@ -42,7 +42,7 @@ class PipeConfig(TileConfig):
     tile_n: int = 64
     depth: int = 2  # measured faster than 3 at the target (speed_configs says why)
     group: int = 1
-    resident: bool = False  # the default streams the filters: three blocks share an SM (speed_configs says why)
+    resident: bool = False  # the default streams the filters: four blocks share an SM (speed_configs says why)
     blocks: int = 0  # blocks an SM the launch bounds ask for; 0: as min_blocks decides (a spec's "-bN" sets it)
 
     def __post_init__(self) -> None:

@@ -20,7 +20,7 @@ first loads.
   loaded once, before the stream; otherwise it streams with A, by cuBLASDx's ``copy``.
 - One wait (``cp_async.wait_prior(depth - 2)``) and one barrier a phase, then ``group`` block MMAs.
 - The output tile is staged in the A slots the tile's K loop read last, where they hold it (``PipeLayout.c``), so
-  that the shared memory of three blocks fits an SM with streamed filters.
+  that the shared memory of four blocks fits an SM with streamed filters (the back-to-back kernel stages D0 there too).
 - The launch bounds ask ptxas for registers low enough for the blocks the shared memory allows
   (``layout.min_blocks``): with mma.sync, each warp issues its gathers and its MMAs itself, and the warps of other
   blocks are what hides a stage's waits and barriers (``instructor-notes/conv.md`` has the arithmetic).
