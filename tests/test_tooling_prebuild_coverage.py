@@ -27,7 +27,7 @@ import pytest
 
 from utilities import prebuild
 from utilities.conv import check as conv_check
-from utilities.conv.layout import PipeConfig
+from utilities.conv.layout import PipeConfig, b2b_config
 from utilities.fusion import check as fusion_check
 from utilities.multipass import check as multipass_check
 from utilities.multipass.config import PassConfig
@@ -366,8 +366,8 @@ def contract_kernels() -> dict[str, str]:
         b = {**conv, **c}
         found[f"conv.check.CONV_CONFIGS {c}"] = f"conv@{b['tile_m']}x{b['tile_n']}x{b['tile_k']}x{b['threads']}"
     s = conv_check.B2B_SHAPE
-    for c in conv_check.CONV_B2B_CONFIGS:  # 2d: ConvB2B(shape, cfg=PipeConfig(tile_n=C_mid, **fields), keep_d0=True)
-        spec = PipeConfig(tile_n=s.c_mid, **c).spec
+    for c in conv_check.CONV_B2B_CONFIGS:  # 2d: ConvB2B(shape, cfg=PipeConfig(tile_n=C_mid, **fields) or the plan's
+        spec = (PipeConfig(tile_n=s.c_mid, **c) if c else b2b_config(s.c_mid, s.c_out)).spec  # default, keep_d0=True)
         found[f"conv.check.CONV_B2B_CONFIGS {c}"] = f"conv_b2b_keep:{s.c_in}x{s.c_mid}x{s.c_out}@{spec}"
     t = ozaki_check.OTHER_TILE
     for variant in ("unfused", "partial", "fused"):  # 3b, 3c, 3d: OzakiGemm(...) and OzakiGemm(..., cfg=OTHER_TILE)

@@ -487,7 +487,7 @@ def check_jobs() -> list[str]:
     two: their plan's own block (the GPU's tile) and ``ozaki.check.OTHER_TILE`` (with 7 slices: the prebuild's
     default ``--slices``)."""
     from .conv import check as conv
-    from .conv.layout import PipeConfig
+    from .conv.layout import PipeConfig, b2b_config
     from .fusion import check as fusion
     from .multipass import check as multipass
     from .multipass.config import PassConfig
@@ -509,9 +509,10 @@ def check_jobs() -> list[str]:
         jobs.append(f"{'b2b_keep' if c['keep_d0'] else 'b2b'}:{k0}x{n0}x{n1}@{block}")
     s = conv.CONV_SHAPE
     jobs += [f"conv:{s.c_out}x{s.c_in}@{_dims(c, CONV_FIELDS, 'conv.check.CONV_CONFIGS')}" for c in conv.CONV_CONFIGS]
-    s = conv.B2B_SHAPE  # the notebook's plans: PipeConfig(tile_n=C_mid, **fields), D0 kept
+    s = conv.B2B_SHAPE  # the notebook's plans: PipeConfig(tile_n=C_mid, **fields), or the plan's default, D0 kept
     for fields in conv.CONV_B2B_CONFIGS:
-        jobs.append(f"conv_b2b_keep:{s.c_in}x{s.c_mid}x{s.c_out}@{PipeConfig(tile_n=s.c_mid, **fields).spec}")
+        cfg = PipeConfig(tile_n=s.c_mid, **fields) if fields else b2b_config(s.c_mid, s.c_out)
+        jobs.append(f"conv_b2b_keep:{s.c_in}x{s.c_mid}x{s.c_out}@{cfg.spec}")
     m, n, k = ozaki.GEMM_SHAPES[0]  # the plan's own block (the GPU's tile): the shape picks the plain kernels only
     jobs += [f"{variant}:{m}x{n}x{k}" for variant in OZAKI_VARIANTS]
     m, n, k = ozaki.GEMM_SHAPES[-1]  # the shape the check runs OTHER_TILE at: it picks the slicing's padded K
