@@ -41,7 +41,7 @@ def col_stats(x: np.ndarray, w: np.ndarray | None = None, terms: bool = True):
         _dev(np.zeros((3, cols), np.int64)),
         _dev(np.array([pg.NO_EXPONENT], np.int32)),
     )
-    pg.col_combine_kernel[-(-cols // 256), 256](cf, ci, f, i, top)
+    pg.col_combine_kernel[-(-cols // pg.COL_TILE), (pg.COL_TILE, pg.COL_ROWS)](cf, ci, f, i, top)
     return f.copy_to_host(), i.copy_to_host(), int(top.copy_to_host()[0])
 
 
@@ -109,6 +109,56 @@ def _stats_on_device(a: np.ndarray, b: np.ndarray):
     rows_f, rows_i, _ = row_stats(a, r)
     cols_f, cols_i, _ = col_stats(b, q)
     return rows_f, rows_i, cols_f, cols_i, np.array([ea, eb], np.int32)
+
+
+def _walk_the_chunks(cf: np.ndarray, ci: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What one thread walking a column's chunks in order makes of them (the combine's definition), in Python."""
+    chunks, cols = cf.shape[1:]
+    f, i = np.zeros((3, cols)), np.zeros((3, cols), np.int64)
+    for col in range(cols):
+        amax, bad = cf[pg.AMAX, :, col].max(), ci[pg.BAD, :, col].max()
+        e = int(np.frexp(amax)[1]) if amax > 0 else 0
+        total, norm2, cross2 = 0, 0.0, 0.0
+        for c in range(chunks):
+            if cf[pg.NORM2, c, col] > 0:
+                down = e - int(ci[pg.EXP, c, col])
+                s = int(ci[pg.TERMS, c, col])
+                total += 1 if 2 * down >= 62 else -(-s // 2 ** (2 * down)) if s > 0 else 0
+                norm2 += float(np.ldexp(cf[pg.NORM2, c, col], -2 * down))
+                cross2 += float(np.ldexp(cf[pg.CROSS2, c, col], -2 * down))
+        f[:, col] = [amax, norm2, cross2]
+        i[:, col] = [e, total, bad]
+    return f, i
+
+
+def test_the_combine_adds_the_chunks_in_their_order_across_its_tiles():
+    """70 chunks (three of the combine's tiles, the last one short) of 40 columns (a partial block): the staged,
+    eight-threads-a-column combine gives what one thread walking the chunks gives, bit for bit: norms of values
+    whose sum rounds at every step, chunks with a zero norm (skipped), a far-down chunk, a non-finite flag."""
+    rng = np.random.default_rng(7)
+    chunks, cols = 70, 40
+    amax = rng.uniform(0.5, 1.0, (chunks, cols)) * 2.0 ** rng.integers(-30, 30, (chunks, cols))
+    exp = np.frexp(amax)[1].astype(np.int64)
+    norm2 = rng.uniform(0.25, 128.0, (chunks, cols))
+    norm2[rng.random((chunks, cols)) < 0.1] = 0.0
+    amax[norm2 == 0.0] = 0.0
+    terms = rng.integers(1, 2**40, (chunks, cols)) * (norm2 > 0)
+    exp[5, 3] -= 40  # a chunk whose S is shifted out: it counts 1
+    bad = np.zeros((chunks, cols), np.int64)
+    bad[66, 39] = 1
+    cf = np.stack([amax, norm2, norm2 * rng.uniform(0.0, 3.0, (chunks, cols))])
+    ci = np.stack([exp, terms, bad])
+    f, i, top = (
+        _dev(np.zeros((3, cols))),
+        _dev(np.zeros((3, cols), np.int64)),
+        _dev(np.array([pg.NO_EXPONENT], np.int32)),
+    )
+    grid = -(-cols // pg.COL_TILE)
+    pg.col_combine_kernel[grid, (pg.COL_TILE, pg.COL_ROWS)](_dev(cf), _dev(ci), f, i, top)
+    want_f, want_i = _walk_the_chunks(cf, ci)
+    np.testing.assert_array_equal(f.copy_to_host(), want_f)
+    np.testing.assert_array_equal(i.copy_to_host(), want_i)
+    assert int(top.copy_to_host()[0]) == want_i[pg.EXP].max()
 
 
 def test_normalize_kernel_brings_norms_to_the_largest_exponent():

@@ -3,7 +3,8 @@
 Run on a GPU: ``python tools/ozaki2_choice_probe.py [--size 8192] [--repeats 10] [--json F]``.
 
 ``GemmStatistics.compute`` makes four passes over the operands (A by column chunks, B by rows, A by rows, B by
-column chunks; a small normalizing kernel after the first two), and ``choose`` three small kernels and one copy of
+column chunks, each column-chunk pass ending with the kernel that combines a column's chunks, also timed alone; a
+small normalizing kernel after the first two), and ``choose`` three small kernels and one copy of
 the estimates to the host. Each is timed alone (CUDA events, ``utilities.bench``) on the buffers of an automatic
 plan at ``--size``, then ``compute`` and ``plan.choose`` whole. Beside each pass: the bytes it reads at this run's
 copy rate (its floor) and how far the time is from it. The statistics are not checked here (the tests and the
@@ -65,6 +66,10 @@ def main() -> None:
         "B by column chunks (weighted, exponents)": (
             lambda: st._col_chunks(b, st.q, st.b_chunks, st.cols_f, st.cols_i, tb, weighted=True),
             b.nbytes,
+        ),
+        "B's chunks combined alone (col_combine)": (
+            lambda: st._combine(st.b_chunks, st.cols_f, st.cols_i, tb),
+            st.b_chunks[0].nbytes + st.b_chunks[1].nbytes,
         ),
         "compute (the four passes)": (lambda: st.compute(a, b), 2 * a.nbytes + 2 * b.nbytes),
         "choose (three kernels and the copy)": (lambda: st.choose(plan.tables), 0),

@@ -14,7 +14,8 @@ Kernels (plain numba: they run in numba's CUDA simulator in the tests):
   128 entries are a chunk), for the stats kernel below and for Ozaki-II's residue kernel;
 - ``row_stats_kernel``: one block per row: those, the squared norm and, weighted, the squared norm of C's row;
 - ``col_chunk_kernel``: one block per 32 columns by 128 rows (reads coalesced along the row): each column's chunk
-  statistics; ``col_combine_kernel``: one thread per column: the chunks combined (integers exactly);
+  statistics; ``col_combine_kernel``: eight threads per column: the chunks combined (integers exactly, the
+  norms summed in the chunks' order);
 - ``normalize_kernel``: line norms brought to the operand's common power of two (the other operand's weights);
 - ``make_choice_kernels``: the estimate of every count for every row and column, reduced in a fixed order.
 
@@ -41,6 +42,7 @@ ROWS_THREADS = 512  # threads per row in the row kernels at k = 8192: 16 entries
 ROW_REGISTERS = 64  # at most: two blocks of 512 threads per SM, so that one computes while the other loads
 COL_TILE = 32  # columns per block in col_chunk_kernel (one warp reads 256 contiguous bytes of a row)
 COL_REGISTERS = 64  # at most: four blocks of COL_TILE x COL_ROWS threads per SM
+COMBINE_TILE = 32  # chunks of a column whose terms col_combine_kernel stages in shared memory at once
 COL_ROWS = 8  # threads along the rows: each holds CHUNK / COL_ROWS = 16 entries of its column
 CHOICE_THREADS = 256
 MAX_COUNTS = 24  # counts a choice may try
@@ -493,42 +495,69 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
 
 @cuda.jit
 def col_combine_kernel(cf, ci, fstats, istats, top):
-    """``col_combine_kernel[ceil(L / 256), 256](cf, ci, fstats, istats, top)``: each column's chunks combined into
-    its statistics, in the layout of ``row_stats_kernel`` (S exactly: ``sum_c ceil(S_c / 4^(E - E_c))``; the
-    norms rescaled from each chunk's exponent to the column's). A chunk counts where its norm is positive, as its S
-    is: it holds a nonzero entry, whose square in the chunk's units is at least 1/4 (S is 0 from a pass without
-    ``terms``)."""
-    col = cuda.grid(1)
+    """``col_combine_kernel[ceil(L / COL_TILE), (COL_TILE, COL_ROWS)](cf, ci, fstats, istats, top)``: each column's
+    chunks combined into its statistics, in the layout of ``row_stats_kernel`` (S exactly: ``sum_c ceil(S_c /
+    4^(E - E_c))``; the norms rescaled from each chunk's exponent to the column's). A chunk counts where its norm is
+    positive, as its S is: it holds a nonzero entry, whose square in the chunk's units is at least 1/4 (S is 0 from
+    a pass without ``terms``).
+
+    The COL_ROWS threads of a column read its chunks ``ty, ty + COL_ROWS, ...`` (a warp reads 32 columns of one
+    chunk: one 256-byte row), and stage each chunk's rescaled terms in shared memory, COMBINE_TILE chunks at a
+    time; the column's thread ty = 0 adds them in the chunks' order, so the sums are those of one thread walking
+    the chunks (a skipped chunk adds 0.0, which leaves a sum of non-negative terms as it was)."""
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    col = cuda.blockIdx.x * COL_TILE + tx
     chunks, cols = cf.shape[1], cf.shape[2]
-    if col >= cols:
-        return
+    live = col < cols
+    sd = cuda.shared.array((COL_ROWS, COL_TILE), float64)
+    sl = cuda.shared.array((COL_ROWS, COL_TILE), int64)
+    tn = cuda.shared.array((COMBINE_TILE, COL_TILE), float64)
+    tc = cuda.shared.array((COMBINE_TILE, COL_TILE), float64)
+    ts = cuda.shared.array((COMBINE_TILE, COL_TILE), int64)
     amax = 0.0
     bad = int64(0)
-    for c in range(chunks):
-        amax = max(amax, cf[AMAX, c, col])
-        bad = max(bad, ci[BAD, c, col])
+    if live:
+        for c in range(ty, chunks, COL_ROWS):
+            amax = max(amax, cf[AMAX, c, col])
+            bad = max(bad, ci[BAD, c, col])
+    amax = _column_max(amax, sd, tx, ty)
+    bad = _column_max(bad, sl, tx, ty)
     e = 0
     if amax > 0.0:
         _, e = math.frexp(amax)
     total = int64(0)
     norm2 = 0.0
     cross2 = 0.0
-    for c in range(chunks):
-        s = ci[TERMS, c, col]
-        if cf[NORM2, c, col] > 0.0:
-            down = e - ci[EXP, c, col]
-            if s > 0:  # always, after a pass with terms
-                total += ceil_shift(s, 2 * down)
-            norm2 += math.ldexp(cf[NORM2, c, col], -2 * int(down))
-            cross2 += math.ldexp(cf[CROSS2, c, col], -2 * int(down))
-    fstats[AMAX, col] = amax
-    fstats[NORM2, col] = norm2
-    fstats[CROSS2, col] = cross2
-    istats[EXP, col] = e
-    istats[TERMS, col] = total
-    istats[BAD, col] = bad
-    if amax > 0.0:
-        cuda.atomic.max(top, 0, int32(e))
+    for c0 in range(0, chunks, COMBINE_TILE):
+        n = min(COMBINE_TILE, chunks - c0)
+        for c in range(ty, n, COL_ROWS):
+            part, a, b = int64(0), 0.0, 0.0
+            if live and cf[NORM2, c0 + c, col] > 0.0:
+                down = e - ci[EXP, c0 + c, col]
+                s = ci[TERMS, c0 + c, col]
+                if s > 0:  # always, after a pass with terms
+                    part = ceil_shift(s, 2 * down)
+                a = math.ldexp(cf[NORM2, c0 + c, col], -2 * int(down))
+                b = math.ldexp(cf[CROSS2, c0 + c, col], -2 * int(down))
+            ts[c, tx] = part
+            tn[c, tx] = a
+            tc[c, tx] = b
+        cuda.syncthreads()
+        if ty == 0:
+            for c in range(n):
+                total += ts[c, tx]
+                norm2 += tn[c, tx]
+                cross2 += tc[c, tx]
+        cuda.syncthreads()  # thread 0 of each column has read the tile before the next one is staged
+    if ty == 0 and live:
+        fstats[AMAX, col] = amax
+        fstats[NORM2, col] = norm2
+        fstats[CROSS2, col] = cross2
+        istats[EXP, col] = e
+        istats[TERMS, col] = total
+        istats[BAD, col] = bad
+        if amax > 0.0:
+            cuda.atomic.max(top, 0, int32(e))
 
 
 @cuda.jit
@@ -755,7 +784,15 @@ class GemmStatistics:
         rows, cols = x.shape
         grid = (_ceil_div(cols, COL_TILE), _ceil_div(rows, CHUNK))
         launch.launch(make_col_chunk_kernel(weighted, terms), grid, (COL_TILE, COL_ROWS), 0, x, w, *chunks)
-        launch.launch(col_combine_kernel, _ceil_div(cols, 256), 256, 0, *chunks, out_f, out_i, top)
+        self._combine(chunks, out_f, out_i, top)
+
+    def _combine(self, chunks: tuple[Any, Any], out_f: Any, out_i: Any, top: Any) -> None:
+        from .machinery import launch
+
+        cols = chunks[0].shape[2]
+        launch.launch(
+            col_combine_kernel, _ceil_div(cols, COL_TILE), (COL_TILE, COL_ROWS), 0, *chunks, out_f, out_i, top
+        )
 
     def _rows(self, x: Any, w: Any, out_f: Any, out_i: Any, top: Any, weighted: bool, terms: bool = True) -> None:
         from .machinery import launch
