@@ -166,14 +166,13 @@ def _check_width(k: int, kp: int, threads: int) -> None:
         raise ValueError(f"threads = {threads} must be a multiple of 32 (whole warps)")
 
 
-def row_kernel(fn: Callable[..., Any]) -> Any:
-    """``cuda.jit`` with the row kernels' register cap (``ROW_REGISTERS``; numba's simulator takes no cap)."""
-    return cuda.jit(fn) if config.ENABLE_CUDASIM else cuda.jit(max_registers=ROW_REGISTERS)(fn)
+def capped_kernel(registers: int) -> Callable[[Callable[..., Any]], Any]:
+    """``cuda.jit`` with a register cap a thread (numba's simulator takes no cap)."""
+    return lambda fn: cuda.jit(fn) if config.ENABLE_CUDASIM else cuda.jit(max_registers=registers)(fn)
 
 
-def col_kernel(fn: Callable[..., Any]) -> Any:
-    """``cuda.jit`` with the column-chunk kernel's register cap (``COL_REGISTERS``), as :func:`row_kernel`."""
-    return cuda.jit(fn) if config.ENABLE_CUDASIM else cuda.jit(max_registers=COL_REGISTERS)(fn)
+row_kernel = capped_kernel(ROW_REGISTERS)  # the row kernels' (here and Ozaki-II's residue rows)
+col_kernel = capped_kernel(COL_REGISTERS)  # the column-chunk kernel's
 
 
 def rows_threads(kp: int) -> int:
