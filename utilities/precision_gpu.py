@@ -607,8 +607,8 @@ def make_choice_kernels(line_offset: Callable[..., Any], threads: int = CHOICE_T
     Both of the last two read the blocks' rows ``stage`` at a time into shared memory, every thread loading, so
     that no thread waits on a chain of global loads; the sums are still added one block after the other.
     """
-    THREADS, STAGE = threads, stage
-    _, _, block_max, block_sum = reducers(threads)
+    THREADS, STAGE, WARPS = threads, stage, threads // 32
+    warp_max, warp_sum, _, _ = reducers(threads)
     SLOTS = 2 * (MAX_COUNTS + 1)
 
     @cuda.jit(device=True)
@@ -626,13 +626,15 @@ def make_choice_kernels(line_offset: Callable[..., Any], threads: int = CHOICE_T
     def sums_kernel(fr, ir, fc, ic, tops, offsets, divisor, partial):
         tid = cuda.threadIdx.x
         sd = cuda.shared.array(THREADS, float64)
+        warps = cuda.shared.array((SLOTS, WARPS), float64)
         count = offsets.shape[0]
         valid, side, amax, e, s, bad, norm2, _ = line_of(cuda.blockIdx.x * THREADS + tid, fr, ir, fc, ic)
         top = tops[side]
         has_eps = valid and bad == 0 and s > 0
         g = line_offset(amax, e, s) if has_eps else int64(0)
         norm = math.ldexp(norm2, 2 * int(e - top)) if valid and bad == 0 and norm2 > 0.0 else 0.0
-        for slot in range(2 * (count + 1)):
+        width = 2 * (count + 1)
+        for slot in range(width):  # each slot's warp sums first, then one barrier for all of them
             which, c = slot // (count + 1), slot % (count + 1)
             v = 0.0
             if valid and which == side:
@@ -640,9 +642,15 @@ def make_choice_kernels(line_offset: Callable[..., Any], threads: int = CHOICE_T
                     v = norm
                 elif has_eps:
                     v = _pow4(-((offsets[c] + g) // divisor) - top)
-            v = block_sum(v, sd, tid)
-            if tid == 0:
-                partial[cuda.blockIdx.x, slot] = v
+            v = warp_sum(v, sd, tid)
+            if tid % 32 == 0:
+                warps[slot, tid // 32] = v
+        cuda.syncthreads()
+        if tid < width:  # the warps in their order: block_sum's sum, bit for bit
+            v = warps[tid, 0]
+            for warp in range(1, WARPS):
+                v += warps[tid, warp]
+            partial[cuda.blockIdx.x, tid] = v
 
     @cuda.jit
     def ratios_kernel(fr, ir, fc, ic, tops, offsets, weights, divisor, partial, worst):
@@ -650,6 +658,7 @@ def make_choice_kernels(line_offset: Callable[..., Any], threads: int = CHOICE_T
         sd = cuda.shared.array(THREADS, float64)
         totals = cuda.shared.array(SLOTS, float64)
         staged = cuda.shared.array((STAGE, SLOTS), float64)
+        maxima = cuda.shared.array((WARPS, MAX_COUNTS), float64)
         count = offsets.shape[0]
         width = 2 * (count + 1)
         acc = 0.0
@@ -669,15 +678,21 @@ def make_choice_kernels(line_offset: Callable[..., Any], threads: int = CHOICE_T
         live = valid and bad == 0 and cross2 > 0.0
         g = line_offset(amax, e, s) if live else int64(0)
         other = (1 - side) * (count + 1)
-        for c in range(count):
+        for c in range(count):  # each count's warp maxima first, then one barrier for all of them
             v = 0.0
             if live:
                 rho = _pow4(-((offsets[c] + g) // divisor) - e)
                 eps_sum, norm_sum = totals[other + c], totals[other + count]
                 v = (rho * (norm_sum / 3.0 + weights[c] * eps_sum) + norm2 * eps_sum / 3.0) / cross2
-            v = block_max(v, sd, tid)
-            if tid == 0:
-                worst[cuda.blockIdx.x, c] = v
+            v = warp_max(v, sd, tid)
+            if tid % 32 == 0:
+                maxima[tid // 32, c] = v
+        cuda.syncthreads()
+        if tid < count:
+            v = maxima[0, tid]
+            for warp in range(1, WARPS):
+                v = max(v, maxima[warp, tid])
+            worst[cuda.blockIdx.x, tid] = v
 
     @cuda.jit
     def pick_kernel(worst, goal, out):
