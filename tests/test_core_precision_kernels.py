@@ -219,6 +219,45 @@ def _device_choice_agrees(stats, scheme, offset, device_stats):
         assert got.tried[c] == pytest.approx(v, rel=1e-9), c
 
 
+def _choice_out(stats, scheme, offset, device_stats, stage: int, pick_threads: int) -> np.ndarray:
+    """The choice kernels' output (the count's index, then every count's estimate) with ``stage`` blocks' rows in
+    shared memory at once."""
+    m, n, k = device_stats[0].shape[1], device_stats[2].shape[1], stats.k
+    counts = list(scheme.counts(k))
+    offsets, weights = np.array([scheme.offset(c) for c in counts]), np.array([scheme.weight(c) for c in counts])
+    sums, ratios, pick = pg.make_choice_kernels(offset, THREADS, stage)
+    blocks = -(-(m + n) // THREADS)
+    partial, worst = _dev(np.zeros((blocks, 2 * (pg.MAX_COUNTS + 1)))), _dev(np.zeros((blocks, pg.MAX_COUNTS)))
+    args = [_dev(v) for v in device_stats]
+    sums[blocks, THREADS](*args, _dev(offsets), np.int64(scheme.divisor), partial)
+    ratios[blocks, THREADS](*args, _dev(offsets), _dev(weights), np.int64(scheme.divisor), partial, worst)
+    out = _dev(np.zeros(1 + len(counts)))
+    pick[1, pick_threads](worst, precision.target(k), out)
+    return out.copy_to_host()
+
+
+def test_the_choice_adds_the_blocks_in_their_order_whatever_it_stages():
+    """Three blocks of lines staged one, two or all at a time (a short last stage among them), the pick with one
+    warp or two: the same estimates bit for bit, and the CPU's count. The statistics are the CPU's, so that the
+    simulator runs the choice alone."""
+    from utilities.ozaki2 import precision as p2
+    from utilities.ozaki2 import simt as s2
+
+    m, k, n = 40, 8, 30  # 70 lines: three blocks of 32
+    a, b = inputs.exponent_spread(m, k, 2.0, 5), inputs.exponent_spread(k, n, 2.0, 6)
+    stats = precision.gemm_stats(a, b)
+    lines = (stats.rows, stats.cols)
+    f = [np.stack([ls.amax, ls.norm2, ls.cross2]).astype(np.float64) for ls in lines]
+    i = [np.stack([ls.e, ls.s, ls.bad]).astype(np.int64) for ls in lines]
+    device_stats = (f[0], i[0], f[1], i[1], np.array([stats.ea, stats.eb], np.int32))
+    want = precision.choose(stats, p2.SCHEME)
+    whole = _choice_out(stats, p2.SCHEME, s2.line_offset, device_stats, pg.CHOICE_STAGE, THREADS)
+    assert p2.SCHEME.counts(k)[int(whole[0])] == want.count
+    for stage, pick_threads in ((1, THREADS), (2, 2 * THREADS)):
+        got = _choice_out(stats, p2.SCHEME, s2.line_offset, device_stats, stage, pick_threads)
+        np.testing.assert_array_equal(got, whole)
+
+
 def _edge_values() -> np.ndarray:
     """Doubles where reading the exponent and the significand's top bits from the high word could go wrong: both
     ends of the exponent range, subnormals, powers of two and the doubles just below them, both signs, and random

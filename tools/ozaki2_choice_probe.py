@@ -10,6 +10,10 @@ plan at ``--size``, then ``compute`` and ``plan.choose`` whole. Beside each pass
 copy rate (its floor) and how far the time is from it. The statistics are not checked here (the tests and the
 checkers do that); the count chosen is printed, to compare with the plan's.
 
+``--timeline`` also records a CUDA event before and after every launch of ``plan.choose`` (the launches of the
+course's launcher, and the copy to the host), over ``--repeats`` calls: each kernel's time in the call as it runs,
+and the time the GPU waited between them (the host's launches, when they fall behind).
+
 ``--split`` also times each of the two weighted passes with one part of its work left out: the exponents and S
 alone (no weights), the weighted norms alone (no S), and neither (the norms only, as the first two passes): the
 differences say what S (two ``frexp`` and an int64 term an entry, a warp's reductions a chunk) and the weights cost.
@@ -31,6 +35,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--split", action="store_true", help="also the weighted passes with S or the weights left out")
+    parser.add_argument("--timeline", action="store_true", help="also each launch of plan.choose in the call")
     args = parser.parse_args()
     import cupy as cp  # after the arguments: --help needs no GPU
 
@@ -93,16 +98,80 @@ def main() -> None:
         record = bench.bench(fn, m=size, n=size, k=size, name=name, repeats=args.repeats, bytes_moved=moved or None)
         floor_ms = moved / (copy_tbs * 1e12) * 1e3
         rows.append({"pass": name, "ms": record.time.median, "floor_ms": floor_ms, "bytes": moved})
+    timeline = launch_timeline(lambda: plan.choose(a, b), args.repeats) if args.timeline else []
     again = plan.choose(a, b)
     print(f"{size}^3, copy rate {copy_tbs:.2f} TB/s; {choice.count} moduli chosen, {again.count} after the runs")
     print(f"{'pass':<46} {'ms':>8} {'floor ms':>9} {'x floor':>8}")
     for r in rows:
         ratio = f"{r['ms'] / r['floor_ms']:8.2f}" if r["floor_ms"] else f"{'-':>8}"
         print(f"{r['pass']:<46} {r['ms']:8.3f} {r['floor_ms']:9.3f} {ratio}")
+    if timeline:
+        print(f"\nplan.choose launch by launch (median of {args.repeats} calls)")
+        print(f"{'launch':<46} {'ms':>8} {'gap ms':>9}")
+        for t in timeline:
+            print(f"{t['launch']:<46} {t['ms']:8.4f} {t['gap_ms']:9.4f}")
+        kernels, gaps = sum(t["ms"] for t in timeline), sum(t["gap_ms"] for t in timeline)
+        print(f"{'sum (kernels, gaps)':<46} {kernels:8.4f} {gaps:9.4f}")
     if args.json:
         report = {**report_head("ozaki2_choice_probe.py"), "size": size, "copy_tbs": copy_tbs, "rows": rows,
-                  "count": choice.count, "count_after": again.count}  # fmt: skip
+                  "count": choice.count, "count_after": again.count, "timeline": timeline}  # fmt: skip
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+
+
+def launch_timeline(call, repeats: int) -> list[dict]:
+    """Each launch of ``call`` (through ``utilities.machinery.launch.launch``, and the choice's copy to the host) with a
+    CUDA event before and after it: per launch, in order, the median over ``repeats`` calls of its time and of the
+    time since the previous launch ended (the first: since the call began)."""
+    import cupy as cp
+
+    from utilities.machinery import launch
+    from utilities.precision_gpu import GemmStatistics
+
+    original_launch, original_get = launch.launch, GemmStatistics.to_host
+    marks: list[tuple[str, object, object]] = []
+
+    def timed(name, fn, *args, **kwargs):
+        before, after = cp.cuda.Event(), cp.cuda.Event()
+        before.record()
+        result = fn(*args, **kwargs)
+        after.record()
+        marks.append((name, before, after))
+        return result
+
+    def timed_launch(kernel, *args):
+        name = getattr(getattr(kernel, "py_func", kernel), "__name__", "kernel")
+        return timed(name, original_launch, kernel, *args)
+
+    def timed_get(self, *args, **kwargs):
+        return timed("copy to the host", original_get, self, *args, **kwargs)
+
+    calls: list[list[tuple[str, float, float]]] = []
+    launch.launch, GemmStatistics.to_host = timed_launch, timed_get
+    try:
+        for _ in range(repeats + 1):  # the first call warms up
+            marks.clear()
+            start = cp.cuda.Event()
+            start.record()
+            call()
+            cp.cuda.get_current_stream().synchronize()
+            previous, rows = start, []
+            for name, before, after in marks:
+                gap = cp.cuda.get_elapsed_time(previous, before)
+                rows.append((name, cp.cuda.get_elapsed_time(before, after), gap))
+                previous = after
+            calls.append(rows)
+    finally:
+        launch.launch, GemmStatistics.to_host = original_launch, original_get
+    import numpy as np
+
+    return [
+        {
+            "launch": name,
+            "ms": float(np.median([c[i][1] for c in calls[1:]])),
+            "gap_ms": float(np.median([c[i][2] for c in calls[1:]])),
+        }
+        for i, (name, _, _) in enumerate(calls[-1])
+    ]
 
 
 if __name__ == "__main__":

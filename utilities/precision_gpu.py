@@ -45,6 +45,7 @@ COL_REGISTERS = 64  # at most: four blocks of COL_TILE x COL_ROWS threads per SM
 COMBINE_TILE = 32  # chunks of a column whose terms col_combine_kernel stages in shared memory at once
 COL_ROWS = 8  # threads along the rows: each holds CHUNK / COL_ROWS = 16 entries of its column
 CHOICE_THREADS = 256
+CHOICE_STAGE = 32  # blocks' partial sums (and worst ratios) the choice kernels stage in shared memory at once
 MAX_COUNTS = 24  # counts a choice may try
 NO_EXPONENT = -(2**31)
 _MAX_FINITE = float(np.finfo(np.float64).max)
@@ -190,6 +191,7 @@ QUANT_SHIFT = 21 - (QUANT.bit_length() - 1)  # floor(f QUANT) is the top bits of
 TWO_64 = 2.0**64  # a subnormal double times this is a normal one, exactly
 SCALE_LIMIT = 1022  # 2^-e is a normal double, so x 2^-e is one exact multiply, for |e| <= SCALE_LIMIT
 assert QUANT & (QUANT - 1) == 0 and QUANT <= 2**21
+assert COL_TILE * COL_ROWS >= CHUNK  # a column-chunk block loads its chunk's weights one a thread
 
 
 @cuda.jit(device=True)
@@ -435,8 +437,9 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
     each warp reading 32 consecutive doubles of one row.
 
     ``cf`` (3, chunks, L) float64 gets each chunk's largest magnitude, ``sum (x 2^-E_c)^2`` and, when ``weighted``,
-    ``sum (x_l 2^-E_c)^2 w_l`` (w: K float64); ``ci`` (3, chunks, L) int64 its exponent ``E_c``, its integer sum
-    ``S_c`` (without ``terms``: 0, as ``make_row_stats_kernel``) and its non-finite flag.
+    ``sum (x_l 2^-E_c)^2 w_l`` (w: K float64; a block reads its chunk's 128 once, into shared memory); ``ci``
+    (3, chunks, L) int64 its exponent ``E_c``, its integer sum ``S_c`` (without ``terms``: 0, as
+    ``make_row_stats_kernel``) and its non-finite flag.
     """
     PER, WEIGHTED, TERMS_TOO = CHUNK // COL_ROWS, weighted, terms
 
@@ -451,8 +454,14 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
         sl = cuda.shared.array((COL_ROWS, COL_TILE), int64)
         sd = cuda.shared.array((COL_ROWS, COL_TILE), float64)
         sd2 = cuda.shared.array((COL_ROWS, COL_TILE), float64)
+        sw = cuda.shared.array(CHUNK, float64)  # the chunk's weights, loaded once a block with its entries
         bad = int32(0)
         amax = 0.0
+        if WEIGHTED:
+            lane = ty * COL_TILE + tx
+            if lane < CHUNK:
+                wrow = chunk * CHUNK + lane
+                sw[lane] = w[wrow] if wrow < rows else 0.0
         for i in range(PER):  # all loads first
             row = row0 + i * COL_ROWS
             vals[i] = x[row, col] if row < rows and col < cols else 0.0
@@ -478,8 +487,8 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
                     total += s_term(v, top)
                 u = scaled(v, top, scale)
                 norm2 += u * u
-                if WEIGHTED:
-                    cross2 += u * u * w[row0 + i * COL_ROWS]
+                if WEIGHTED:  # (sw was written before syncthreads_or's barrier below)
+                    cross2 += u * u * sw[ty + i * COL_ROWS]
         total, norm2, cross2 = _column_sums(total, norm2, cross2, sl, sd, sd2, tx, ty)
         if ty == 0 and col < cols:
             cf[AMAX, chunk, col] = amax
@@ -581,7 +590,7 @@ def _pow4(x):
 
 
 @functools.cache
-def make_choice_kernels(line_offset: Callable[..., Any], threads: int = CHOICE_THREADS):
+def make_choice_kernels(line_offset: Callable[..., Any], threads: int = CHOICE_THREADS, stage: int = CHOICE_STAGE):
     """Three kernels that choose a count from the statistics of A's rows and B's columns, for a scheme whose line
     error exponent is ``x = -floor((offset + g) / divisor)``, ``g = line_offset(amax, e, s)`` (a device function of
     the track's). Lines are numbered rows first, then columns; ``blocks = ceil((m + n) / threads)``.
@@ -589,13 +598,17 @@ def make_choice_kernels(line_offset: Callable[..., Any], threads: int = CHOICE_T
     - ``sums_kernel[blocks, threads](fr, ir, fc, ic, tops, offsets, divisor, partial)``: per block and count, the
       sums of ``eps^2`` over its rows and its columns, and of the squared norms (``partial`` (blocks, 2 (NC + 1)));
     - ``ratios_kernel[blocks, threads](fr, ir, fc, ic, tops, offsets, weights, divisor, partial, worst)``: every
-      block adds the partial sums up in the same order, then takes, per count, its lines' largest squared ratio of
-      error to norm (``worst`` (blocks, NC));
-    - ``pick_kernel[1, 32](worst, goal, out)``: ``out[1 + c]`` the estimate of count c in units of u, ``out[0]``
-      the first count (an index into ``offsets``) whose estimate meets ``goal``, else the one with the lowest.
+      block adds the partial sums up in the blocks' order (the same totals everywhere), then takes, per count, its
+      lines' largest squared ratio of error to norm (``worst`` (blocks, NC));
+    - ``pick_kernel[1, t](worst, goal, out)``, 32 <= t <= threads: ``out[1 + c]`` the estimate of count c in units
+      of u, ``out[0]`` the first count (an index into ``offsets``) whose estimate meets ``goal``, else the one with
+      the lowest.
+
+    Both of the last two read the blocks' rows ``stage`` at a time into shared memory, every thread loading, so
+    that no thread waits on a chain of global loads; the sums are still added one block after the other.
     """
-    THREADS = threads
-    _, _, block_max, block_sum = reducers(threads)
+    THREADS, STAGE, WARPS = threads, stage, threads // 32
+    warp_max, warp_sum, _, _ = reducers(threads)
     SLOTS = 2 * (MAX_COUNTS + 1)
 
     @cuda.jit(device=True)
@@ -613,13 +626,15 @@ def make_choice_kernels(line_offset: Callable[..., Any], threads: int = CHOICE_T
     def sums_kernel(fr, ir, fc, ic, tops, offsets, divisor, partial):
         tid = cuda.threadIdx.x
         sd = cuda.shared.array(THREADS, float64)
+        warps = cuda.shared.array((SLOTS, WARPS), float64)
         count = offsets.shape[0]
         valid, side, amax, e, s, bad, norm2, _ = line_of(cuda.blockIdx.x * THREADS + tid, fr, ir, fc, ic)
         top = tops[side]
         has_eps = valid and bad == 0 and s > 0
         g = line_offset(amax, e, s) if has_eps else int64(0)
         norm = math.ldexp(norm2, 2 * int(e - top)) if valid and bad == 0 and norm2 > 0.0 else 0.0
-        for slot in range(2 * (count + 1)):
+        width = 2 * (count + 1)
+        for slot in range(width):  # each slot's warp sums first, then one barrier for all of them
             which, c = slot // (count + 1), slot % (count + 1)
             v = 0.0
             if valid and which == side:
@@ -627,44 +642,74 @@ def make_choice_kernels(line_offset: Callable[..., Any], threads: int = CHOICE_T
                     v = norm
                 elif has_eps:
                     v = _pow4(-((offsets[c] + g) // divisor) - top)
-            v = block_sum(v, sd, tid)
-            if tid == 0:
-                partial[cuda.blockIdx.x, slot] = v
+            v = warp_sum(v, sd, tid)
+            if tid % 32 == 0:
+                warps[slot, tid // 32] = v
+        cuda.syncthreads()
+        if tid < width:  # the warps in their order: block_sum's sum, bit for bit
+            v = warps[tid, 0]
+            for warp in range(1, WARPS):
+                v += warps[tid, warp]
+            partial[cuda.blockIdx.x, tid] = v
 
     @cuda.jit
     def ratios_kernel(fr, ir, fc, ic, tops, offsets, weights, divisor, partial, worst):
         tid = cuda.threadIdx.x
         sd = cuda.shared.array(THREADS, float64)
         totals = cuda.shared.array(SLOTS, float64)
+        staged = cuda.shared.array((STAGE, SLOTS), float64)
+        maxima = cuda.shared.array((WARPS, MAX_COUNTS), float64)
         count = offsets.shape[0]
-        if tid < 2 * (count + 1):
-            acc = 0.0
-            for b in range(partial.shape[0]):  # every block in the same order: the same totals everywhere
-                acc += partial[b, tid]
+        width = 2 * (count + 1)
+        acc = 0.0
+        for b0 in range(0, partial.shape[0], STAGE):
+            n = min(STAGE, partial.shape[0] - b0)
+            for i in range(tid, n * width, THREADS):
+                staged[i // width, i % width] = partial[b0 + i // width, i % width]
+            cuda.syncthreads()
+            if tid < width:
+                for b in range(n):  # every block in the blocks' order: the same totals everywhere
+                    acc += staged[b, tid]
+            cuda.syncthreads()  # read before the next stage is written
+        if tid < width:
             totals[tid] = acc
         cuda.syncthreads()
         valid, side, amax, e, s, bad, norm2, cross2 = line_of(cuda.blockIdx.x * THREADS + tid, fr, ir, fc, ic)
         live = valid and bad == 0 and cross2 > 0.0
         g = line_offset(amax, e, s) if live else int64(0)
         other = (1 - side) * (count + 1)
-        for c in range(count):
+        for c in range(count):  # each count's warp maxima first, then one barrier for all of them
             v = 0.0
             if live:
                 rho = _pow4(-((offsets[c] + g) // divisor) - e)
                 eps_sum, norm_sum = totals[other + c], totals[other + count]
                 v = (rho * (norm_sum / 3.0 + weights[c] * eps_sum) + norm2 * eps_sum / 3.0) / cross2
-            v = block_max(v, sd, tid)
-            if tid == 0:
-                worst[cuda.blockIdx.x, c] = v
+            v = warp_max(v, sd, tid)
+            if tid % 32 == 0:
+                maxima[tid // 32, c] = v
+        cuda.syncthreads()
+        if tid < count:
+            v = maxima[0, tid]
+            for warp in range(1, WARPS):
+                v = max(v, maxima[warp, tid])
+            worst[cuda.blockIdx.x, tid] = v
 
     @cuda.jit
     def pick_kernel(worst, goal, out):
-        c = cuda.threadIdx.x
+        c, t = cuda.threadIdx.x, cuda.blockDim.x
         count = out.shape[0] - 1
+        staged = cuda.shared.array((STAGE, MAX_COUNTS), float64)
+        largest = 0.0
+        for b0 in range(0, worst.shape[0], STAGE):  # a maximum: exact in any order
+            n = min(STAGE, worst.shape[0] - b0)
+            for i in range(c, n * count, t):
+                staged[i // count, i % count] = worst[b0 + i // count, i % count]
+            cuda.syncthreads()
+            if c < count:
+                for b in range(n):
+                    largest = max(largest, staged[b, c])
+            cuda.syncthreads()
         if c < count:
-            largest = 0.0
-            for b in range(worst.shape[0]):
-                largest = max(largest, worst[b, c])
             out[1 + c] = math.sqrt(largest) / U
         cuda.syncthreads()
         if c == 0:
@@ -847,7 +892,7 @@ class GemmStatistics:
             self.worst,
         )
         out = self.out[: 1 + nc]
-        launch.launch(pick, 1, 32, 0, self.worst, np.float64(tables.goal), out)
+        launch.launch(pick, 1, self.choice_threads, 0, self.worst, np.float64(tables.goal), out)
         host = self.host_out[: 1 + nc]
         self.to_host(out, host)
         return tables_choice(tables, host)
