@@ -196,29 +196,6 @@ def test_the_device_choice_matches_the_cpu_choice(case):
         _device_choice_agrees(stats, scheme, offset, (rows_f, rows_i, cols_f, cols_i, tops))
 
 
-def _device_choice_agrees(stats, scheme, offset, device_stats):
-    m, n, k = device_stats[0].shape[1], device_stats[2].shape[1], stats.k
-    want = precision.choose(stats, scheme)
-    counts = list(scheme.counts(k))
-    offsets, weights = np.array([scheme.offset(c) for c in counts]), np.array([scheme.weight(c) for c in counts])
-    sums, ratios, pick = pg.make_choice_kernels(offset, THREADS)
-    blocks = -(-(m + n) // THREADS)
-    partial, worst = _dev(np.zeros((blocks, 2 * (pg.MAX_COUNTS + 1)))), _dev(np.zeros((blocks, pg.MAX_COUNTS)))
-    args = [_dev(v) for v in device_stats]
-    sums[blocks, THREADS](*args, _dev(offsets), np.int64(scheme.divisor), partial)
-    ratios[blocks, THREADS](*args, _dev(offsets), _dev(weights), np.int64(scheme.divisor), partial, worst)
-    out = _dev(np.zeros(1 + len(counts)))
-    pick[1, 32](worst, precision.target(k), out)
-    host = out.copy_to_host()
-    tables = pg.SchemeTables(
-        scheme.name, tuple(counts), None, None, scheme.divisor, precision.target(k), scheme.products, offset
-    )
-    got = pg.tables_choice(tables, host)
-    assert got.count == want.count, (got.describe(), want.describe())
-    for c, v in want.tried.items():
-        assert got.tried[c] == pytest.approx(v, rel=1e-9), c
-
-
 def _choice_out(stats, scheme, offset, device_stats, stage: int, pick_threads: int) -> np.ndarray:
     """The choice kernels' output (the count's index, then every count's estimate) with ``stage`` blocks' rows in
     shared memory at once."""
@@ -234,6 +211,20 @@ def _choice_out(stats, scheme, offset, device_stats, stage: int, pick_threads: i
     out = _dev(np.zeros(1 + len(counts)))
     pick[1, pick_threads](worst, precision.target(k), out)
     return out.copy_to_host()
+
+
+def _device_choice_agrees(stats, scheme, offset, device_stats):
+    k = stats.k
+    want = precision.choose(stats, scheme)
+    counts = list(scheme.counts(k))
+    host = _choice_out(stats, scheme, offset, device_stats, pg.CHOICE_STAGE, 32)
+    tables = pg.SchemeTables(
+        scheme.name, tuple(counts), None, None, scheme.divisor, precision.target(k), scheme.products, offset
+    )
+    got = pg.tables_choice(tables, host)
+    assert got.count == want.count, (got.describe(), want.describe())
+    for c, v in want.tried.items():
+        assert got.tried[c] == pytest.approx(v, rel=1e-9), c
 
 
 def test_the_choice_adds_the_blocks_in_their_order_whatever_it_stages():
