@@ -349,6 +349,21 @@ def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
     return row_statistics
 
 
+@cuda.jit(device=True)
+def store_line(fstats, istats, top, line, amax, norm2, cross2, e, s, bad):
+    """A line's statistics into ``fstats`` (AMAX, NORM2, CROSS2) and ``istats`` (EXP, TERMS, BAD), and its exponent
+    into the operand's largest (``top``, atomic max) where the line is not all zeros: the row kernel's and the
+    combine's last step."""
+    fstats[AMAX, line] = amax
+    fstats[NORM2, line] = norm2
+    fstats[CROSS2, line] = cross2
+    istats[EXP, line] = e
+    istats[TERMS, line] = s
+    istats[BAD, line] = bad
+    if amax > 0.0:
+        cuda.atomic.max(top, 0, int32(e))
+
+
 @functools.cache
 def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted: bool = True, terms: bool = True):
     """``row_stats_kernel[m, threads](x, w, fstats, istats, top)``: one block per row of x (m, k).
@@ -393,14 +408,7 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
         s, norm2, cross2 = sums(part, norm2, cross2, sl, sd, sd2, tid)  # right in thread 0, which stores them
         # (sd was last read before block_max's closing barrier in row_largest)
         if tid == 0:
-            fstats[AMAX, row] = amax
-            fstats[NORM2, row] = norm2
-            fstats[CROSS2, row] = cross2
-            istats[EXP, row] = e
-            istats[TERMS, row] = s
-            istats[BAD, row] = bad
-            if amax > 0.0:
-                cuda.atomic.max(top, 0, int32(e))
+            store_line(fstats, istats, top, row, amax, norm2, cross2, e, s, bad)
 
     return row_stats_kernel
 
@@ -709,14 +717,7 @@ def col_combine_kernel(cf, ci, fstats, istats, top):
                 cross2 += tc[c, tx]
         cuda.syncthreads()  # thread 0 of each column has read the tile before the next one is staged
     if ty == 0 and live:
-        fstats[AMAX, col] = amax
-        fstats[NORM2, col] = norm2
-        fstats[CROSS2, col] = cross2
-        istats[EXP, col] = e
-        istats[TERMS, col] = total
-        istats[BAD, col] = bad
-        if amax > 0.0:
-            cuda.atomic.max(top, 0, int32(e))
+        store_line(fstats, istats, top, col, amax, norm2, cross2, e, total, bad)
 
 
 @cuda.jit
