@@ -106,9 +106,9 @@ def test_a_spec_can_ask_for_blocks_an_sm():
 def test_the_back_to_back_plan_stages_d0_and_its_output_in_the_ring_where_they_fit(
     spec: str, kib: int, blocks: int, in_ring: bool
 ):
-    """D0 (GEMM 1's A) goes into the A slots of the phase the K loop read last where one phase's A slots hold it and
-    an output tile (a 64-channel K stage: 16 KiB, as D0's tile), else into one buffer of their own; W1 always has its
-    own. With a ring of two, 56 KiB: four blocks an SM."""
+    """D0 (GEMM 1's A) and then the output tile go into the A slots of the phase the K loop read last where one
+    phase's A slots hold them (a 64-channel K stage: 16 KiB, as D0's tile), else into one buffer of their own; W1
+    always has its own. With a ring of two, 56 KiB: four blocks an SM."""
     cfg = layout.PipeConfig.parse(spec)
     n = layout.stages(9, 64, cfg.tile_k)
     c_mid = 256 if cfg.tile_n == 256 else 64

@@ -10,7 +10,6 @@ from numba import cuda
 
 from utilities import inputs, precision
 from utilities import precision_gpu as pg
-from utilities.machinery import launch
 
 THREADS = 32  # the simulator runs one Python thread per CUDA thread: keep blocks small
 
@@ -83,47 +82,6 @@ def test_row_and_column_statistics_match_the_reference():
     cols = precision._line_stats(np.where(np.isfinite(b), b, 0), 0, w_cols, ~np.isfinite(b).all(0))
     _check(f, i, cols)
     assert top == want.eb
-
-
-def _combined(cf, ci, lines: int):
-    f, i, top = (
-        _dev(np.zeros((3, lines))),
-        _dev(np.zeros((3, lines), np.int64)),
-        _dev(np.array([pg.NO_EXPONENT], np.int32)),
-    )
-    pg.col_combine_kernel[-(-lines // pg.COL_TILE), (pg.COL_TILE, pg.COL_ROWS)](cf, ci, f, i, top)
-    return f.copy_to_host(), i.copy_to_host(), int(top.copy_to_host()[0])
-
-
-def test_one_read_by_tiles_finds_the_rows_and_the_columns_of_the_passes_it_replaces():
-    """A by tiles of 64 rows by 128 columns (two row parts, the last short; three chunks, the last short), combined:
-    the weighted row statistics of the row kernel (E, S, flags and largest magnitudes bit for bit, norms to rounding)
-    and the column norms of the column-chunk pass (the same, without S), on rows of zeros, with a NaN, chunks far
-    below the largest, subnormal and near DBL_MAX."""
-    x = np.vstack([_lines()] * 10)[:70, :260].copy()
-    x[40:, 200] = np.inf  # a column flagged in the second part only
-    m, k = x.shape
-    w = np.abs(inputs.normal(1, k, 5)[0])
-    chunks, parts = -(-k // precision.CHUNK), -(-m // pg.TILE_ROWS)
-    rf, ri = _dev(np.zeros((3, chunks, m))), _dev(np.zeros((3, chunks, m), np.int64))
-    cf, ci = _dev(np.zeros((3, parts, k))), _dev(np.zeros((3, parts, k), np.int64))
-    grid, shared = (chunks, parts), pg.TILE_BYTES  # over 48 KiB: the course's launch raises the block's limit
-    launch.launch(pg.tile_stats_kernel, grid, pg.TILE_THREADS, shared, _dev(x), _dev(w), rf, ri, cf, ci)
-    f, i, top = _combined(rf, ri, m)
-    want_f, want_i, want_top = row_stats(x, w)
-    assert top == want_top
-    for s in (pg.EXP, pg.TERMS, pg.BAD):
-        np.testing.assert_array_equal(i[s], want_i[s])
-    np.testing.assert_array_equal(f[pg.AMAX], want_f[pg.AMAX])
-    np.testing.assert_allclose(f[pg.NORM2], want_f[pg.NORM2], rtol=1e-13)
-    np.testing.assert_allclose(f[pg.CROSS2], want_f[pg.CROSS2], rtol=1e-13)
-    f, i, top = _combined(cf, ci, k)
-    want_f, want_i, want_top = col_stats(x, terms=False)
-    assert top == want_top
-    for s in (pg.EXP, pg.BAD):
-        np.testing.assert_array_equal(i[s], want_i[s])
-    np.testing.assert_array_equal(f[pg.AMAX], want_f[pg.AMAX])
-    np.testing.assert_allclose(f[pg.NORM2], want_f[pg.NORM2], rtol=1e-13)
 
 
 @pytest.mark.parametrize("stats", [row_stats, col_stats], ids=["rows", "column chunks"])

@@ -340,9 +340,9 @@ def test_design_model_adds_kernels_and_early_digits_trade_bytes_for_overlap():
     fixed = model.design("early", 8192, 8192, 8192, 15)
     assert sum(w.bytes for w in fixed) - sum(w.bytes for w in late) == 2 * 15 * c  # one more pass, 1 B out
     assert sum(w.bytes for w in late) - sum(w.bytes for w in fused) == 2 * 4 * 15 * c  # int32 written and read
-    assert early[0].bytes == 8 * 3 * c  # the choice: A once, B twice
+    assert early[0].bytes == 8 * 4 * c  # the choice: A and B twice each
     assert early[1].bytes == 8 * 2 * c + 2 * 15 * c and fixed[0].bytes == 8 * 3 * c + 2 * 15 * c  # B's columns known
-    assert sum(w.bytes for w in early) - sum(w.bytes for w in fixed) == 8 * 2 * c  # the choice's own reads
+    assert sum(w.bytes for w in early) - sum(w.bytes for w in fixed) == 8 * 3 * c  # the choice's own reads
     times = model.predicted_ms(early, 1295, 3.0)
     assert times["total"] == pytest.approx(sum(v for key, v in times.items() if key != "total"))
     with pytest.raises(ValueError, match="variant"):

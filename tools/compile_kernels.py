@@ -98,7 +98,6 @@ KERNELS = {
         stats.make_row_stats_kernel(8192, 8192, weighted=False, terms=False),
         (f64_2d, f64_1d, f64_2d, i64_2d, i32_1d),
     ),
-    "tile_stats_kernel": (stats.tile_stats_kernel, (f64_2d, f64_1d, f64_3d, i64_3d, f64_3d, i64_3d)),
     "col_combine_kernel": (stats.col_combine_kernel, (f64_3d, i64_3d, f64_2d, i64_2d, i32_1d)),
     "normalize_kernel": (stats.normalize_kernel, (f64_2d, i64_2d, i32_1d, f64_1d)),
     "choice sums_kernel, Ozaki-II": (CHOICE2[0], (*STATS, i64_1d, types.int64, f64_2d)),

@@ -2,14 +2,13 @@
 
 Run on a GPU: ``python tools/ozaki2_choice_probe.py [--size 8192] [--repeats 10] [--json F]``.
 
-``GemmStatistics.compute`` reads B by rows (its norms), then A (once by tiles, its rows' chunks and its columns'
-parts each combined after; or, in the four-pass design, by column chunks and by rows), then B by column chunks (its
-chunks combined after, also timed alone), with a small normalizing kernel after each operand's norms; ``choose``
-runs three small kernels and one copy of the estimates to the host. A's two passes of the four-pass design are timed
-too, beside the one read that replaces them. Each is timed alone (CUDA events, ``utilities.bench``) on the buffers
-of an automatic plan at ``--size``, then ``compute`` and ``plan.choose`` whole. Beside each pass: the bytes it reads
-at this run's copy rate (its floor) and how far the time is from it. The statistics are not checked here (the tests
-and the checkers do that); the count chosen is printed, to compare with the plan's.
+``GemmStatistics.compute`` makes four passes over the operands (A by column chunks, B by rows, A by rows, B by
+column chunks, each column-chunk pass ending with the kernel that combines a column's chunks, also timed alone; a
+small normalizing kernel after the first two), and ``choose`` three small kernels and one copy of
+the estimates to the host. Each is timed alone (CUDA events, ``utilities.bench``) on the buffers of an automatic
+plan at ``--size``, then ``compute`` and ``plan.choose`` whole. Beside each pass: the bytes it reads at this run's
+copy rate (its floor) and how far the time is from it. The statistics are not checked here (the tests and the
+checkers do that); the count chosen is printed, to compare with the plan's.
 
 ``--timeline`` also records a CUDA event before and after every launch of ``plan.choose`` (the launches of the
 course's launcher, and the copy to the host), over ``--repeats`` calls: each kernel's time in the call as it runs,
@@ -54,35 +53,21 @@ def main() -> None:
     st = plan.stats
     ta, tb = st.tops[0:1], st.tops[1:2]
     copy_tbs = measure_copy_bandwidth()
-    reads_of_a = 1 if hasattr(st, "_tiles") else 2
-    a_chunks = cp.zeros((3, -(-size // 128), size)), cp.zeros((3, -(-size // 128), size), cp.int64)
-    old_a = {  # A's two passes of the four-pass design: timed beside the one read that replaces them, if it does
-        "A by column chunks (col_chunk + col_combine)": (
-            lambda: st._col_chunks(a, st.r, a_chunks, st.a_cols_f, st.a_cols_i, ta, weighted=False, terms=False),
-            a.nbytes,
-        ),
-        "A by rows (weighted, exponents)": (
-            lambda: st._rows(a, st.r, st.rows_f, st.rows_i, ta, weighted=True),
-            a.nbytes,
-        ),
-    }
     passes = {  # what GemmStatistics.compute runs, in its order, each with the bytes it reads
+        "A by column chunks (col_chunk + col_combine)": (
+            lambda: st._col_chunks(a, st.r, st.a_chunks, st.a_cols_f, st.a_cols_i, ta, weighted=False, terms=False),
+            a.nbytes,
+        ),
+        "normalize A's columns": (lambda: st._normalize(st.a_cols_f, st.a_cols_i, ta, st.q), 0),
         "B by rows (norms)": (
             lambda: st._rows(b, st.q, st.b_rows_f, st.b_rows_i, tb, weighted=False, terms=False),
             b.nbytes,
         ),
         "normalize B's rows": (lambda: st._normalize(st.b_rows_f, st.b_rows_i, tb, st.r), 0),
-    }
-    if hasattr(st, "_tiles"):  # A read once, by tiles
-        passes["A once by tiles (tile_stats)"] = (lambda: st._tiles(a, st.r), a.nbytes)
-        passes["A's rows combined (col_combine)"] = (lambda: st._combine(st.a_row_parts, st.rows_f, st.rows_i, ta), 0)
-        passes["A's columns combined (col_combine)"] = (
-            lambda: st._combine(st.a_col_parts, st.a_cols_f, st.a_cols_i, ta),
-            0,
-        )
-    passes.update(old_a)
-    passes["normalize A's columns"] = (lambda: st._normalize(st.a_cols_f, st.a_cols_i, ta, st.q), 0)
-    passes.update({
+        "A by rows (weighted, exponents)": (
+            lambda: st._rows(a, st.r, st.rows_f, st.rows_i, ta, weighted=True),
+            a.nbytes,
+        ),
         "B by column chunks (weighted, exponents)": (
             lambda: st._col_chunks(b, st.q, st.b_chunks, st.cols_f, st.cols_i, tb, weighted=True),
             b.nbytes,
@@ -91,10 +76,10 @@ def main() -> None:
             lambda: st._combine(st.b_chunks, st.cols_f, st.cols_i, tb),
             st.b_chunks[0].nbytes + st.b_chunks[1].nbytes,
         ),
-        "compute (all the passes)": (lambda: st.compute(a, b), reads_of_a * a.nbytes + 2 * b.nbytes),
+        "compute (the four passes)": (lambda: st.compute(a, b), 2 * a.nbytes + 2 * b.nbytes),
         "choose (three kernels and the copy)": (lambda: st.choose(plan.tables), 0),
-        "plan.choose (compute and choose)": (lambda: plan.choose(a, b), reads_of_a * a.nbytes + 2 * b.nbytes),
-    })  # fmt: skip
+        "plan.choose (compute and choose)": (lambda: plan.choose(a, b), 2 * a.nbytes + 2 * b.nbytes),
+    }
     if args.split:  # the same two passes with a part left out (their outputs are overwritten; choose() runs again)
         parts = {"exponents and S only": (False, True), "weights only": (True, False), "norms only": (False, False)}
         for part, (weighted, terms) in parts.items():

@@ -16,15 +16,12 @@ Kernels (plain numba: they run in numba's CUDA simulator in the tests):
 - ``col_chunk_kernel``: one block per 32 columns by 128 rows (reads coalesced along the row): each column's chunk
   statistics; ``col_combine_kernel``: eight threads per column: the chunks combined (integers exactly, the
   norms summed in the chunks' order);
-- ``tile_stats_kernel``: one block per 64 rows by 128 columns of A, through shared memory: each row's chunk and each
-  column's 64-row part, for ``col_combine_kernel`` to combine (A read once for its rows and its columns);
 - ``normalize_kernel``: line norms brought to the operand's common power of two (the other operand's weights);
 - ``make_choice_kernels``: the estimate of every count for every row and column, reduced in a fixed order.
 
-Reads for a choice (A m x k, B k x n, row-major): B by rows (B's row norms: the weights of A's rows), A once by
-tiles (A's rows, weighted, and its column norms: the weights of B's columns), B by column chunks: A read once, B
-twice. A plan with a fixed count reads B's column chunks only (the residues of B need each column's exponent before
-its first entry).
+Passes for a choice (A m x k, B k x n, row-major): A by column chunks (A's column norms: weights of B's columns),
+B by rows (B's row norms: weights of A's rows), A by rows, B by column chunks: each operand read twice. A plan with
+a fixed count reads B's column chunks only (the residues of B need each column's exponent before its first entry).
 """
 
 from __future__ import annotations
@@ -512,154 +509,6 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
     return col_chunk_kernel
 
 
-TILE_ROWS = 64  # rows of A a tile of the one-read pass holds: its columns' part (a tile is one row chunk wide)
-TILE_THREADS = 256
-TILE_PITCH = CHUNK + 4  # doubles a tile row takes in shared memory: rows 8 banks apart (the row side's reads)
-TILE_BYTES = 8 * TILE_ROWS * TILE_PITCH + 4 * (TILE_ROWS + CHUNK)  # the tile, then the rows' and columns' flags
-ROW_LANES = TILE_THREADS // TILE_ROWS  # threads a row of the tile: each 32 of its entries
-COL_LANES = TILE_THREADS // CHUNK  # threads a column of the tile: each 32 of its rows
-TILE_BATCH = 16  # loads a thread has in flight while it fills the tile
-assert ROW_LANES == 4 and COL_LANES == 2 and TILE_ROWS % COL_LANES == 0
-
-
-@cuda.jit(device=True)
-def _lanes_max(value, lanes, scratch, tid):
-    """The largest value over ``lanes`` (2 or 4) neighbouring lanes of a warp, in all of them. ``scratch``: shared
-    memory of the block's size and the value's type, for numba's simulator (no shuffles there)."""
-    if SHUFFLES:
-        mask = lanes // 2
-        while mask > 0:
-            value = max(value, cuda.shfl_xor_sync(0xFFFFFFFF, value, mask))
-            mask //= 2
-    else:
-        scratch[tid] = value
-        cuda.syncthreads()
-        base = tid - tid % lanes
-        value = scratch[base]
-        for lane in range(1, lanes):
-            value = max(value, scratch[base + lane])
-        cuda.syncthreads()
-    return value
-
-
-@cuda.jit(device=True)
-def _lanes_sum(value, lanes, scratch, tid):
-    """The sum over ``lanes`` (2 or 4) neighbouring lanes of a warp, the same in all of them (as
-    :func:`_lanes_max`)."""
-    if SHUFFLES:
-        mask = lanes // 2
-        while mask > 0:
-            value += cuda.shfl_xor_sync(0xFFFFFFFF, value, mask)
-            mask //= 2
-    else:
-        scratch[tid] = value
-        cuda.syncthreads()
-        base = tid - tid % lanes
-        value = scratch[base]
-        for lane in range(1, lanes):
-            value += scratch[base + lane]
-        cuda.syncthreads()
-    return value
-
-
-@col_kernel
-def tile_stats_kernel(x, w, rf, ri, cf, ci):
-    """One read of A for two of the choice's statistics: ``tile_stats_kernel[(ceil(k / 128), ceil(m / 64)), 256,
-    0, TILE_BYTES](x, w, rf, ri, cf, ci)``, block (c, p) on rows ``64 p ..`` and columns ``128 c ..`` of x (m, k).
-
-    - Each row's chunk c (its 128 entries here): ``rf`` (3, chunks, m) float64 its largest magnitude, ``sum (x
-      2^-E_c)^2`` and ``sum (x_l 2^-E_c)^2 w_l``; ``ri`` (3, chunks, m) int64 ``E_c``, ``S_c`` and the non-finite
-      flag: what ``col_combine_kernel`` turns into the rows' statistics (lines = rows), as ``make_row_stats_kernel``
-      finds them (E and S exactly, the norms to rounding).
-    - Each column's part p (its 64 rows here): ``cf``, ``ci`` (3, parts, k) the same without S and the weights, for
-      ``col_combine_kernel`` too: A's column norms, the weights of B's columns.
-
-    The tile goes through shared memory (coalesced loads, NaN and Inf as 0 and flagged), then four threads take a
-    row (32 entries each) and two a column (32 rows each)."""
-    rows, cols = x.shape
-    tid = cuda.threadIdx.x
-    c0, r0 = cuda.blockIdx.x * CHUNK, cuda.blockIdx.y * TILE_ROWS
-    tile = cuda.shared.array(0, float64)
-    flags = cuda.shared.array(0, int32)[2 * TILE_ROWS * TILE_PITCH :]  # after the tile: the rows', the columns'
-    sd = cuda.shared.array(TILE_THREADS, float64)  # the simulator's stand-ins for the shuffles
-    sl = cuda.shared.array(TILE_THREADS, int64)
-    if tid < TILE_ROWS + CHUNK:
-        flags[tid] = 0
-    cuda.syncthreads()
-    c, first = tid % CHUNK, tid // CHUNK  # this thread's column of the tile, and its first row (then every other)
-    live = c0 + c < cols
-    vals = cuda.local.array(TILE_BATCH, float64)
-    for batch in range(TILE_ROWS // (COL_LANES * TILE_BATCH)):  # a batch's loads all in flight before its stores
-        for j in range(TILE_BATCH):  # a warp reads 32 consecutive doubles of a row
-            r = first + COL_LANES * (batch * TILE_BATCH + j)
-            vals[j] = x[r0 + r, c0 + c] if live and r0 + r < rows else 0.0
-        for j in range(TILE_BATCH):
-            r = first + COL_LANES * (batch * TILE_BATCH + j)
-            v = vals[j]
-            if not abs(v) <= _MAX_FINITE:
-                flags[r] = 1
-                flags[TILE_ROWS + c] = 1
-                v = 0.0
-            tile[r * TILE_PITCH + c] = v
-    cuda.syncthreads()
-
-    # a row's chunk: four neighbouring lanes, entries g, g + 4, ... of the chunk for lane g
-    r, g = tid // ROW_LANES, tid % ROW_LANES
-    big = 0.0
-    for i in range(CHUNK // ROW_LANES):
-        big = max(big, abs(tile[r * TILE_PITCH + g + ROW_LANES * i]))
-    amax = _lanes_max(big, ROW_LANES, sd, tid)
-    high = line_exponent(amax)
-    scale = unit_scale(high)
-    total = int64(0)
-    norm2 = 0.0
-    cross2 = 0.0
-    for i in range(CHUNK // ROW_LANES):
-        c = g + ROW_LANES * i
-        v = tile[r * TILE_PITCH + c]
-        if v != 0.0:
-            total += s_term(v, high)
-            u = scaled(v, high, scale)
-            norm2 += u * u
-            if c0 + c < cols:
-                cross2 += u * u * w[c0 + c]
-    total = _lanes_sum(total, ROW_LANES, sl, tid)
-    norm2 = _lanes_sum(norm2, ROW_LANES, sd, tid)
-    cross2 = _lanes_sum(cross2, ROW_LANES, sd, tid)
-    if g == 0 and r0 + r < rows:
-        chunk = cuda.blockIdx.x
-        rf[AMAX, chunk, r0 + r] = amax
-        rf[NORM2, chunk, r0 + r] = norm2
-        rf[CROSS2, chunk, r0 + r] = cross2
-        ri[EXP, chunk, r0 + r] = high
-        ri[TERMS, chunk, r0 + r] = total
-        ri[BAD, chunk, r0 + r] = flags[r]
-
-    # a column's part: two neighbouring lanes, rows h, h + 2, ... of the tile for lane h
-    c, h = tid // COL_LANES, tid % COL_LANES
-    big = 0.0
-    for i in range(TILE_ROWS // COL_LANES):
-        big = max(big, abs(tile[(h + COL_LANES * i) * TILE_PITCH + c]))
-    amax = _lanes_max(big, COL_LANES, sd, tid)
-    top = line_exponent(amax)
-    scale = unit_scale(top)
-    norm2 = 0.0
-    for i in range(TILE_ROWS // COL_LANES):
-        v = tile[(h + COL_LANES * i) * TILE_PITCH + c]
-        if v != 0.0:
-            u = scaled(v, top, scale)
-            norm2 += u * u
-    norm2 = _lanes_sum(norm2, COL_LANES, sd, tid)
-    if h == 0 and c0 + c < cols:
-        part = cuda.blockIdx.y
-        cf[AMAX, part, c0 + c] = amax
-        cf[NORM2, part, c0 + c] = norm2
-        cf[CROSS2, part, c0 + c] = 0.0
-        ci[EXP, part, c0 + c] = top
-        ci[TERMS, part, c0 + c] = 0
-        ci[BAD, part, c0 + c] = flags[TILE_ROWS + c]
-
-
 @cuda.jit
 def col_combine_kernel(cf, ci, fstats, istats, top):
     """``col_combine_kernel[ceil(L / COL_TILE), (COL_TILE, COL_ROWS)](cf, ci, fstats, istats, top)``: each column's
@@ -950,9 +799,7 @@ class GemmStatistics:
         self.cols_f, self.cols_i = xp.zeros((3, n), f), xp.zeros((3, n), i)
         self.a_cols_f, self.a_cols_i = xp.zeros((3, k), f), xp.zeros((3, k), i)
         self.b_rows_f, self.b_rows_i = xp.zeros((3, k), f), xp.zeros((3, k), i)
-        parts, chunks = _ceil_div(m, TILE_ROWS), _ceil_div(k, CHUNK)
-        self.a_row_parts = xp.zeros((3, chunks, m), f), xp.zeros((3, chunks, m), i)  # A's rows, chunk by chunk
-        self.a_col_parts = xp.zeros((3, parts, k), f), xp.zeros((3, parts, k), i)  # A's columns, 64 rows a part
+        self.a_chunks = xp.zeros((3, _ceil_div(m, CHUNK), k), f), xp.zeros((3, _ceil_div(m, CHUNK), k), i)
         self.b_chunks = xp.zeros((3, _ceil_div(k, CHUNK), n), f), xp.zeros((3, _ceil_div(k, CHUNK), n), i)
         self.q, self.r = xp.zeros(k, f), xp.zeros(k, f)  # A's column norms weigh B's columns; B's row norms A's rows
         self.tops = xp.zeros(2, xp.int32)
@@ -1001,14 +848,6 @@ class GemmStatistics:
         kernel = make_row_stats_kernel(length, kp, threads, weighted, terms)
         launch.launch(kernel, rows, threads, 0, x, w, out_f, out_i, top)
 
-    def _tiles(self, a: Any, w: Any) -> None:
-        """A read once, by tiles of 64 rows by 128 columns: its rows' chunks (weighted by w) and its columns' parts."""
-        from .machinery import launch
-
-        m, k = a.shape
-        grid = (_ceil_div(k, CHUNK), _ceil_div(m, TILE_ROWS))
-        launch.launch(tile_stats_kernel, grid, TILE_THREADS, TILE_BYTES, a, w, *self.a_row_parts, *self.a_col_parts)
-
     def _normalize(self, fstats: Any, istats: Any, top: Any, out: Any) -> None:
         from .machinery import launch
 
@@ -1020,16 +859,15 @@ class GemmStatistics:
         self._col_chunks(b, self.q, self.b_chunks, self.cols_f, self.cols_i, self.tops[1:2], weighted=False)
 
     def compute(self, a: Any, b: Any) -> None:
-        """Every statistic a choice reads, in three reads: B by rows (its norms only: the weights of A's rows), A
-        once by tiles (its rows, weighted, and its columns' norms: the weights of B's columns), B by column chunks."""
+        """Every statistic a choice reads, in four passes: A by column chunks, B by rows (their norms only: the
+        weights of the other operand's lines), A by rows, B by column chunks."""
         self.tops.fill(NO_EXPONENT)
         ta, tb = self.tops[0:1], self.tops[1:2]
-        self._rows(b, self.q, self.b_rows_f, self.b_rows_i, tb, weighted=False, terms=False)  # (q: not read)
-        self._normalize(self.b_rows_f, self.b_rows_i, tb, self.r)
-        self._tiles(a, self.r)
-        self._combine(self.a_row_parts, self.rows_f, self.rows_i, ta)
-        self._combine(self.a_col_parts, self.a_cols_f, self.a_cols_i, ta)
+        self._col_chunks(a, self.r, self.a_chunks, self.a_cols_f, self.a_cols_i, ta, weighted=False, terms=False)
         self._normalize(self.a_cols_f, self.a_cols_i, ta, self.q)
+        self._rows(b, self.q, self.b_rows_f, self.b_rows_i, tb, weighted=False, terms=False)
+        self._normalize(self.b_rows_f, self.b_rows_i, tb, self.r)
+        self._rows(a, self.r, self.rows_f, self.rows_i, ta, weighted=True)
         self._col_chunks(b, self.q, self.b_chunks, self.cols_f, self.cols_i, tb, weighted=True)
 
     def choose(self, tables: SchemeTables) -> Choice:

@@ -155,10 +155,9 @@ def pipe_layout(cfg: PipeConfig, n_stages: int, sa: int, sb: int, sc: int, sd: i
     """Where each buffer starts; ``sa``, ``sb``, ``sc`` (and ``sd``, ``sw``) are the FP16 sizes of an A stage, a B
     stage, the output tile (D0's tile and W1) in the layouts cuBLASDx suggests (their ``cosize``).
 
-    The epilogue stages its output tile (the back-to-back kernel: D0, GEMM 1's A operand; its output goes from the
-    registers to global memory) in the A slots of the phase the K loop read last, where they hold it (``group``
-    slots of an A stage, contiguous); else in a buffer of its own. W1 always has its own. The back-to-back plan
-    keeps room for the larger of D0 and an output tile, as the single convolution's plan does."""
+    The epilogue stages its output tile (the back-to-back kernel: D0, then the output tile where D0 was, one barrier
+    after GEMM 1 has read it) in the A slots of the phase the K loop read last, where they hold it (``group`` slots
+    of an A stage, contiguous); else in a buffer of its own. W1 always has its own."""
     slots = cfg.depth * cfg.group
     b_slots = n_stages if cfg.resident else slots
     a_slot = fp16_segments(sa)[1]  # an A slot with its alignment

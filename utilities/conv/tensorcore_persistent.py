@@ -402,7 +402,8 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
     DEPTH, D_AT, W_AT, IN_RING, A_AT, PHASE_SLOTS = cfg.depth, L.d0, L.w1, L.c_in_ring, L.a, cfg.group * L.a_step
     MIN_BLOCKS = min_blocks(cfg, L.nbytes)
     ROWS = TM // (THREADS // cfg.chunks_per_row)
-    SD, SW = MM1.suggest_layout_smem_a().cosize, MM1.suggest_layout_smem_b().cosize
+    SC, SD, SW = (MM1.suggest_layout_smem_c().cosize, MM1.suggest_layout_smem_a().cosize,
+                  MM1.suggest_layout_smem_b().cosize)  # fmt: skip
     F0, F1 = MM0.suggest_layout_rmem_c().cosize, MM1.suggest_layout_rmem_c().cosize
     gmem_d0, gmem_w1, gmem_out = gmem_layout(MM0, "c"), gmem_layout(MM1, "b"), gmem_layout(MM1, "c")
 
@@ -437,6 +438,7 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
             else:
                 d_at = D_AT
             sd = make_tensor(smem[d_at : d_at + SD], MM1.suggest_layout_smem_a())
+            sc = make_tensor(smem[d_at : d_at + SC], MM1.suggest_layout_smem_c())
             r0 = acc0.get_results()
             d0_tile = make_tensor(cuda.local.array(F0, np.float16), MM0.suggest_layout_rmem_c())
             for i in range(F0):
@@ -472,9 +474,10 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
                 v = r1[i] + float32(bias1[col])
                 part[i] = v if v > 0 else float32(0)
                 # END SOLUTION
-            # each thread stores its own part of the tile: no barrier, and D0's slot is free once every warp has
-            # passed the next K loop's first barrier (the ring's next copies into it come after that barrier)
-            acc1.partition_and_copy(part, make_tensor(out[row0 : row0 + TM, :], gmem_out(N1)))
+            cuda.syncthreads()  # every warp has read D0: its buffer takes the output tile (layout.pipe_layout)
+            copy_fragment(part, sc)
+            cuda.syncthreads()
+            copy(sc, make_tensor(out[row0 : row0 + TM, :], gmem_out(N1)))
             tile += step
         copy_wait()
 

@@ -4,7 +4,7 @@ The same accounting as Ozaki-I's (``utilities.roofline``: operations and compuls
 kernel's floor the longer of the two at the measured ceilings, kernels one after another add up). A m x k and
 B k x n in FP64, N moduli:
 
-- ``choice`` (automatic count only): B read by rows and by column chunks, A once by tiles (the statistics of the
+- ``choice`` (automatic count only): A and B each read twice, by rows and by column chunks (the statistics of the
   estimate: each line's norm, its largest magnitude, the exact integers of the scaling, and C's line norms);
 - ``scaling``: with a fixed count, B read by column chunks first (each column's exponent; the automatic plan's
   choice found them), then A and B read once more and N int8 residues written per entry;
@@ -32,7 +32,7 @@ def design(variant: str, m: int, n: int, k: int, moduli: int, *, auto: bool = Fa
         if isinstance(v, bool) or int(v) != v or v <= 0:
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     a, b, c, N = float(m * k), float(k * n), float(m * n), float(moduli)
-    kernels = [KernelWork("choice", 0.0, 8.0 * (a + 2 * b))] if auto else []
+    kernels = [KernelWork("choice", 0.0, 8.0 * (2 * a + 2 * b))] if auto else []
     kernels.append(KernelWork("scaling", 0.0, 8.0 * (a + b + (0.0 if auto else b)) + N * (a + b)))
     ops = 2.0 * N * m * n * k
     if variant == "fused":
