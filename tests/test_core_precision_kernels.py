@@ -294,3 +294,52 @@ def test_the_high_word_gives_frexp_and_the_s_terms_bit_for_bit():
     scaled = np.where(inside, np.ldexp(v[:, None], np.where(inside, -tops[None, :], 0).astype(int)), 0.0)
     np.testing.assert_array_equal(products.copy_to_host(), scaled)
     assert inside.sum() > v.size and (rel >= 0).any() and ((rel < 0) & inside).any()
+
+
+def test_the_double_terms_equal_the_integer_terms():
+    """``s_root`` builds ``q 2^rel`` from the high word, whose square in FP64 is the term: for every chunk exponent
+    from ``FAST_TOP`` up, each entry's equals ``s_term``'s integer (0 for a zero), on subnormals, both ends of the
+    range, powers of two and the doubles just below them (``q = 32``), both signs."""
+    v = np.concatenate([_edge_values(), [0.0, -0.0]])
+    tops = np.array([pg.FAST_TOP, pg.FAST_TOP + 1, -1000, -200, -1, 0, 3, 200, 1022, 1023, 1024], np.int32)
+
+    @cuda.jit
+    def probe(v, tops, fast, exact):
+        i = cuda.grid(1)
+        if i < v.shape[0]:
+            e = pg.exponent_of(v[i]) if v[i] != 0.0 else -(2**30)
+            for j in range(tops.shape[0]):
+                if e <= tops[j]:
+                    add, floor = pg.root_constants(tops[j])
+                    root = pg.s_root(v[i], add, floor)
+                    fast[i, j] = root * root
+                    exact[i, j] = pg.s_term(v[i], tops[j]) if v[i] != 0.0 else 0
+
+    fast, exact = _dev(np.full((v.size, tops.size), -1.0)), _dev(np.full((v.size, tops.size), -1, np.int64))
+    probe[-(-v.size // 64), 64](_dev(v), _dev(tops), fast, exact)
+    fast, exact = fast.copy_to_host(), exact.copy_to_host()
+    np.testing.assert_array_equal(fast, exact.astype(np.float64))
+    assert (exact == 256).any() and (exact > 2**40).any() and (exact == 0).sum() > tops.size
+
+
+@pytest.mark.parametrize("stats", [row_stats, col_stats], ids=["rows", "column chunks"])
+def test_s_takes_the_exact_path_below_fast_top_and_the_double_path_from_it(stats):
+    """Chunks whose largest exponent is ``FAST_TOP - 1`` (the int64 terms) or ``FAST_TOP`` (the double terms), with
+    subnormals, entries at the span's lowest exponent and just below it, and a zero chunk: S and E bit for bit."""
+    rng = np.random.default_rng(11)
+    lines = []
+    for top in (pg.FAST_TOP - 1, pg.FAST_TOP, pg.FAST_TOP + 1):
+        x = rng.uniform(0.5, 1.0, 256) * np.ldexp(1.0, rng.integers(top - 20, top + 1, 256))
+        x[0] = np.ldexp(0.75, top)  # the chunk's largest exponent is top
+        x[1], x[2] = np.ldexp(0.5, top - precision.SPAN), np.ldexp(0.99, top - precision.SPAN - 1)
+        x[3:9] = np.finfo(np.float64).smallest_subnormal * np.array([1, 3, 1000, 2**40, 2**51, -7])
+        x[9:20] = 0.0
+        x[128:] *= rng.choice([-1.0, 1.0], 128)
+        lines.append(x)
+    x = np.array(lines + [np.zeros(256)])
+    x = x if stats is row_stats else np.ascontiguousarray(x.T)
+    e, s = precision.line_terms(x, 1 if stats is row_stats else 0)
+    _, i, _ = stats(x)
+    np.testing.assert_array_equal(i[pg.EXP], e)
+    np.testing.assert_array_equal(i[pg.TERMS], s)
+    assert (s > 0).sum() == 3

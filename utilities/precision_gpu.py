@@ -36,7 +36,7 @@ import numpy as np
 from numba import config, cuda, float64, int32, int64
 
 from .precision import CHUNK, QUANT, SPAN, Choice, U, target
-from .simt import hi_word
+from .simt import hi_word, of_hi_word
 
 ROWS_THREADS = 512  # threads per row in the row kernels at k = 8192: 16 entries a thread
 ROW_REGISTERS = 64  # at most: two blocks of 512 threads per SM, so that one computes while the other loads
@@ -247,12 +247,45 @@ def s_term(v, top):
     return int64(256)
 
 
+FAST_TOP = 1 + SPAN - 1022  # -1005: from this chunk exponent on, the span's lowest exponent is a normal double's
+_FIELD_AND_TOP4 = int32(0x7FFF0000)  # a double's exponent field and the top four bits of its fraction, no sign
+_HI_16 = int32(0x40300000)  # the high word of 16.0 (16^2 = 256, the term below the span)
+assert QUANT == 32 and SPAN == 16  # s_root keeps four fraction bits (floor(32 f) = 16 + those) and rel <= 16
+
+
+@cuda.jit(device=True)
+def root_constants(top):
+    """The two int32 constants of :func:`s_root` for a chunk whose largest exponent is ``top >= FAST_TOP``: what
+    moves an entry's high word (its exponent field and top four fraction bits) to that of ``q 2^rel``, and the
+    smallest such high word within the span (``rel >= 0``)."""
+    return int32(((21 - top) << 20) + (1 << 16)), int32((top + 1022 - SPAN) << 20)
+
+
+@cuda.jit(device=True)
+def s_root(v, add, floor):
+    """The double whose square is :func:`s_term`'s term of ``v``: ``q 2^rel`` within the span, 16 below it, 0 for
+    a zero. The squares are integers below ``2^42`` and a chunk's 128 sum below ``2^49``, so FP64 adds them exactly,
+    in any order.
+
+    ``q 2^rel`` is the entry's high word with its exponent field moved and 1 added below its top four fraction
+    bits (``floor(32 f) + 1``; a carry out of them is the exponent's, as ``q = 32`` needs), over a low word of
+    zeros: integer operations on the high word and one FMA an entry in the caller, against an int64 multiply and a
+    variable 64-bit shift. Valid for ``top >= FAST_TOP`` (:func:`root_constants`): then a zero or subnormal entry
+    is below the span."""
+    bits = int32(hi_word(v) & _FIELD_AND_TOP4)
+    high = int32(bits + add) if bits >= floor else _HI_16
+    return of_hi_word(high if v != 0.0 else int32(0))
+
+
 @functools.cache
-def make_row_load(k: int, kp: int, threads: int = ROWS_THREADS):
+def make_row_load(k: int, kp: int, threads: int = ROWS_THREADS, tested: bool = True):
     """A device function ``row_load(x, row, vals, tid) -> (bad, amax)``: this thread's entries of row ``row`` into
     ``vals`` (run r holds entries ``4 (tid + r threads) .. +3``; NaN and Inf replaced by 0, zeros past k), and this
-    thread's non-finite flag and largest magnitude (the block's reductions are the caller's)."""
+    thread's non-finite flag and largest magnitude (the block's reductions are the caller's). Without ``tested``,
+    where the block's entries fill the row exactly, no entry's column is tested against k (the loads may then be
+    issued together: more registers, which the residue kernel cannot spare)."""
     K, THREADS, ITEMS = k, threads, items_per_thread(kp, threads)
+    FULL = not tested and K == ITEMS * THREADS
 
     @cuda.jit(device=True)
     def row_load(x, row, vals, tid):
@@ -260,7 +293,7 @@ def make_row_load(k: int, kp: int, threads: int = ROWS_THREADS):
         amax = 0.0
         for j in range(ITEMS):
             col = 4 * (tid + (j // 4) * THREADS) + j % 4
-            v = x[row, col] if col < K else 0.0
+            v = x[row, col] if FULL or col < K else 0.0
             if not abs(v) <= _MAX_FINITE:
                 bad = int32(1)
                 v = 0.0
@@ -272,12 +305,13 @@ def make_row_load(k: int, kp: int, threads: int = ROWS_THREADS):
 
 
 @functools.cache
-def make_row_largest(k: int, kp: int, threads: int = ROWS_THREADS):
+def make_row_largest(k: int, kp: int, threads: int = ROWS_THREADS, tested: bool = True):
     """A device function ``row_largest(x, row, vals, si, sd, tid) -> (bad, amax, e)``: the row loaded into ``vals``
     (:func:`make_row_load`), and, the same in every thread, its non-finite flag, largest magnitude and that
-    magnitude's exponent (0 for a zero row). ``si`` and ``sd``: shared scratch of ``threads`` int32 and float64."""
+    magnitude's exponent (0 for a zero row). ``si`` and ``sd``: shared scratch of ``threads`` int32 and float64;
+    ``tested`` as :func:`make_row_load`'s."""
     _, _, block_max, _ = reducers(threads)
-    row_load = make_row_load(k, kp, threads)
+    row_load = make_row_load(k, kp, threads, tested)
 
     @cuda.jit(device=True)
     def row_largest(x, row, vals, si, sd, tid):
@@ -307,10 +341,18 @@ def make_chunk_part(threads: int = ROWS_THREADS):
             big = max(big, abs(vals[4 * r + q]))
         high = warp_max(line_exponent(big), si, tid)
         total = int64(0)
-        for q in range(4):
-            v = vals[4 * r + q]
-            if v != 0.0:
-                total += s_term(v, high)
+        if high >= FAST_TOP:  # the same in every lane of the warp
+            add, floor = root_constants(high)
+            terms = 0.0
+            for q in range(4):
+                root = s_root(vals[4 * r + q], add, floor)
+                terms += root * root
+            total = int64(terms)
+        else:
+            for q in range(4):
+                v = vals[4 * r + q]
+                if v != 0.0:
+                    total += s_term(v, high)
         chunk = warp_sum(total, sl, tid)
         if tid % 32 == 0 and chunk > 0:
             return ceil_shift(chunk, 2 * (e_line - high))
@@ -374,8 +416,9 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
     """
     THREADS, K, WEIGHTED, TERMS_TOO = threads, k, weighted, terms
     ITEMS = items_per_thread(kp, threads)
+    FULL = K == ITEMS * THREADS  # the block's entries fill the row: no entry's column tested against k
     _check_width(k, kp, threads)
-    row_largest = make_row_largest(k, kp, threads)
+    row_largest = make_row_largest(k, kp, threads, tested=not FULL)
     chunk_part = make_chunk_part(threads)
     sums = first_thread_sums(threads)
 
@@ -400,7 +443,7 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
                 norm2 += v * v
                 if WEIGHTED:
                     col = 4 * (tid + r * THREADS) + q
-                    if col < K:
+                    if FULL or col < K:
                         cross2 += v * v * w[col]
         s, norm2, cross2 = sums(part, norm2, cross2, sl, sd, sd2, tid)  # right in thread 0, which stores them
         # (sd was last read before block_max's closing barrier in row_largest)
@@ -485,18 +528,26 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
         amax = _column_max(amax, sd, tx, ty)
         top = line_exponent(amax)  # the exponent of the largest magnitude is the largest exponent
         total = int64(0)
+        terms = 0.0
         norm2 = 0.0
         cross2 = 0.0
         scale = unit_scale(top)
-        for i in range(PER):
+        fast = TERMS_TOO and top >= FAST_TOP  # S's terms as doubles (s_root); else as int64 (a tiny chunk)
+        add, floor = root_constants(top if fast else 0)
+        for i in range(PER):  # S's term and the norms of each entry together: its value dies after it
             v = vals[i]
+            if fast:
+                root = s_root(v, add, floor)
+                terms += root * root
             if v != 0.0:
-                if TERMS_TOO:
+                if TERMS_TOO and not fast:
                     total += s_term(v, top)
                 u = scaled(v, top, scale)
                 norm2 += u * u
                 if WEIGHTED:  # (sw was written before syncthreads_or's barrier below)
                     cross2 += u * u * sw[ty + i * COL_ROWS]
+        if fast:
+            total = int64(terms)
         total, norm2, cross2 = _column_sums(total, norm2, cross2, sl, sd, sd2, tx, ty)
         if ty == 0 and col < cols:
             cf[AMAX, chunk, col] = amax

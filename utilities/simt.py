@@ -11,7 +11,9 @@ simulator on a machine without a GPU).
 - ``scale2``: ``x 2^e`` that overflows to +-Inf as on the device (Python's ``math.ldexp``, which the simulator runs,
   raises instead);
 - ``hi_word``: the high 32 bits of a double (sign, exponent field, top 20 bits of the fraction) as an int32, a
-  register move on the device.
+  register move on the device;
+- ``of_hi_word``: the double whose high 32 bits are an int32's and whose low 32 bits are zero (the inverse of
+  ``hi_word`` for such doubles), register moves on the device.
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ if SIMULATOR:
         """The high 32 bits of the double v, as an int32."""
         return int32(int(np.float64(v).view(np.int64)) >> 32)
 
+    @cuda.jit(device=True)
+    def _of_hi_word(h):
+        """The double with high word h (an int32) and a low word of zeros."""
+        return float(np.int64(int(h) << 32).view(np.float64))
+
 else:
     from numba.cuda import libdevice
 
@@ -97,5 +104,10 @@ else:
         """The high 32 bits of the double v, as an int32."""
         return libdevice.double2hiint(v)
 
+    @cuda.jit(device=True, inline=True)
+    def _of_hi_word(h):
+        """The double with high word h (an int32) and a low word of zeros."""
+        return libdevice.hiloint2double(h, 0)
 
-trunc_f64, int32_of, fma, scale2, hi_word = _trunc_f64, _int32_of, _fma, _scale2, _hi_word
+
+trunc_f64, int32_of, fma, scale2, hi_word, of_hi_word = _trunc_f64, _int32_of, _fma, _scale2, _hi_word, _of_hi_word
