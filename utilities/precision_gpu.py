@@ -411,7 +411,7 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
     ``sum (x_l 2^-e)^2 w_l`` (w: k float64); ``istats`` (3, m) int64 its exponent e, S and the non-finite flag;
     ``top`` (1,) int32 the largest e of a nonzero row (atomic max: fill it with a small value first). Without
     ``terms``, S is not found (0 is written): a pass whose norms are the other operand's weights reads only the
-    norms and exponents, and S is most of a row's work (an exponent and an int64 term an entry, a warp's
+    norms and exponents, and S is most of a row's work (an exponent and a term an entry, a warp's
     reductions a chunk).
     """
     THREADS, K, WEIGHTED, TERMS_TOO = threads, k, weighted, terms
