@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import config, cuda, float64, int32, int64
+from numba import config, cuda, float64, int32, int64, uint64
 
 from .precision import CHUNK, QUANT, SPAN, Choice, U, target
 from .simt import hi_word, of_hi_word
@@ -291,9 +291,10 @@ def make_row_load(k: int, kp: int, threads: int = ROWS_THREADS, tested: bool = T
     def row_load(x, row, vals, tid):
         bad = int32(0)
         amax = 0.0
+        line = x[uint64(row)]  # unsigned offsets: no negative-index fix-up a load
         for j in range(ITEMS):
             col = 4 * (tid + (j // 4) * THREADS) + j % 4
-            v = x[row, col] if FULL or col < K else 0.0
+            v = line[uint64(col)] if FULL or col < K else 0.0
             if not abs(v) <= _MAX_FINITE:
                 bad = int32(1)
                 v = 0.0
@@ -444,7 +445,7 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
                 if WEIGHTED:
                     col = 4 * (tid + r * THREADS) + q
                     if FULL or col < K:
-                        cross2 += v * v * w[col]
+                        cross2 += v * v * w[uint64(col)]
         s, norm2, cross2 = sums(part, norm2, cross2, sl, sd, sd2, tid)  # right in thread 0, which stores them
         # (sd was last read before block_max's closing barrier in row_largest)
         if tid == 0:
@@ -513,9 +514,14 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
             if lane < CHUNK:
                 wrow = chunk * CHUNK + lane
                 sw[lane] = w[wrow] if wrow < rows else 0.0
-        for i in range(PER):  # all loads first
-            row = row0 + i * COL_ROWS
-            vals[i] = x[row, col] if row < rows and col < cols else 0.0
+        if (chunk + 1) * CHUNK <= rows and col < cols:  # the whole chunk in x (every block but a ragged edge)
+            first = x[uint64(row0) :, uint64(col)]  # unsigned offsets: no negative-index fix-up a load
+            for i in range(PER):  # all loads first
+                vals[i] = first[uint64(i * COL_ROWS)]
+        else:
+            for i in range(PER):
+                row = row0 + i * COL_ROWS
+                vals[i] = x[uint64(row), uint64(col)] if row < rows and col < cols else 0.0
         for i in range(PER):
             v = vals[i]
             if not abs(v) <= _MAX_FINITE:
@@ -545,7 +551,7 @@ def make_col_chunk_kernel(weighted: bool = True, terms: bool = True):
                 u = scaled(v, top, scale)
                 norm2 += u * u
                 if WEIGHTED:  # (sw was written before syncthreads_or's barrier below)
-                    cross2 += u * u * sw[ty + i * COL_ROWS]
+                    cross2 += u * u * sw[uint64(ty + i * COL_ROWS)]
         if fast:
             total = int64(terms)
         total, norm2, cross2 = _column_sums(total, norm2, cross2, sl, sd, sd2, tx, ty)
