@@ -94,6 +94,27 @@ def test_residue_cols_kernel_writes_the_transposed_residues(count):
     assert not res[:, :, k:].any(), "rows k..kp-1 of B^T must hold zero residues"
 
 
+@pytest.mark.parametrize("count", [3, 15])
+def test_residue_known_rows_kernel_takes_every_run_of_a_long_row(count):
+    """Rows with known statistics, at 32 threads and k = 300 (kp = 304): three runs of four entries a thread, written
+    out, the last partly past the row's 76 words and its entries past k ragged; rows with a NaN, zeros, subnormals and
+    a near-DBL_MAX entry. The residues and mu equal the reference's, the padding holds zeros."""
+    m, k = 4, 300
+    x = inputs.exponent_spread(m, k, 2.0, 12)
+    x[1, 7], x[2, :] = np.nan, np.ldexp(x[2, :], -1050)
+    x[3, 299] = 1.6e308
+    kp = -(-k // 16) * 16
+    words = cuda.to_device(np.full((count, m, kp), 99, np.int8).view(np.int32))
+    mu = cuda.to_device(np.full(m, -7, np.int32))
+    kernel = simt.make_residue_known_rows_kernel(k, kp, count, THREADS)
+    kernel[m, THREADS](cuda.to_device(x), cuda.to_device(column_statistics(np.ascontiguousarray(x.T))), words, mu)
+    res = words.copy_to_host().view(np.int8)
+    want_mu = ref.scale_exponents(x, 1, count)
+    np.testing.assert_array_equal(mu.copy_to_host(), want_mu)
+    np.testing.assert_array_equal(res[:, :, :k], ref.residues(ref.to_integers(x, want_mu, 1), count))
+    assert not res[:, :, k:].any(), "the padding must hold zero residues"
+
+
 def test_residue_is_exact_at_the_edges_of_its_range():
     """``residue(w, t)`` for |w| < 2^47: multiples of p and their neighbours, the ends of the range, ties of 256."""
     residue = simt.make_residue(ref.MAX_MODULI)
@@ -184,3 +205,15 @@ def test_the_reconstruction_is_nearly_correctly_rounded():
 
 def test_nonfinite_shift_is_the_operands_sentinel():
     assert NONFINITE_SHIFT == np.iinfo(np.int32).max
+
+
+@pytest.mark.parametrize("shape", [(64, 96), (70, 37), (20, 31)], ids=["whole tiles", "whole and ragged", "ragged"])
+def test_transpose_kernel_moves_every_entry(shape):
+    """B^T for the rows kernel: tiles that divide the shape take the path without tests, the edges' tiles the tested
+    one; (70, 37) has both in one launch, (20, 31) none whole. Distinct entries: a swapped offset shows."""
+    rows, cols = shape
+    x = np.arange(rows * cols, dtype=np.float64).reshape(rows, cols) + 0.5
+    xt = cuda.to_device(np.full((cols, rows), np.nan))
+    grid = (-(-cols // simt.T_TILE), -(-rows // simt.T_TILE))
+    simt.make_transpose_kernel()[grid, (simt.T_TILE, simt.T_ROWS)](cuda.to_device(x), xt)
+    np.testing.assert_array_equal(xt.copy_to_host(), x.T)

@@ -49,7 +49,7 @@ def test_each_variant_edits_the_courses_loops():
     assert "@written_out" not in looped and "for t in range(N):" in looped
     columns = unrolled_variants.written_out_factory_source(inspect.getsource(course.make_residue_cols_kernel))
     assert "    @cuda.jit\n    @written_out(N)\n    def residue_cols_kernel(" in columns
-    unrolled = unrolled_variants.unrolled_source(inspect.getsource(course.make_store_row_words))
+    unrolled = unrolled_variants.unrolled_source(inspect.getsource(course.make_store_word_group))
     assert "literal_unroll(TS)" in unrolled and "range(N)" not in unrolled and "@written_out" not in unrolled
     with pytest.raises(ValueError, match="no 'N = count' binding"):
         unrolled_variants.unrolled_source("def f(count):\n    return count\n")

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
-from numba import cuda, float64, int32, int64
+from numba import cuda, float64, int32, int64, uint64
 
 from .. import plans
 from ..machinery import launch
@@ -242,29 +242,44 @@ def make_residue_rows_kernel(
     return residue_rows_kernel
 
 
+def make_store_word_group(count: int, split_residue: Any) -> Any:
+    """A device function ``store_group(v0, v1, v2, v3, shift, words, row, word)``: four consecutive entries of a row,
+    shifted by 2^shift, as residues: for each of the ``count`` moduli, the four packed into the 4-byte word
+    ``words[t, row, word]`` (``words`` (count, m, kp / 4); ``row`` and ``word`` unsigned, so that no store pays
+    numba's negative-index fix-up)."""
+    N = count
+
+    @cuda.jit(device=True)
+    @written_out(N)  # each modulus's constants in the code: no table loads (the module's docstring)
+    def store_group(v0, v1, v2, v3, shift, words, row, word):
+        h0, l0 = split(v0, shift)
+        h1, l1 = split(v1, shift)
+        h2, l2 = split(v2, shift)
+        h3, l3 = split(v3, shift)
+        for t in range(N):  # four residues of one modulus, one 4-byte store
+            words[t, row, word] = pack_digits(
+                split_residue(h0, l0, t),
+                split_residue(h1, l1, t),
+                split_residue(h2, l2, t),
+                split_residue(h3, l3, t),
+            )
+
+    return store_group
+
+
 def make_store_row_words(count: int, items: int, threads: int, words_per_row: int, split_residue: Any) -> Any:
     """A device function ``store_words(vals, shift, words, row, tid)``: a thread's ``items`` values of one row
     (entry ``4 (tid + (j // 4) threads) + j % 4`` in ``vals[j]``), shifted by 2^shift, as residues: for each of the
     ``count`` moduli, four of them packed into one 4-byte word of ``words`` (count, m, kp / 4)."""
-    N, ITEMS, THREADS, WORDS = count, items, threads, words_per_row
+    ITEMS, THREADS, WORDS = items, threads, words_per_row
+    store_group = make_store_word_group(count, split_residue)
 
     @cuda.jit(device=True)
-    @written_out(N)  # each modulus's constants in the code: no table loads (the module's docstring)
     def store_words(vals, shift, words, row, tid):
         for j in range(0, ITEMS, 4):
             word = tid + (j // 4) * THREADS
             if word < WORDS:
-                h0, l0 = split(vals[j], shift)
-                h1, l1 = split(vals[j + 1], shift)
-                h2, l2 = split(vals[j + 2], shift)
-                h3, l3 = split(vals[j + 3], shift)
-                for t in range(N):  # four residues of one modulus, one 4-byte store
-                    words[t, row, word] = pack_digits(
-                        split_residue(h0, l0, t),
-                        split_residue(h1, l1, t),
-                        split_residue(h2, l2, t),
-                        split_residue(h3, l3, t),
-                    )
+                store_group(vals[j], vals[j + 1], vals[j + 2], vals[j + 3], shift, words, uint64(row), uint64(word))
 
     return store_words
 
@@ -280,23 +295,29 @@ def make_residue_known_rows_kernel(
     whatever the block's width), so the plan with ``moduli="auto"`` need not find A's statistics twice.
     """
     THREADS, WORDS, K = threads, kp // 4, k
-    ITEMS = items_per_thread(kp, threads)
+    GROUPS = items_per_thread(kp, threads) // 4  # runs of four entries a thread
     exponent = make_exponent(count)
     split_residue = make_split_residue(count, residue_factory)
-    store_words = make_store_row_words(count, ITEMS, THREADS, WORDS, split_residue)
+    store_group = make_store_word_group(count, split_residue)
 
     @row_kernel
+    @written_out(GROUPS, bound="GROUPS")  # every run's index a constant: the entries stay in registers, not the stack
     def residue_known_rows_kernel(x, istats, words, mu):
         row, tid = cuda.blockIdx.x, cuda.threadIdx.x
         bad = istats[BAD, row]
         shift = exponent(istats[EXP, row], istats[TERMS, row], bad)
         if tid == 0:
             mu[row] = shift
-        vals = cuda.local.array(ITEMS, float64)
-        for j in range(ITEMS):  # all loads first; a row with a NaN or an Inf gets zero residues
-            col = 4 * (tid + (j // 4) * THREADS) + j % 4
-            vals[j] = x[row, col] if col < K and bad == 0 else 0.0
-        store_words(vals, shift, words, row, tid)
+        line = x[uint64(row)]  # unsigned offsets: no negative-index fix-up a load
+        vals = cuda.local.array((GROUPS, 4), float64)
+        for g in range(GROUPS):  # all loads first; a row with a NaN or an Inf gets zero residues
+            for q in range(4):
+                col = 4 * (tid + g * THREADS) + q
+                vals[g, q] = line[uint64(col)] if col < K and bad == 0 else 0.0
+        for g in range(GROUPS):
+            word = tid + g * THREADS
+            if word < WORDS:
+                store_group(vals[g, 0], vals[g, 1], vals[g, 2], vals[g, 3], shift, words, uint64(row), uint64(word))
 
     return residue_known_rows_kernel
 
@@ -373,6 +394,17 @@ def make_transpose_kernel():
         tile = cuda.shared.array((T_TILE, T_PADDED), float64)
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         row0, col0 = cuda.blockIdx.y * T_TILE, cuda.blockIdx.x * T_TILE
+        if row0 + T_TILE <= rows and col0 + T_TILE <= cols:  # a whole tile (all but the edges'): no tests
+            # unsigned offsets (no negative-index fix-up an access), a loop of constant length (unrolled)
+            utx, urow0, ucol0 = uint64(tx), uint64(row0), uint64(col0)
+            for i in range(T_TILE // T_ROWS):
+                r = uint64(ty + i * T_ROWS)
+                tile[r, utx] = x[urow0 + r, ucol0 + utx]
+            cuda.syncthreads()
+            for i in range(T_TILE // T_ROWS):  # xt's row col0 + r, its entries row0 + tx: x's column, read down
+                r = uint64(ty + i * T_ROWS)
+                xt[ucol0 + r, urow0 + utx] = tile[utx, r]
+            return
         for i in range(ty, T_TILE, T_ROWS):
             if row0 + i < rows and col0 + tx < cols:
                 tile[i, tx] = x[row0 + i, col0 + tx]
