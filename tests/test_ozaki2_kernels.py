@@ -95,14 +95,16 @@ def test_residue_cols_kernel_writes_the_transposed_residues(count):
 
 
 @pytest.mark.parametrize("count", [3, 15])
-def test_residue_known_rows_kernel_takes_every_run_of_a_long_row(count):
-    """Rows with known statistics, at 32 threads and k = 300 (kp = 304): three runs of four entries a thread, written
-    out, the last partly past the row's 76 words and its entries past k ragged; rows with a NaN, zeros, subnormals and
-    a near-DBL_MAX entry. The residues and mu equal the reference's, the padding holds zeros."""
-    m, k = 4, 300
+@pytest.mark.parametrize("k", [300, 700], ids=["three runs", "six runs"])
+def test_residue_known_rows_kernel_takes_every_run_of_a_long_row(k, count):
+    """Rows with known statistics, at 32 threads: k = 300 (kp = 304) gives three runs of four entries a thread, all
+    loaded first; k = 700 (kp = 704) six, the last two loaded after the first four are stored. The last run lies
+    partly past the row's words and its entries past k are ragged; rows with a NaN, zeros, subnormals and a
+    near-DBL_MAX entry. The residues and mu equal the reference's, the padding holds zeros."""
+    m = 4
     x = inputs.exponent_spread(m, k, 2.0, 12)
     x[1, 7], x[2, :] = np.nan, np.ldexp(x[2, :], -1050)
-    x[3, 299] = 1.6e308
+    x[3, k - 1] = 1.6e308
     kp = -(-k // 16) * 16
     words = cuda.to_device(np.full((count, m, kp), 99, np.int8).view(np.int32))
     mu = cuda.to_device(np.full(m, -7, np.int32))

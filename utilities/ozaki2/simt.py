@@ -296,6 +296,7 @@ def make_residue_known_rows_kernel(
     """
     THREADS, WORDS, K = threads, kp // 4, k
     GROUPS = items_per_thread(kp, threads) // 4  # runs of four entries a thread
+    EARLY = min(GROUPS, 4)  # runs loaded before any is stored: 16 entries fit the 64 registers, 32 (k > 16384) spill
     exponent = make_exponent(count)
     split_residue = make_split_residue(count, residue_factory)
     store_group = make_store_word_group(count, split_residue)
@@ -310,11 +311,16 @@ def make_residue_known_rows_kernel(
             mu[row] = shift
         line = x[uint64(row)]  # unsigned offsets: no negative-index fix-up a load
         vals = cuda.local.array((GROUPS, 4), float64)
-        for g in range(GROUPS):  # all loads first; a row with a NaN or an Inf gets zero residues
-            for q in range(4):
-                col = 4 * (tid + g * THREADS) + q
-                vals[g, q] = line[uint64(col)] if col < K and bad == 0 else 0.0
+        for g in range(GROUPS):  # the first runs' loads first; a row with a NaN or an Inf gets zero residues
+            if g < EARLY:
+                for q in range(4):
+                    col = 4 * (tid + g * THREADS) + q
+                    vals[g, q] = line[uint64(col)] if col < K and bad == 0 else 0.0
         for g in range(GROUPS):
+            if g >= EARLY:  # a later run, once the runs before it are stored
+                for q in range(4):
+                    col = 4 * (tid + g * THREADS) + q
+                    vals[g, q] = line[uint64(col)] if col < K and bad == 0 else 0.0
             word = tid + g * THREADS
             if word < WORDS:
                 store_group(vals[g, 0], vals[g, 1], vals[g, 2], vals[g, 3], shift, words, uint64(row), uint64(word))
