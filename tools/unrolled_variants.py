@@ -1,12 +1,13 @@
 """Developer helper (issue 43): the kernel factories of ``utilities.ozaki2.simt`` with their loops over the moduli
 treated otherwise than the course treats them, for the probes to time beside the course's kernels.
 
-The course writes out the loops of the reconstruction and of the rows' residues (``utilities.written_out``: the
-body once a modulus, ``t`` a literal in each, every table entry a constant in the code); the column kernel keeps
-its loops, which were faster. Each variant is the course's own source, edited, so it computes the same thing:
+The course writes out the loops of the reconstruction, of the rows' residues and of the columns' (``utilities.
+written_out``: the body once a modulus, ``t`` a literal in each, every table entry a constant in the code; the
+column kernel kept its loops until its rewrite, when they were faster). Each variant is the course's own source,
+edited, so it computes the same thing:
 
     looped_simt()         every loop kept (the course's kernels before 2026-11-30)
-    written_out_simt()    every loop written out, the column kernel's too
+    written_out_simt()    every loop written out (a column kernel that keeps its loops too)
     unrolled_simt()       every loop over ``numba.cuda.literal_unroll`` (numba unrolls by type)
     kernel = written_out_simt()["make_residue_cols_kernel"](15)
 

@@ -34,11 +34,13 @@ N of them per entry. Only an even p can tie (w / p = n + 1/2), and 256 is the on
 ``EVEN[t]`` before its tie fix, so that with t a literal the compiler keeps the fix (a compare and a subtraction,
 both FP64) for 256 alone (``tools/compile_kernels.py`` counts the tests in the PTX).
 
-Why some loops over the moduli are written out. The reconstruction and the rows' residues run ``for t in range(N)``
+Why the loops over the moduli are written out. The reconstruction and the residues run ``for t in range(N)``
 under ``utilities.written_out.written_out``: numba compiles the body once for each modulus, t a literal, so each
 table entry (``C1[t]``, ``P[t]``...) is a constant in the code, not a load. Measured both ways on an H200 (tools/
-``ozaki2_reconstruct_probe.py``, ``ozaki2_scaling_probe.py --written-out``), that made both kernels faster, and the
-column kernel, which keeps a whole tile of words in registers, slower: its loops stay loops.
+``ozaki2_reconstruct_probe.py``, ``ozaki2_scaling_probe.py --written-out``), that made the reconstruction and the
+rows kernel faster, and the first column kernel slower; the column kernel as it is now (each thread's two words one
+after the other, the copy-out without tests on whole tiles) is written out too, and ``--looped`` times it with its
+loops kept.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from ..precision_gpu import (
     ROWS_THREADS,
     TERMS,
     GemmStatistics,
+    col_kernel,
     items_per_thread,
     make_row_statistics,
     row_kernel,
@@ -341,14 +344,17 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
     memory (count x 32 x 17 words: a column's 16 and a pad word that keeps a warp's stores free of bank conflicts)
     and writes each column's 16 words (two columns, 128 bytes, per warp store).
     """
-    N, PER = count, COLS_DEPTH // COLS_ROWS
-    WORDS_PER_COL, WORDS_PER_THREAD = COLS_DEPTH // 4, PER // 4
+    N, MODULI, PER = count, count, COLS_DEPTH // COLS_ROWS
+    WORDS_PER_COL = COLS_DEPTH // 4
     PADDED = WORDS_PER_COL + 1
     THREADS = COLS_TILE * COLS_ROWS
+    STORES = COLS_TILE * WORDS_PER_COL // THREADS  # a block's words a thread copies out, for each modulus
+    assert PER == 8 and STORES * THREADS == COLS_TILE * WORDS_PER_COL  # two words a thread, two copied out
     exponent = make_exponent(count)
     split_residue = make_split_residue(count, residue_factory)
 
-    @cuda.jit
+    @col_kernel  # at most 64 registers: four blocks an SM
+    @written_out(N)  # each modulus's constants in the code, as in the rows kernel
     def residue_cols_kernel(b, istats, words, nu):
         k, n = b.shape
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
@@ -363,27 +369,49 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
             shift = exponent(istats[EXP, col], istats[TERMS, col], bad)
             if cuda.blockIdx.y == 0 and ty == 0:
                 nu[col] = shift
-        for i in range(PER):  # all loads first; a column with a NaN or an Inf: zero residues
-            row = row0 + i
-            vals[i] = b[row, col] if row < k and col < n and bad == 0 else 0.0
-        for j in range(WORDS_PER_THREAD):
-            h0, l0 = split(vals[4 * j], shift)
-            h1, l1 = split(vals[4 * j + 1], shift)
-            h2, l2 = split(vals[4 * j + 2], shift)
-            h3, l3 = split(vals[4 * j + 3], shift)
-            for t in range(N):  # four rows' residues of one modulus: one 4-byte store
-                tile[t, tx, ty * WORDS_PER_THREAD + j] = pack_digits(
-                    split_residue(h0, l0, t), split_residue(h1, l1, t),
-                    split_residue(h2, l2, t), split_residue(h3, l3, t),
-                )  # fmt: skip
+        if row0 + PER <= k and col < n and bad == 0:  # the thread's rows all in B (all but the last row tile)
+            first = b[uint64(row0) :, uint64(col)]  # unsigned offsets: no negative-index fix-up a load
+            for i in range(PER):  # all loads first
+                vals[i] = first[uint64(i)]
+        else:  # a column with a NaN or an Inf, or past the edge: zero residues
+            for i in range(PER):
+                row = row0 + i
+                vals[i] = b[row, col] if row < k and col < n and bad == 0 else 0.0
+        utx, word = uint64(tx), uint64(2 * ty)
+        h0, l0 = split(vals[0], shift)  # the thread's first word of each modulus: its rows 0-3
+        h1, l1 = split(vals[1], shift)
+        h2, l2 = split(vals[2], shift)
+        h3, l3 = split(vals[3], shift)
+        for t in range(N):
+            tile[t, utx, word] = pack_digits(
+                split_residue(h0, l0, t), split_residue(h1, l1, t),
+                split_residue(h2, l2, t), split_residue(h3, l3, t),
+            )  # fmt: skip
+        h0, l0 = split(vals[4], shift)  # its second: rows 4-7 (one word's parts live at a time: no spills at 64)
+        h1, l1 = split(vals[5], shift)
+        h2, l2 = split(vals[6], shift)
+        h3, l3 = split(vals[7], shift)
+        for t in range(N):
+            tile[t, utx, word + uint64(1)] = pack_digits(
+                split_residue(h0, l0, t), split_residue(h1, l1, t),
+                split_residue(h2, l2, t), split_residue(h3, l3, t),
+            )  # fmt: skip
         cuda.syncthreads()
         tid = ty * COLS_TILE + tx
         word0 = cuda.blockIdx.y * WORDS_PER_COL
-        for t in range(N):
-            for idx in range(tid, COLS_TILE * WORDS_PER_COL, THREADS):
-                c, w = idx // WORDS_PER_COL, idx % WORDS_PER_COL
-                if col0 + c < n and word0 + w < words.shape[2]:
-                    words[t, col0 + c, word0 + w] = tile[t, c, w]
+        if col0 + COLS_TILE <= n and word0 + WORDS_PER_COL <= words.shape[2]:  # a whole tile: no tests
+            ucol0, uword0 = uint64(col0), uint64(word0)
+            for t in range(N):
+                for r in range(STORES):
+                    idx = uint64(tid + r * THREADS)
+                    c, w = idx // uint64(WORDS_PER_COL), idx % uint64(WORDS_PER_COL)
+                    words[t, ucol0 + c, uword0 + w] = tile[t, c, w]
+        else:  # the edges' tiles: a loop (not written out: it runs on few blocks)
+            for t in range(MODULI):
+                for idx in range(tid, COLS_TILE * WORDS_PER_COL, THREADS):
+                    c, w = idx // WORDS_PER_COL, idx % WORDS_PER_COL
+                    if col0 + c < n and word0 + w < words.shape[2]:
+                        words[t, col0 + c, word0 + w] = tile[t, c, w]
 
     return residue_cols_kernel
 
