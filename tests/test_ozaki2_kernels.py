@@ -96,11 +96,13 @@ def test_residue_cols_kernel_writes_the_transposed_residues(count):
 
 @pytest.mark.parametrize("count", [3, 15])
 @pytest.mark.parametrize("k", [300, 700], ids=["three runs", "six runs"])
-def test_residue_known_rows_kernel_takes_every_run_of_a_long_row(k, count):
-    """Rows with known statistics, at 32 threads: k = 300 (kp = 304) gives three runs of four entries a thread, all
-    loaded first; k = 700 (kp = 704) six, the last two loaded after the first four are stored. The last run lies
-    partly past the row's words and its entries past k are ragged; rows with a NaN, zeros, subnormals and a
-    near-DBL_MAX entry. The residues and mu equal the reference's, the padding holds zeros."""
+@pytest.mark.parametrize("known", [True, False], ids=["statistics known", "statistics found"])
+def test_the_rows_kernels_take_every_run_of_a_long_row(known, k, count):
+    """The rows kernels, at 32 threads: k = 300 (kp = 304) gives three runs of four entries a thread (the
+    known-statistics kernel loads them all first); k = 700 (kp = 704) six (it loads the last two after the first
+    four are stored). Both write out their runs. The last run lies partly past the row's words and its entries past
+    k are ragged; rows with a NaN, zeros, subnormals and a near-DBL_MAX entry. The residues and mu equal the
+    reference's, the padding holds zeros."""
     m = 4
     x = inputs.exponent_spread(m, k, 2.0, 12)
     x[1, 7], x[2, :] = np.nan, np.ldexp(x[2, :], -1050)
@@ -108,8 +110,12 @@ def test_residue_known_rows_kernel_takes_every_run_of_a_long_row(k, count):
     kp = -(-k // 16) * 16
     words = cuda.to_device(np.full((count, m, kp), 99, np.int8).view(np.int32))
     mu = cuda.to_device(np.full(m, -7, np.int32))
-    kernel = simt.make_residue_known_rows_kernel(k, kp, count, THREADS)
-    kernel[m, THREADS](cuda.to_device(x), cuda.to_device(column_statistics(np.ascontiguousarray(x.T))), words, mu)
+    if known:
+        kernel = simt.make_residue_known_rows_kernel(k, kp, count, THREADS)
+        stats = cuda.to_device(column_statistics(np.ascontiguousarray(x.T)))
+        kernel[m, THREADS](cuda.to_device(x), stats, words, mu)
+    else:
+        simt.make_residue_rows_kernel(k, kp, count, THREADS)[m, THREADS](cuda.to_device(x), words, mu)
     res = words.copy_to_host().view(np.int8)
     want_mu = ref.scale_exponents(x, 1, count)
     np.testing.assert_array_equal(mu.copy_to_host(), want_mu)

@@ -119,7 +119,7 @@ def main() -> int:
                 extra = f", {commits} commit_group, {waits} wait_group 1"
             if name.startswith(("ozaki2 residue_rows_kernel", "ozaki2 residue_known_rows_kernel")):
                 ties = len(re.findall(r"setp\.gt\.f64\s+%p\d+, %fd\d+, 0d405FC00000000000;", ptx))
-                extra = f", {ties} tie tests (r > 127)"  # only p = 256 has ties: one test an entry of a word
+                extra = f", {ties} tie tests (r > 127)"  # only p = 256 has ties: one test an entry of a run
             if name == "ozaki_epilogue_kernel":  # how C = alpha x + beta c rounds (utilities.rounding.epilogue_bound)
                 steps = re.findall(r"^\s*((?:mul|fma|add|sub)(?:\.rn)?\.f64)\s", ptx, re.MULTILINE)
                 extra = f", C from {' then '.join(steps[-2:])}"

@@ -24,7 +24,7 @@ from typing import Any
 
 # the factories whose kernels loop over the moduli, and those that call one of them (rebuilt to use the variant)
 FACTORIES = ("make_store_word_group", "make_residue_cols_kernel", "make_reconstruct_kernel")
-REBUILT = ("make_store_row_words", "make_residue_known_rows_kernel", "make_residue_rows_kernel")
+REBUILT = ("make_residue_known_rows_kernel", "make_residue_rows_kernel")
 _MARK = re.compile(r"^ *@written_out\(N\).*\n", re.M)  # the course's decorator, as its factories write it
 _BINDS_N = re.compile(r"^(?P<indent>    )N\b[^=\n]*=\s*count\b.*$", re.M)
 _LOOP = "for t in range(N):"

@@ -221,12 +221,14 @@ def make_residue_rows_kernel(
     """
     THREADS, WORDS = threads, kp // 4
     ITEMS = items_per_thread(kp, threads)
+    GROUPS = ITEMS // 4  # runs of four entries a thread
     row_statistics = make_row_statistics(k, kp, threads)
     exponent = make_exponent(count)
     split_residue = make_split_residue(count, residue_factory)
-    store_words = make_store_row_words(count, ITEMS, THREADS, WORDS, split_residue)
+    store_group = make_store_word_group(count, split_residue)
 
     @row_kernel
+    @written_out(GROUPS, bound="GROUPS")  # every run's index a constant, as in the known-rows kernel
     def residue_rows_kernel(x, words, mu):
         row, tid = cuda.blockIdx.x, cuda.threadIdx.x
         vals = cuda.local.array(ITEMS, float64)
@@ -237,10 +239,12 @@ def make_residue_rows_kernel(
         shift = exponent(e, s, bad)
         if tid == 0:
             mu[row] = shift
-        if bad != 0:  # a row with a NaN or an Inf gets zero residues
-            for j in range(ITEMS):
-                vals[j] = 0.0
-        store_words(vals, shift, words, row, tid)
+        for g in range(GROUPS):  # a row with a NaN or an Inf gets zero residues
+            word = tid + g * THREADS
+            if word < WORDS:
+                v0, v1 = (vals[4 * g], vals[4 * g + 1]) if bad == 0 else (0.0, 0.0)
+                v2, v3 = (vals[4 * g + 2], vals[4 * g + 3]) if bad == 0 else (0.0, 0.0)
+                store_group(v0, v1, v2, v3, shift, words, uint64(row), uint64(word))
 
     return residue_rows_kernel
 
@@ -268,23 +272,6 @@ def make_store_word_group(count: int, split_residue: Any) -> Any:
             )
 
     return store_group
-
-
-def make_store_row_words(count: int, items: int, threads: int, words_per_row: int, split_residue: Any) -> Any:
-    """A device function ``store_words(vals, shift, words, row, tid)``: a thread's ``items`` values of one row
-    (entry ``4 (tid + (j // 4) threads) + j % 4`` in ``vals[j]``), shifted by 2^shift, as residues: for each of the
-    ``count`` moduli, four of them packed into one 4-byte word of ``words`` (count, m, kp / 4)."""
-    ITEMS, THREADS, WORDS = items, threads, words_per_row
-    store_group = make_store_word_group(count, split_residue)
-
-    @cuda.jit(device=True)
-    def store_words(vals, shift, words, row, tid):
-        for j in range(0, ITEMS, 4):
-            word = tid + (j // 4) * THREADS
-            if word < WORDS:
-                store_group(vals[j], vals[j + 1], vals[j + 2], vals[j + 3], shift, words, uint64(row), uint64(word))
-
-    return store_words
 
 
 @functools.cache
