@@ -374,7 +374,7 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
                 split_residue(h0, l0, t), split_residue(h1, l1, t),
                 split_residue(h2, l2, t), split_residue(h3, l3, t),
             )  # fmt: skip
-        h0, l0 = split(vals[4], shift)  # its second: rows 4-7 (one word's parts live at a time: no spills at 64)
+        h0, l0 = split(vals[4], shift)  # its second: rows 4-7 (one word's parts live at a time)
         h1, l1 = split(vals[5], shift)
         h2, l2 = split(vals[6], shift)
         h3, l3 = split(vals[7], shift)
