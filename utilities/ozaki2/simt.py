@@ -250,10 +250,10 @@ def make_residue_rows_kernel(
 
 
 def make_store_word_group(count: int, split_residue: Any) -> Any:
-    """A device function ``store_group(v0, v1, v2, v3, shift, words, row, word)``: four consecutive entries of a row,
+    """A device function ``store_group(v0, v1, v2, v3, shift, words, row, word)``: four consecutive entries of a line,
     shifted by 2^shift, as residues: for each of the ``count`` moduli, the four packed into the 4-byte word
-    ``words[t, row, word]`` (``words`` (count, m, kp / 4); ``row`` and ``word`` unsigned, so that no store pays
-    numba's negative-index fix-up)."""
+    ``words[t, row, word]`` (the residue planes (count, m, kp / 4), or the column kernel's tile in shared memory;
+    ``row`` and ``word`` unsigned, so that no store pays numba's negative-index fix-up)."""
     N = count
 
     @cuda.jit(device=True)
@@ -338,7 +338,7 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
     STORES = COLS_TILE * WORDS_PER_COL // THREADS  # a block's words a thread copies out, for each modulus
     assert PER == 8 and STORES * THREADS == COLS_TILE * WORDS_PER_COL  # two words a thread, two copied out
     exponent = make_exponent(count)
-    split_residue = make_split_residue(count, residue_factory)
+    store_group = make_store_word_group(count, make_split_residue(count, residue_factory))
 
     @col_kernel  # at most 64 registers: four blocks an SM
     @written_out(N)  # each modulus's constants in the code, as in the rows kernel
@@ -364,25 +364,10 @@ def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] =
             for i in range(PER):
                 row = row0 + i
                 vals[i] = b[row, col] if row < k and col < n and bad == 0 else 0.0
+        # the thread's two words of each modulus (its rows 0-3, then 4-7) into the tile, as a row's words go out
         utx, word = uint64(tx), uint64(2 * ty)
-        h0, l0 = split(vals[0], shift)  # the thread's first word of each modulus: its rows 0-3
-        h1, l1 = split(vals[1], shift)
-        h2, l2 = split(vals[2], shift)
-        h3, l3 = split(vals[3], shift)
-        for t in range(N):
-            tile[t, utx, word] = pack_digits(
-                split_residue(h0, l0, t), split_residue(h1, l1, t),
-                split_residue(h2, l2, t), split_residue(h3, l3, t),
-            )  # fmt: skip
-        h0, l0 = split(vals[4], shift)  # its second: rows 4-7 (one word's parts live at a time)
-        h1, l1 = split(vals[5], shift)
-        h2, l2 = split(vals[6], shift)
-        h3, l3 = split(vals[7], shift)
-        for t in range(N):
-            tile[t, utx, word + uint64(1)] = pack_digits(
-                split_residue(h0, l0, t), split_residue(h1, l1, t),
-                split_residue(h2, l2, t), split_residue(h3, l3, t),
-            )  # fmt: skip
+        store_group(vals[0], vals[1], vals[2], vals[3], shift, tile, utx, word)
+        store_group(vals[4], vals[5], vals[6], vals[7], shift, tile, utx, word + uint64(1))
         cuda.syncthreads()
         tid = ty * COLS_TILE + tx
         word0 = cuda.blockIdx.y * WORDS_PER_COL
