@@ -23,7 +23,7 @@ MODES = [
     {"digits": "late"},
     {"digits": "early", "overlap": False},
     {"products": "batched", "digits": "late"},
-    {"columns": "direct"},  # B's residues in one pass (residue_cols_kernel), the default's are by B^T's rows
+    {"columns": "by-rows"},  # B transposed, then the rows kernel; the default's are in one pass (residue_cols_kernel)
 ]
 
 

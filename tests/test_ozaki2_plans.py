@@ -80,21 +80,23 @@ def test_small_plans_give_the_references_c():
 
 
 def _written_b_t(plan: simt.SimtPlan) -> None:
-    """B^T at zeros before a corner-block run. The transpose's corner blocks write part of it, and the rows kernel's
-    corner blocks read other parts, which hold whatever the allocation held: a NaN there stops the simulator at its
-    int conversion (a full run writes all of B^T before reading it)."""
-    plan.b_t.fill(0.0)
+    """B^T at zeros before a corner-block run (``columns="by-rows"``). The transpose's corner blocks write part of
+    it, and the rows kernel's corner blocks read other parts, which hold whatever the allocation held: a NaN there
+    stops the simulator at its int conversion (a full run writes all of B^T before reading it)."""
+    if plan.b_t is not None:
+        plan.b_t.fill(0.0)
 
 
 @in_simulator
-def test_every_launch_stays_in_the_plans_buffers_at_the_notebooks_padded_shape():
+@pytest.mark.parametrize("columns", simt.COLUMNS)
+def test_every_launch_stays_in_the_plans_buffers_at_the_notebooks_padded_shape(columns):
     """120 x 136 x 200 with 14 moduli, digits early and late, as 4b checks it (B's columns in 4 tiles of 32 and 8
-    more, K padded to 208 over 4 row tiles of 64); corner blocks only. The residues are taken once (early), the late
-    plan's buffers compared with them. 4b's other shape, 256 x 192 x 320, divides every launch's tile, as the small
-    test's second shape does."""
+    more, K padded to 208 over 4 row tiles of 64); corner blocks only, B's residues in one pass and by B^T's rows.
+    The residues are taken once (early), the late plan's buffers compared with them. 4b's other shape, 256 x 192 x
+    320, divides every launch's tile, as the small test's second shape does."""
     m, n, k = 120, 136, 200
     a, b = inputs.normal(m, k, 1), inputs.normal(k, n, 2)
-    early, late = (simt.SimtPlan(m, n, k, 14, digits=digits, xp=np) for digits in ("early", "late"))
+    early, late = (simt.SimtPlan(m, n, k, 14, digits=digits, columns=columns, xp=np) for digits in ("early", "late"))
     assert _stage_one(late) == _stage_one(early)
     _written_b_t(early)
     with simulator.corner_blocks() as blocks:
@@ -105,12 +107,13 @@ def test_every_launch_stays_in_the_plans_buffers_at_the_notebooks_padded_shape()
 
 
 @in_simulator
-def test_the_automatic_count_stays_in_the_plans_buffers():
+@pytest.mark.parametrize("columns", simt.COLUMNS)
+def test_the_automatic_count_stays_in_the_plans_buffers(columns):
     """``moduli="auto"``: buffers for the largest count, the statistics of both operands and the choice, then every
     stage at the chosen count, at a padded shape (as 4b's 512^3 runs it, which pads nothing); corner blocks only
-    (B's row statistics are K blocks)."""
+    (B's row statistics are K blocks), B's residues in one pass and by B^T's rows."""
     m, n, k = 3, 37, 70
-    plan = simt.SimtPlan(m, n, k, "auto", xp=np)
+    plan = simt.SimtPlan(m, n, k, "auto", columns=columns, xp=np)
     assert plan.a_res.shape[0] == ref.MAX_MODULI
     _written_b_t(plan)
     with simulator.corner_blocks() as blocks:
@@ -201,7 +204,7 @@ def test_b_by_the_rows_of_its_transpose_gives_the_one_pass_words(m, k, digits):
     (``residue_cols_kernel``, one pass): the same words and nu bit for bit, at n = 37 and k = 70 or 20 (tiles
     partial on both axes of the transpose and of the column kernel, K padded to 80 or 32), with a NaN column and an
     Inf column (zero residues). With late digits and m = 8 the five int32 planes hold B^T (8 n k bytes), which the
-    products then overwrite (that C stays the reference's: ``test_small_plans_give_the_references_c``)."""
+    products then overwrite: both plans' C is then the reference's."""
     n, count = 37, 5
     a, b = inputs.exponent_spread(m, k, 1.0, 3), inputs.exponent_spread(k, n, 2.0, 4)
     b[5, 2], b[k - 4, 36] = np.nan, -np.inf
@@ -216,6 +219,12 @@ def test_b_by_the_rows_of_its_transpose_gives_the_one_pass_words(m, k, digits):
     np.testing.assert_array_equal(by_rows.nu, direct.nu)
     np.testing.assert_array_equal(by_rows.b_res, direct.b_res)
     assert by_rows.b_res.any() and not by_rows.b_res[:, 2].any() and not by_rows.b_res[:, 36].any()
+    want = ref.ozaki2_gemm_ref(a, b, count, nonfinite="propagate")
+    for columns, plan in plans.items():
+        out = np.full((m, n), -1.0)
+        plan.products()
+        plan.reconstruct(a, b, out, np.zeros((m, n)), 1.0, 0.0)
+        np.testing.assert_array_equal(out, want, err_msg=columns)
 
 
 def test_the_columns_switch_is_checked():

@@ -58,7 +58,7 @@ def target_notes(records: list) -> list[str]:
     return notes
 
 
-NEW_PATHS = ("ozaki2.auto", "ozaki2.scaling.auto")  # each beside its old paths: name.recompute, name.direct
+NEW_PATHS = ("ozaki2.auto", "ozaki2.scaling.auto")  # each beside its old paths: name.recompute, name.by-rows
 
 
 def old_new_notes(records: list) -> list[str]:
@@ -67,7 +67,7 @@ def old_new_notes(records: list) -> list[str]:
     notes = []
     by = {(r.name, r.m): r for r in records}
     for size in sorted({r.m for r in records}):
-        for new, old in [(new, f"{new}.{old}") for new in NEW_PATHS for old in ("recompute", "direct")]:
+        for new, old in [(new, f"{new}.{old}") for new in NEW_PATHS for old in ("recompute", "by-rows")]:
             if (new, size) in by and (old, size) in by:
                 n_ms, o_ms = by[(new, size)].time.median, by[(old, size)].time.median
                 params = by[(old, size)].params
@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--old-new",
         action="store_true",
-        help="time the default against the designs it replaced (A's row statistics found again, B's residues in "
-        "one pass), end to end and the scaling alone",
+        help="time the default against the designs it replaced (A's row statistics found again, B's residues by "
+        "B^T's rows), end to end and the scaling alone",
     )
     parser.add_argument("--no-stages", action="store_true", help="leave out each stage alone against its floor")
     parser.add_argument("--no-accuracy", action="store_true", help="leave out the accuracy sweep")

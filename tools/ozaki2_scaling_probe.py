@@ -2,16 +2,16 @@
 
 Run on a GPU: ``python tools/ozaki2_scaling_probe.py [--size 8192] [--counts 2,4,8,15] [--repeats 10]``.
 
-The automatic plan's scaling: A's residues from the row statistics the choice found (``residue_known_rows_kernel``)
-and B's, transposed, from its column statistics, in one pass (``residue_cols_kernel``, ``columns="direct"``) or, the
-course's default, by B^T's rows (``transpose_kernel``, then the rows kernel; ``--by-rows`` times it, each part alone
-too). Each is timed alone (CUDA events, ``utilities.bench``) at several moduli counts (with ``--looped``,
-``--written-out`` and ``--unrolled``, beside each the same kernel with its loops over the moduli kept, all written
-out, or unrolled by numba, ``tools/unrolled_variants.py``; every variant's words and shifts must equal the one-pass
-kernel's; the course writes out the rows' loop and keeps the columns'), and its times are fitted as ``a + b N``:
-``a`` is the pass over the operand (its loads and the split of each entry), ``b`` one modulus's residues and their
-stores. Beside each: the bytes it moves at this run's copy rate (its floor), and how far the time is from it. The
-residues are not checked here (the tests and the checkers do that)."""
+The automatic plan's scaling: A's residues from the row statistics the choice found (``residue_known_rows_kernel``) and
+B's, transposed, from its column statistics, in one pass (``residue_cols_kernel``, the course's default
+``columns="direct"``) or by B^T's rows (``transpose_kernel``, then the rows kernel, ``columns="by-rows"``; ``--by-rows``
+times it, each part alone too). Each is timed alone (CUDA events, ``utilities.bench``) at several moduli counts (with
+``--looped``, ``--written-out`` and ``--unrolled``, beside each the same kernel with its loops over the moduli kept, all
+written out, or unrolled by numba, ``tools/unrolled_variants.py``; every variant's words and shifts must equal the
+one-pass kernel's; the course writes out both kernels' loops), and its times are fitted as ``a + b N``: ``a`` is the
+pass over the operand (its loads and the split of each entry), ``b`` one modulus's residues and their stores. Beside
+each: the bytes it moves at this run's copy rate (its floor), and how far the time is from it. The residues are not
+checked here (the tests and the checkers do that)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def main() -> None:
 
     size = args.size
     a, b = cp.asarray(inputs.normal(size, size, 0)), cp.asarray(inputs.normal(size, size, 1))
-    plan = Ozaki2Gemm(size, size, size, "auto")
+    plan = Ozaki2Gemm(size, size, size, "auto", columns="by-rows" if args.by_rows else "direct")  # by-rows: its B^T
     plan.choose(a, b)  # the statistics both kernels read
     copy_tbs = measure_copy_bandwidth()
     kp = plan.kp
@@ -140,7 +140,7 @@ def main() -> None:
                 except Exception as error:  # noqa: BLE001 (a variant never stops the probe)
                     print(f"{name}: not built ({type(error).__name__}: {str(error).splitlines()[0][:160]})")
                     del kernels[name], same[name]
-        if args.by_rows:  # B's residues through its transpose and the rows kernel (the course's default)
+        if args.by_rows:  # B's residues through its transpose and the rows kernel (the design before the one pass)
             transpose, by_rows, bt = simt.transpose_launch(size, size), known, plan.b_t  # the plan's own B^T
             b_copy, nu_copy = cp.empty_like(b_words), cp.empty_like(plan.nu)
 

@@ -46,7 +46,7 @@ VARIANTS = {  # every design named outright: the default's digits depend on the 
 }
 OLD_PATHS = {  # the designs the default replaced, each beside it in one run (``old_new``)
     "ozaki2.auto.recompute": {"statistics": "recompute"},  # A's row statistics found twice
-    "ozaki2.auto.direct": {"columns": "direct"},  # B's residues in one pass (residue_cols_kernel), not by B^T's rows
+    "ozaki2.auto.by-rows": {"columns": "by-rows"},  # B transposed, then the rows kernel: not in one pass
 }
 VARIANT_SIZES = 8192  # the variants run up to this size (each plan holds its own buffers)
 
@@ -86,8 +86,9 @@ def ozaki2_records(
     ``ozaki1`` and ``ozaki1_auto``, factories ``(m, n, k) -> plan``, are given), interleaved; then each stage
     alone with its floor. ``variants`` (default: up to size 8192) adds the plan's other designs end to end;
     ``old_new`` adds the designs the default replaced (``OLD_PATHS``: A's row statistics found again, B's residues
-    in one pass) end to end, and the automatic plan's scaling alone beside each (``scaling_records``); ``stages``
-    False leaves the stage timings out."""
+    by B^T's rows) end to end, and the automatic plan's scaling alone beside each (``scaling_records``); ``stages``
+    False leaves the stage timings out. The fixed count and the old designs take the automatic plan's digits:
+    ``digits="auto"`` looks at the free memory when a plan is made, which the plans made before it have taken."""
     m = n = k = size
     a_h, b_h = inputs.normal(m, k, seed), inputs.normal(k, n, seed + 1)
     a, b = cp.asarray(a_h), cp.asarray(b_h)
@@ -96,11 +97,12 @@ def ozaki2_records(
     out = auto(a, b)
     count = auto.count
     choice = auto.choice
-    plans: dict[str, Any] = {"ozaki2.auto": auto, "ozaki2.fixed": Ozaki2Gemm(m, n, k, count)}
+    same_digits = {"digits": auto.digits_mode}
+    plans: dict[str, Any] = {"ozaki2.auto": auto, "ozaki2.fixed": Ozaki2Gemm(m, n, k, count, **same_digits)}
     if variants if variants is not None else size <= VARIANT_SIZES:
         plans |= {name: Ozaki2Gemm(m, n, k, "auto", **options) for name, options in VARIANTS.items()}
     if old_new:
-        plans |= {name: Ozaki2Gemm(m, n, k, "auto", **options) for name, options in OLD_PATHS.items()}
+        plans |= {name: Ozaki2Gemm(m, n, k, "auto", **(same_digits | options)) for name, options in OLD_PATHS.items()}
     if ozaki1 is not None:
         plans["ozaki.fused"] = ozaki1(m, n, k)
     if ozaki1_auto is not None:
@@ -137,7 +139,7 @@ def ozaki2_records(
         for r in records:
             if r.name in OLD_PATHS:
                 r.params["same_c_as_auto"] = bool(cp.array_equal(outputs[r.name], outputs["ozaki2.auto"]))
-        records += scaling_records(size, a, b, auto, plans["ozaki2.auto.direct"], repeats=repeats)
+        records += scaling_records(size, a, b, auto, plans["ozaki2.auto.by-rows"], repeats=repeats)
     del providers, outputs, plans
     cp.get_default_memory_pool().free_all_blocks()
     if stages:
@@ -151,27 +153,27 @@ def ozaki2_records(
 
 
 def scaling_records(
-    size: int, a: Any, b: Any, auto: Ozaki2Gemm, direct: Ozaki2Gemm, *, repeats: int = 10
+    size: int, a: Any, b: Any, auto: Ozaki2Gemm, by_rows: Ozaki2Gemm, *, repeats: int = 10
 ) -> list[bench.BenchRecord]:
     """The automatic plan's scaling alone (after its choice, B's column statistics known), interleaved round by
     round: the default (``ozaki2.scaling.auto``), A's residues with their row statistics found again
-    (``ozaki2.scaling.auto.recompute``), and B's residues in one pass by ``direct``, a plan with
-    ``columns="direct"`` (``ozaki2.scaling.auto.direct``; its words and exponents checked against the default's)."""
+    (``ozaki2.scaling.auto.recompute``), and B's residues by B^T's rows in ``by_rows``, a plan with
+    ``columns="by-rows"`` (``ozaki2.scaling.auto.by-rows``; its words and exponents checked against the default's)."""
     auto.choose(a, b)
-    direct.choose(a, b)
+    by_rows.choose(a, b)
     providers = {
         "ozaki2.scaling.auto": lambda: auto.scale(a, b, columns_known=True, rows_known=True),
         "ozaki2.scaling.auto.recompute": lambda: auto.scale(a, b, columns_known=True, rows_known=False),
-        "ozaki2.scaling.auto.direct": lambda: direct.scale(a, b, columns_known=True, rows_known=True),
+        "ozaki2.scaling.auto.by-rows": lambda: by_rows.scale(a, b, columns_known=True, rows_known=True),
     }
     records = bench.compare(providers, m=size, n=size, k=size, repeats=repeats, show=False)
     count = auto.count
-    same = bool(cp.array_equal(auto.b_res[:count], direct.b_res[:count])) and bool(cp.array_equal(auto.nu, direct.nu))
+    same = bool(cp.array_equal(auto.b_res[:count], by_rows.b_res[:count])) and bool(cp.array_equal(auto.nu, by_rows.nu))
     for r in records:
         statistics = "recompute" if r.name.endswith("recompute") else "reuse"
-        r.params = {"timing": "interleaved", "moduli": count, "statistics": statistics, "columns": "by-rows"}
-        if r.name.endswith("direct"):
-            r.params |= {"columns": "direct", "same_b_words_as_auto": same}
+        r.params = {"timing": "interleaved", "moduli": count, "statistics": statistics, "columns": auto.columns_mode}
+        if r.name.endswith("by-rows"):
+            r.params |= {"columns": "by-rows", "same_b_words_as_auto": same}
     return records
 
 

@@ -13,13 +13,14 @@ device in the plan. The designs, for 8192^3 with 15 moduli (``utilities.ozaki2.m
 - ``residue_rows_kernel``: one block per row of A, the row read once into registers; the row's exact statistics
   (``utilities.precision_gpu.make_row_statistics``), its exponent mu, then every residue of ``trunc(x 2^mu)``,
   four int8 residues to a 4-byte store, K-contiguous for cuBLAS;
-- B's columns, by rows: every residue plane of B is B^T, K-contiguous (the layout cuBLAS's int8 GEMM is fast in,
-  B column-major). ``transpose_kernel`` writes B^T (32 x 32 tiles through shared memory, reads and writes
-  coalesced) into memory the products take later, and ``residue_known_rows_kernel`` turns its rows into residues
-  with the statistics of B's columns, as it does A's rows. That moves B twice more (B^T written, then read) than
-  ``residue_cols_kernel``, which packs a tile's residues transposed through shared memory in one pass, and was
-  still faster on an H200 (``tools/ozaki2_scaling_probe.py --by-rows``, and the instructor notes);
-  ``SimtPlan(columns="direct")`` keeps the one-pass kernel, so that one run can time both;
+- ``residue_cols_kernel``: every residue plane of B is B^T, K-contiguous (the layout cuBLAS's int8 GEMM is fast
+  in, B column-major). One pass over B: a block reads a tile of B's rows along its columns with the statistics of
+  B's columns, and packs the tile's residues transposed through shared memory, so B is read once;
+- B's columns by rows (``SimtPlan(columns="by-rows")``, the design before it, kept so that one run can time both):
+  ``transpose_kernel`` writes B^T (32 x 32 tiles through shared memory) into memory the products take later, and
+  ``residue_known_rows_kernel`` turns its rows into residues as it does A's. That moves B twice more (B^T written,
+  then read); since both were rewritten the one pass is the faster on an H200 (``tools/ozaki2_scaling_probe.py
+  --by-rows``, and the instructor notes);
 - ``digits_kernel``: right after the int32 GEMM of modulus t, each product becomes its CRT digit
   ``u = (P_t mod p) y_t mod p`` in [0, p), one byte: the reconstruction then reads N bytes an entry, not 4N;
 - ``reconstruct_kernel``: one thread per entry of C: the three sums of ``u_t c_t``, the fraction in double-double,
@@ -598,7 +599,7 @@ def digits_for(planes: int, m: int, n: int, memory_bytes: int) -> str:
 
 
 STATISTICS = ("reuse", "recompute")  # A's row statistics in the scaling of moduli="auto": the choice's, or found again
-COLUMNS = ("by-rows", "direct")  # B's residues: B^T's rows (transpose_kernel, then the rows kernel), or one pass
+COLUMNS = ("direct", "by-rows")  # B's residues: one pass (residue_cols_kernel), or B^T's rows (transpose, rows kernel)
 
 
 @dataclass(frozen=True)
@@ -627,9 +628,9 @@ class SimtPlan:
     largest count the plan may use; int32 products (top or 2, m, n); uint8 digits (top, m, n) when they come early.
     ``statistics`` (``moduli="auto"`` only): "reuse" takes A's residues from the statistics of A's rows that the
     choice found (``residue_known_rows_kernel``), "recompute" finds them again in the residues' pass (the design
-    before it: kept so that one run can time both; C is the same bit for bit). ``columns``: B's residues from the
-    rows of B^T ("by-rows": B^T in the products' memory when it fits there, else its own (n, k) buffer) or by
-    ``residue_cols_kernel`` ("direct", the design before it; the same words bit for bit).
+    before it: kept so that one run can time both; C is the same bit for bit). ``columns``: B's residues by
+    ``residue_cols_kernel`` in one pass ("direct") or from the rows of B^T ("by-rows", the design before it: B^T in
+    the products' memory when it fits there, else its own (n, k) buffer; the same words bit for bit).
     """
 
     def __init__(
@@ -643,7 +644,7 @@ class SimtPlan:
         products: str = "per-modulus",
         digits: str = "early",
         statistics: str = "reuse",
-        columns: str = "by-rows",
+        columns: str = "direct",
         xp: Any = None,
     ):
         if moduli != "auto":

@@ -9,9 +9,8 @@ Stages (each compared with ``utilities.ozaki2.reference`` by the checkers):
    operand read twice, nothing written but a few vectors), every count's error estimate on the device, and one
    copy of about a hundred bytes to the host;
 1. scaling and residues (``utilities.ozaki2.simt``): A's rows in one pass (statistics in registers, then the
-   residues); B's columns from their statistics (read with the choice's, or alone for a fixed count), then B
-   transposed into the products' memory and its rows turned into residues as A's are: every residue plane
-   K-contiguous, int8, four to a store;
+   residues); B's columns from their statistics (read with the choice's, or alone for a fixed count), then B's
+   residues in one pass, transposed through shared memory: every residue plane K-contiguous, int8, four to a store;
 2. N int8 products on tensor cores through cuBLAS (``utilities.cublas``): one ``igemm`` per modulus (the default:
    on Hopper the batched call is slower for large n), or one strided-batched call; ``digits="early"`` reduces
    each int32 product to its one-byte CRT digit right after its GEMM, on a second stream so that it can run
@@ -51,7 +50,7 @@ class Ozaki2Gemm(simt.SimtPlan):
     "late" (the reconstruction reads the int32 products) or "auto" (late where every int32 product fits in a
     quarter of the GPU's free memory: ``simt.digits_for``); ``overlap``: the early reductions on a second stream;
     ``statistics``: with ``moduli="auto"``, A's residues from the choice's row statistics ("reuse") or found again
-    ("recompute"); ``columns``: B's residues from the rows of B^T ("by-rows") or in one pass ("direct").
+    ("recompute"); ``columns``: B's residues in one pass ("direct") or from the rows of B^T ("by-rows").
     The buffers, the choice, the residues, the digits and the reconstruction are ``utilities.ozaki2.simt``'s
     ``SimtPlan`` on CuPy (the tests run that part in numba's simulator); this adds cuBLAS's products.
     """
@@ -68,7 +67,7 @@ class Ozaki2Gemm(simt.SimtPlan):
         digits: str = "auto",
         overlap: bool = True,
         statistics: str = "reuse",
-        columns: str = "by-rows",
+        columns: str = "direct",
     ):
         if digits == "auto":  # late where every int32 product fits (fewer bytes after the GEMMs), else early
             planes = ref.MAX_MODULI if moduli == "auto" else ref.check_moduli(moduli)
