@@ -251,6 +251,26 @@ def test_one_small_copy_per_call(gpu, monkeypatch):
     assert copies == [8 * (1 + len(plan.tables.counts))]
 
 
+def test_the_reports_old_designs_run_beside_the_default_with_its_digits(gpu):
+    """``ozaki2_records(old_new=True)`` (``tools/ozaki2_report.py --old-new``) at a small size: the default, the fixed
+    count and the designs it replaced (A's row statistics found again, B by B^T's rows) end to end, each C the
+    default's bit for bit, every plan with the default's digits, and the scaling alone beside the by-rows one with
+    B's words the same."""
+    from utilities.ozaki2.benchmarks import OLD_PATHS, ozaki2_records
+
+    records = ozaki2_records(256, repeats=1, record=False, show=False, old_new=True, stages=False, variants=False)
+    by = {r.name: r for r in records}
+    assert set(OLD_PATHS) | {"ozaki2.auto", "ozaki2.fixed", "cublas.dgemm"} <= set(by)
+    digits = by["ozaki2.auto"].params["digits"]
+    assert by["ozaki2.auto"].params["columns"] == "direct"
+    for name in [*OLD_PATHS, "ozaki2.fixed"]:
+        assert by[name].params["digits"] == digits, name
+    for name in OLD_PATHS:
+        assert by[name].params["same_c_as_auto"] is True, name
+    assert by["ozaki2.auto.by-rows"].params["columns"] == "by-rows"
+    assert by["ozaki2.scaling.auto.by-rows"].params["same_b_words_as_auto"] is True
+
+
 def test_batched_int8_gemm_is_exact(gpu):
     cp, _ = gpu
     from utilities import cublas
