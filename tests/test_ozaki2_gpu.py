@@ -271,6 +271,25 @@ def test_the_reports_old_designs_run_beside_the_default_with_its_digits(gpu):
     assert by["ozaki2.scaling.auto.by-rows"].params["same_b_words_as_auto"] is True
 
 
+def test_the_long_k_accuracy_sweep_judges_each_input_against_dgemm(gpu):
+    """``accuracy_over_k_records`` (``tools/ozaki2_report.py --accuracy-k``) at m = n = 256, k = 1024: DGEMM and the
+    automatic count on each phi's inputs, their errors against the exact product, and the choice no less accurate
+    than DGEMM on both."""
+    from utilities.ozaki2.benchmarks import accuracy_over_k_records
+    from utilities.ozaki2.precision import accuracy_claims
+
+    records = accuracy_over_k_records((1024,), (0.0, 4.0), n=256, repeats=1, record=False)
+    assert [(r.name, r.m, r.k, r.params["phi"]) for r in records] == [
+        (name, 256, 1024, phi) for phi in (0.0, 4.0) for name in ("cublas.dgemm", "ozaki2.auto")
+    ]
+    assert all(r.error["normwise"] > 0.0 for r in records)
+    claims = accuracy_claims(records)
+    assert [statement for statement, _, _ in claims] == [
+        f"ozaki2.auto no less accurate than DGEMM at phi = {phi}, k = 1024 (m = n = 256)" for phi in (0.0, 4.0)
+    ]
+    assert all(held for _, held, _ in claims), claims
+
+
 def test_batched_int8_gemm_is_exact(gpu):
     cp, _ = gpu
     from utilities import cublas

@@ -3,11 +3,13 @@ each stage against its floor, the choice's cost, and the accuracy at five expone
 
     python tools/ozaki2_report.py --quick              # 2048^3, accuracy at 1024, no Ozaki-I: a first check
     python tools/ozaki2_report.py                      # 8192^3 and 16384^3, accuracy at 2048, with Ozaki-I
+    python tools/ozaki2_report.py --sizes none --no-accuracy --no-ozaki1 --accuracy-k 1024,8192,16384
+                                                       # accuracy at long K only (m = n = 1024): issue 43's item 2
 
 Writes ``<out>/<gpu>-ozaki2.json`` and ``.md`` (``-ozaki2-quick`` with --quick), in the format of the GPU report
 (``../shared/RESULTS.md``), with notes that check the targets of issue 43 against this run's numbers: the automatic
 count at least 1.2x cuBLAS DGEMM at 8192^3 and 1.45x at 16384^3, its choice at most 5% of the call, and an error no
-larger than DGEMM's at every phi. Without a GPU it says so and exits with status 2.
+larger than DGEMM's at every phi (and k, with ``--accuracy-k``). Without a GPU it says so and exits with status 2.
 """
 
 from __future__ import annotations
@@ -81,7 +83,9 @@ def old_new_notes(records: list) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2048^3 and an accuracy sweep at 1024, no Ozaki-I")
-    parser.add_argument("--sizes", default="", help="m = n = k of the speed runs (default 8192,16384; quick: 2048)")
+    parser.add_argument(
+        "--sizes", default="", help="m = n = k of the speed runs (default 8192,16384; quick: 2048; none: no speed runs)"
+    )
     parser.add_argument("--accuracy-size", type=int, default=0, help="n of the accuracy sweep (2048; quick: 1024)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--no-ozaki1", action="store_true", help="leave Ozaki-I out (it builds a cuBLASDx kernel)")
@@ -95,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-stages", action="store_true", help="leave out each stage alone against its floor")
     parser.add_argument("--no-accuracy", action="store_true", help="leave out the accuracy sweep")
     parser.add_argument("--no-variants", action="store_true", help="leave out the batched, late and serial designs")
+    parser.add_argument(
+        "--accuracy-k",
+        default="",
+        help="comma-separated k of a long-K accuracy sweep (m = n = 1024, every phi): DGEMM and the automatic count",
+    )
     args = parser.parse_args(argv)
-    sizes = [int(s) for s in (args.sizes or ("2048" if args.quick else "8192,16384")).split(",")]
+    given = args.sizes or ("2048" if args.quick else "8192,16384")
+    sizes = [] if given == "none" else [int(s) for s in given.split(",")]
     accuracy_size = args.accuracy_size or (1024 if args.quick else 2048)
     with_ozaki1 = not (args.quick or args.no_ozaki1)
 
@@ -109,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from utilities import bench, report
     from utilities.machinery import buildcache
-    from utilities.ozaki2.benchmarks import accuracy_claims, accuracy_records, ozaki2_records
+    from utilities.ozaki2.benchmarks import accuracy_over_k_records, accuracy_records, ozaki2_records
+    from utilities.ozaki2.precision import accuracy_claims
     from utilities.peaks import gpu_slug
 
     buildcache.install()
@@ -136,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         accuracy = accuracy_records(accuracy_size, ozaki1_auto=factories.get("ozaki1_auto"), record=False)
         records += accuracy
         bench.print_table(accuracy, metric="ms")
+    if args.accuracy_k:
+        long_k = accuracy_over_k_records([int(k) for k in args.accuracy_k.split(",")], record=False)
+        accuracy += long_k
+        records += long_k
+        bench.print_table(long_k, metric="ms")
     notes = target_notes(records)
     if args.old_new:
         notes += old_new_notes(records)

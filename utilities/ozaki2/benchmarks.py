@@ -18,8 +18,9 @@ Names (the GPU report, ``../shared/RESULTS.md``):
   return, the GPU idle at the call; a stage whose host time nears its GPU time is bound by its launches).
 
 Accuracy (``accuracy_records``): at each exponent spread phi, errors against the exact product (double-double) of
-cuBLAS DGEMM, Ozaki-II and Ozaki-I with their automatic counts, on the same inputs. Ozaki-I reaches this track as
-arguments (``utilities.emulations``): no track imports another.
+cuBLAS DGEMM, Ozaki-II and Ozaki-I with their automatic counts, on the same inputs; ``accuracy_over_k_records``
+the same for DGEMM and Ozaki-II at long K (m = n smaller than k). Ozaki-I reaches this track as arguments
+(``utilities.emulations``): no track imports another.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ import cupy as cp
 import numpy as np
 
 from .. import bench, cublas, inputs
-from ..errors import error_rows, sampled_error
+from ..errors import error_report, error_rows, sampled_error
+from ..exact import matmul_dd
 from ..peaks import measure_copy_bandwidth
 from . import model
 from .tensorcore import Ozaki2Gemm
@@ -307,16 +309,42 @@ def accuracy_records(
     return records
 
 
-def accuracy_claims(records: Sequence[bench.BenchRecord]) -> list[tuple[str, bool, str]]:
-    """For each phi: whether Ozaki-II's (and Ozaki-I's) automatic count gave a normwise error no larger than
-    DGEMM's on the same inputs, as (statement, held, what was measured)."""
-    out = []
-    for phi in sorted({r.params["phi"] for r in records if "phi" in r.params and r.params.get("auto", True)}):
-        at = {r.name: r for r in records if r.params.get("phi") == phi and r.name != "ozaki2.fixed"}
-        dgemm = at["cublas.dgemm"].error["normwise"]
-        for name, unit in (("ozaki2.auto", "moduli"), ("ozaki.auto", "slices")):
-            if name in at:
-                err = at[name].error["normwise"]
-                what = f"{name} at phi = {phi}: {at[name].params[unit]} {unit}, {err:.2e} against DGEMM's {dgemm:.2e}"
-                out.append((f"{name} no less accurate than DGEMM at phi = {phi}", err <= dgemm, what))
-    return out
+def accuracy_over_k_records(
+    ks: Sequence[int] = (1024, 8192, 16384),
+    phis: Sequence[float] = (0.0, 0.5, 1.0, 2.0, 4.0),
+    n: int = 1024,
+    *,
+    seed: int = 4,
+    repeats: int = 3,
+    record: bool = True,
+) -> list[bench.BenchRecord]:
+    """Errors against the exact product (double-double, 16 sampled rows) of cuBLAS DGEMM and of Ozaki-II with its
+    automatic count on A (n, k) and B (k, n) at each k and exponent spread phi (normal entries at phi = 0): the
+    longer k, the larger DGEMM's error and the more moduli the choice must find. One plan a k; each input's exact
+    product is found once for both."""
+    rows = inputs.sample_rows(n, 16, seed)
+    against = f"double-double, {len(rows)} sampled rows"
+    records: list[bench.BenchRecord] = []
+    for k in ks:
+        auto = Ozaki2Gemm(n, n, k, "auto")
+        for phi in phis:
+            if phi:
+                a_h, b_h = inputs.exponent_spread(n, k, phi, seed + 2), inputs.exponent_spread(k, n, phi, seed + 3)
+            else:
+                a_h, b_h = inputs.normal(n, k, seed), inputs.normal(k, n, seed + 1)
+            hi, lo = matmul_dd(a_h[rows], b_h)
+            a, b = cp.asarray(a_h), cp.asarray(b_h)
+            for name, fn in (("cublas.dgemm", lambda a=a, b=b: cublas.dgemm(a, b)), ("ozaki2.auto", None)):
+                params: dict[str, Any] = {"phi": phi}
+                if fn is None:
+                    fn = functools.partial(auto, a, b)
+                    fn()  # the count for these inputs
+                    params |= {"moduli": auto.count, "auto": True, "estimate_u": auto.choice.estimate}
+                    params |= {"target_u": auto.choice.target}
+                error = error_report(cp.asnumpy(fn())[rows], hi, lo, against=against)
+                records.append(bench.bench(fn, m=n, n=n, k=k, name=name, params=params, repeats=repeats, error=error))
+        del auto
+        cp.get_default_memory_pool().free_all_blocks()
+    if record:
+        bench.record(records)
+    return records
