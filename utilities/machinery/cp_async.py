@@ -30,7 +30,7 @@ COPY16 = (
 )
 
 
-def _ptx_statement(text: str):  # type: ignore[no-untyped-def]
+def ptx_statement(text: str):  # type: ignore[no-untyped-def]
     """An intrinsic taking no arguments that emits the PTX ``text`` (a memory clobber: no reordering across it)."""
 
     @intrinsic
@@ -45,12 +45,12 @@ def _ptx_statement(text: str):  # type: ignore[no-untyped-def]
     return statement
 
 
-commit = _ptx_statement("cp.async.commit_group;")  # close this thread's group of copies issued since the last
+commit = ptx_statement("cp.async.commit_group;")  # close this thread's group of copies issued since the last
 
 
 @functools.cache
 def _wait(pending: int):  # type: ignore[no-untyped-def]
-    return _ptx_statement(f"cp.async.wait_group {pending};")
+    return ptx_statement(f"cp.async.wait_group {pending};")
 
 
 def wait_prior(pending: int):  # type: ignore[no-untyped-def]
