@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from numba import cuda
+from numba import cuda, float64, int32, int64
 
 from utilities import inputs, precision
 from utilities import precision_gpu as pg
@@ -343,3 +343,35 @@ def test_s_takes_the_exact_path_below_fast_top_and_the_double_path_from_it(stats
     np.testing.assert_array_equal(i[pg.EXP], e)
     np.testing.assert_array_equal(i[pg.TERMS], s)
     assert (s > 0).sum() == 3
+
+
+@pytest.mark.parametrize("k", [32 * 128, 33 * 128 + 5], ids=["32 runs: each lane keeps one", "34 runs: lane 0 adds"])
+def test_s_is_the_same_whichever_lane_shifts_the_chunks(k):
+    """A row's chunks reach S shifted by the lane that kept them (lane r, run r, at most ``SPREAD_RUNS`` runs a
+    thread) or by lane 0 run after run (more runs): at 32 threads a row of 4096 entries has 32 runs a thread, one of
+    4229 has 34 (the last partial). Two rows whose chunks' scales spread over 120 binades (every chunk's sum shifted
+    by its own amount, some to 1), and one row of zeros: E and S bit for bit, in both kernels that take S."""
+    rng = np.random.default_rng(11)
+    chunk_scales = np.ldexp(1.0, 2 * rng.integers(-30, 30, (3, k // 128 + 1)))
+    a = rng.standard_normal((3, k)) * np.repeat(chunk_scales, 128, axis=1)[:, :k]
+    a[2] = 0.0
+    want = precision._line_stats(a, 1, np.ones(k), np.zeros(3, bool))
+    f, i, _ = row_stats(a, np.ones(k))
+    np.testing.assert_array_equal(i[pg.EXP], want.e)
+    np.testing.assert_array_equal(i[pg.TERMS], want.s)
+    statistics = pg.make_row_statistics(k, -(-k // 4) * 4, THREADS)
+    assert (pg.items_per_thread(-(-k // 4) * 4, THREADS) // 4 <= pg.SPREAD_RUNS) == (k == 32 * 128)
+
+    @cuda.jit
+    def rows_kernel(x, out):
+        vals = cuda.local.array(pg.items_per_thread(-(-k // 4) * 4, THREADS), float64)
+        si = cuda.shared.array(THREADS, int32)
+        sl = cuda.shared.array(THREADS, int64)
+        sd = cuda.shared.array(THREADS, float64)
+        _, _, e, s = statistics(x, cuda.blockIdx.x, vals, si, sl, sd, cuda.threadIdx.x)
+        if cuda.threadIdx.x == 0:
+            out[0, cuda.blockIdx.x], out[1, cuda.blockIdx.x] = e, s
+
+    out = _dev(np.zeros((2, 3), np.int64))
+    rows_kernel[3, THREADS](_dev(a), out)
+    np.testing.assert_array_equal(out.copy_to_host(), np.stack([want.e, want.s]))

@@ -336,15 +336,14 @@ def make_row_largest(k: int, kp: int, threads: int = ROWS_THREADS, tested: bool 
 
 
 @functools.cache
-def make_chunk_part(threads: int = ROWS_THREADS):
-    """A device function ``chunk_part(vals, r, e_line, si, sl, tid) -> int64``: run r of a row held as
+def make_chunk_sum(threads: int = ROWS_THREADS):
+    """A device function ``chunk_sum(vals, r, si, sl, tid) -> (chunk, high)``: run r of a row held as
     :func:`make_row_load` holds it is one chunk of 128 entries a warp; the warp finds the chunk's largest exponent
-    and its integer sum by shuffles, and lane 0 returns that sum shifted to the row's exponent ``e_line``
-    (``ceil_shift``), every other lane 0: summed over the runs and the block, ``precision.line_terms``'s S."""
+    ``high`` and its integer sum ``chunk`` by shuffles, both in every lane (:func:`keep_chunk` takes them on)."""
     warp_max, warp_sum, _, _ = reducers(threads)
 
     @cuda.jit(device=True)
-    def chunk_part(vals, r, e_line, si, sl, tid):
+    def chunk_sum(vals, r, si, sl, tid):
         big = 0.0
         for q in range(4):
             big = larger(abs(vals[4 * r + q]), big)  # the loads replaced NaN and Inf by 0
@@ -362,12 +361,34 @@ def make_chunk_part(threads: int = ROWS_THREADS):
                 v = vals[4 * r + q]
                 if v != 0.0:
                     total += s_term(v, high)
-        chunk = warp_sum(total, sl, tid)
-        if tid % 32 == 0 and chunk > 0:
-            return ceil_shift(chunk, 2 * (e_line - high))
-        return int64(0)
+        return warp_sum(total, sl, tid), high
 
-    return chunk_part
+    return chunk_sum
+
+
+SPREAD_RUNS = 32  # up to this many runs a row, lane r of each warp keeps run r's chunk until the last run
+
+
+@cuda.jit(device=True)
+def chunk_shifted(chunk, high, e_line):
+    """A chunk's sum, its largest exponent ``high``, in the units of its line's exponent ``e_line``, rounded up
+    (``ceil_shift``): its part of ``precision.line_terms``'s S (0 for a chunk of zeros)."""
+    return ceil_shift(chunk, 2 * (e_line - high)) if chunk > 0 else int64(0)
+
+
+@cuda.jit(device=True)
+def keep_chunk(spread, lane, r, chunk, high, e_line, kept, kept_high, part):
+    """Run r's chunk (:func:`make_chunk_sum`, the same in every lane) into the lane's share of S; returns ``(kept,
+    kept_high, part)``. With ``spread`` (at most SPREAD_RUNS runs) lane r keeps it, to be shifted once after the
+    last run (``part = chunk_shifted(kept, kept_high, e_line)``): a shift a lane, not one a run that the whole warp
+    issues for lane 0. Without, lane 0 adds each run's chunk, shifted, to ``part``. The block's sum of the parts is
+    S either way: integers, in any order."""
+    if spread:
+        if lane == r:
+            return chunk, high, part
+    elif lane == 0:
+        part += chunk_shifted(chunk, high, e_line)
+    return kept, kept_high, part
 
 
 @functools.cache
@@ -376,21 +397,25 @@ def make_row_statistics(k: int, kp: int, threads: int = ROWS_THREADS):
     ``threads`` threads on row ``row`` of x (m, k): it loads the row into ``vals`` (this thread's entries: run r
     holds entries ``4 (tid + r threads) .. +3``; NaN and Inf replaced by 0) and returns, the same in every thread,
     the row's non-finite flag, largest magnitude, its exponent and ``precision.line_terms``'s S (one
-    :func:`make_chunk_part` a run). ``si``, ``sl`` and ``sd`` are shared scratch arrays of ``threads`` int32, int64
-    and float64.
+    :func:`make_chunk_sum` a run, :func:`keep_chunk`). ``si``, ``sl`` and ``sd`` are shared scratch arrays of
+    ``threads`` int32, int64 and float64.
     """
     _check_width(k, kp, threads)
     RUNS = items_per_thread(kp, threads) // 4
+    SPREAD = RUNS <= SPREAD_RUNS
     _, _, _, block_sum = reducers(threads)
     row_largest = make_row_largest(k, kp, threads)
-    chunk_part = make_chunk_part(threads)
+    chunk_sum = make_chunk_sum(threads)
 
     @cuda.jit(device=True)
     def row_statistics(x, row, vals, si, sl, sd, tid):
         bad, amax, e_line = row_largest(x, row, vals, si, sd, tid)
-        part = int64(0)
+        part, kept, kept_high = int64(0), int64(0), int32(0)
         for r in range(RUNS):
-            part += chunk_part(vals, r, e_line, si, sl, tid)
+            chunk, high = chunk_sum(vals, r, si, sl, tid)
+            kept, kept_high, part = keep_chunk(SPREAD, tid % 32, r, chunk, high, e_line, kept, kept_high, part)
+        if SPREAD:
+            part = chunk_shifted(kept, kept_high, e_line)
         s = block_sum(part, sl, tid)
         return bad, amax, e_line, s
 
@@ -427,8 +452,9 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
     ITEMS = items_per_thread(kp, threads)
     FULL = K == ITEMS * THREADS  # the block's entries fill the row: no entry's column tested against k
     _check_width(k, kp, threads)
+    SPREAD = ITEMS // 4 <= SPREAD_RUNS
     row_largest = make_row_largest(k, kp, threads, tested=not FULL)
-    chunk_part = make_chunk_part(threads)
+    chunk_sum = make_chunk_sum(threads)
     sums = first_thread_sums(threads)
 
     @row_kernel
@@ -440,13 +466,14 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
         sd = cuda.shared.array(THREADS, float64)
         sd2 = cuda.shared.array(THREADS, float64)
         bad, amax, e = row_largest(x, row, vals, si, sd, tid)
-        part = int64(0)
+        part, kept, kept_high = int64(0), int64(0), int32(0)
         norm2 = 0.0
         cross2 = 0.0
         scale = unit_scale(e)
         for r in range(ITEMS // 4):  # S's chunk and the norms of each run together: its entries die after it
             if TERMS_TOO:
-                part += chunk_part(vals, r, e, si, sl, tid)
+                chunk, high = chunk_sum(vals, r, si, sl, tid)
+                kept, kept_high, part = keep_chunk(SPREAD, tid % 32, r, chunk, high, e, kept, kept_high, part)
             for q in range(4):
                 v = scaled(vals[4 * r + q], e, scale)
                 norm2 += v * v
@@ -454,6 +481,8 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
                     col = 4 * (tid + r * THREADS) + q
                     if FULL or col < K:
                         cross2 += v * v * w[uint64(col)]
+        if TERMS_TOO and SPREAD:
+            part = chunk_shifted(kept, kept_high, e)
         s, norm2, cross2 = sums(part, norm2, cross2, sl, sd, sd2, tid)  # right in thread 0, which stores them
         # (sd was last read before block_max's closing barrier in row_largest)
         if tid == 0:
