@@ -334,13 +334,14 @@ def accuracy_over_k_records(
                 a_h, b_h = inputs.normal(n, k, seed), inputs.normal(k, n, seed + 1)
             hi, lo = matmul_dd(a_h[rows], b_h)
             a, b = cp.asarray(a_h), cp.asarray(b_h)
-            for name, fn in (("cublas.dgemm", lambda a=a, b=b: cublas.dgemm(a, b)), ("ozaki2.auto", None)):
-                params: dict[str, Any] = {"phi": phi}
-                if fn is None:
-                    fn = functools.partial(auto, a, b)
-                    fn()  # the count for these inputs
-                    params |= {"moduli": auto.count, "auto": True, "estimate_u": auto.choice.estimate}
-                    params |= {"target_u": auto.choice.target}
+            emulated = functools.partial(auto, a, b)
+            emulated()  # the count for these inputs
+            choice = {"moduli": auto.count, "auto": True, "estimate_u": auto.choice.estimate}
+            choice |= {"target_u": auto.choice.target}
+            for name, fn, params in (
+                ("cublas.dgemm", functools.partial(cublas.dgemm, a, b), {"phi": phi}),
+                ("ozaki2.auto", emulated, {"phi": phi, **choice}),
+            ):
                 error = error_report(cp.asnumpy(fn())[rows], hi, lo, against=against)
                 records.append(bench.bench(fn, m=n, n=n, k=k, name=name, params=params, repeats=repeats, error=error))
         del auto
