@@ -360,11 +360,12 @@ def test_s_is_the_same_whichever_lane_shifts_the_chunks(k):
     np.testing.assert_array_equal(i[pg.EXP], want.e)
     np.testing.assert_array_equal(i[pg.TERMS], want.s)
     statistics = pg.make_row_statistics(k, -(-k // 4) * 4, THREADS)
-    assert (pg.items_per_thread(-(-k // 4) * 4, THREADS) // 4 <= pg.SPREAD_RUNS) == (k == 32 * 128)
+    items = pg.items_per_thread(-(-k // 4) * 4, THREADS)  # a constant of the kernel, not a call inside it
+    assert (items // 4 <= pg.SPREAD_RUNS) == (k == 32 * 128)
 
     @cuda.jit
     def rows_kernel(x, out):
-        vals = cuda.local.array(pg.items_per_thread(-(-k // 4) * 4, THREADS), float64)
+        vals = cuda.local.array(items, float64)
         si = cuda.shared.array(THREADS, int32)
         sl = cuda.shared.array(THREADS, int64)
         sd = cuda.shared.array(THREADS, float64)
