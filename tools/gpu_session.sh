@@ -5,7 +5,7 @@
 # ends: poll again at once. Every call gets the working tree copied anew, and a job whose folder is replaced under it
 # fails (FileNotFoundError from os.getcwd): a background job runs from a copy of the tree, /tmp/gpu-session/tree,
 # and writes its results under /tmp/gpu-session, never into the tree.
-#   COURSE_COMMIT=$(git rev-parse --short=12 HEAD) tools/gpu_session.sh proof [--bundle .bundle/course.bundle]
+#   tools/gpu_session.sh proof [--bundle .bundle/course.bundle]    (after `git rev-parse --short=12 HEAD > _commit` here)
 #                                                                   the course proven (python -m utilities.gpu_proof)
 #   tools/gpu_session.sh start --parts prebuild,tests --jobs ...   the GPU suite (arguments of python -m utilities.gpu_suite)
 #   tools/gpu_session.sh workshop 2b 3d                             the run-through (arguments of python -m utilities.workshop)
@@ -17,11 +17,16 @@
 #   tools/gpu_session.sh export course.bundle [--max-part-mb 15]    export the build cache into $OUT, in the foreground
 #   tools/gpu_session.sh poll 540
 # BUNDLE=FILE before start, workshop or ledger imports that bundle first (a fresh machine without a prebuild).
-# COURSE_COMMIT=<hash> names the commit in the ledger's rows (the copied tree has no .git).
+# COURSE_COMMIT names the commit in the ledger's rows; unset, it is read from the file _commit at the tree's root,
+# written on the development machine by `git rev-parse --short=12 HEAD > _commit` (untracked, so it travels with the
+# tree). Never take it from git on the lent machine: its copy of the repository may report another branch's HEAD
+# beside this tree's files (on 2026-11-30 it named main's while candidate4's files ran), and a hash typed by hand
+# went wrong once too.
 set -uo pipefail
 SESSION=/tmp/gpu-session
 export SESSION  # a job's commands may name it
 mode=${1:-poll}; shift || true
+if [ -z "${COURSE_COMMIT:-}" ] && [ -f _commit ]; then COURSE_COMMIT=$(tr -d '[:space:]' < _commit); export COURSE_COMMIT; fi
 
 setup() {  # the wheels installed once per machine; then this call's tree copied to $SESSION/tree, and run from there
     mkdir -p "$SESSION/results" "$SESSION/logs"
