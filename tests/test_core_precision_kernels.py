@@ -20,11 +20,16 @@ def _dev(x):
     return cuda.to_device(np.ascontiguousarray(x))
 
 
-def row_stats(x: np.ndarray, w: np.ndarray | None = None, terms: bool = True):
+def row_stats(
+    x: np.ndarray, w: np.ndarray | None = None, terms: bool = True, staged: bool = False, blocks: int | None = None
+):
+    """The row kernel on x's rows: one block a row, or ``blocks`` blocks each over every ``blocks``-th row."""
     m, k = x.shape
+    kp = -(-k // 4) * 4
     f, i, top = _dev(np.zeros((3, m))), _dev(np.zeros((3, m), np.int64)), _dev(np.array([pg.NO_EXPONENT], np.int32))
-    kernel = pg.make_row_stats_kernel(k, -(-k // 4) * 4, THREADS, w is not None, terms)
-    kernel[m, THREADS](_dev(x), _dev(np.zeros(k) if w is None else w), f, i, top)
+    kernel = pg.make_row_stats_kernel(k, kp, THREADS, w is not None, terms, staged)
+    shared = pg.staged_weight_bytes(kp, THREADS) if staged else 0
+    kernel[blocks or m, THREADS, 0, shared](_dev(x), _dev(np.zeros(k) if w is None else w), f, i, top)
     return f.copy_to_host(), i.copy_to_host(), int(top.copy_to_host()[0])
 
 
@@ -82,6 +87,37 @@ def test_row_and_column_statistics_match_the_reference():
     cols = precision._line_stats(np.where(np.isfinite(b), b, 0), 0, w_cols, ~np.isfinite(b).all(0))
     _check(f, i, cols)
     assert top == want.eb
+
+
+@pytest.mark.parametrize("k", [300, 384], ids=["k short of the block's width", "k fills the block"])
+def test_blocks_over_several_rows_with_staged_weights_find_the_one_row_statistics(k):
+    """Two blocks over seven rows, the weights staged in shared memory once a block (zeros past k), against one
+    block a row reading them from global memory: every statistic bit for bit (the same sums in the same order), on
+    rows of zeros, with a NaN, chunks far below the largest, subnormals and near DBL_MAX. At k = 384 the block's
+    entries fill the row (no column is tested against k); at 300 the last 84 columns of the block are past k."""
+    x = np.zeros((7, k))
+    x[:, : min(k, 300)] = _lines()[:, : min(k, 300)]
+    x[1, k - 1] = -3.5  # the last column, which only the block's last run holds
+    w = np.abs(inputs.normal(1, k, 5)[0])
+    want_f, want_i, want_top = row_stats(x, w)
+    for blocks in (2, 7):
+        f, i, top = row_stats(x, w, staged=True, blocks=blocks)
+        np.testing.assert_array_equal(f, want_f)
+        np.testing.assert_array_equal(i, want_i)
+        assert top == want_top
+    f, i, top = row_stats(x, terms=False, blocks=3)  # unweighted, over several rows: nothing staged
+    np.testing.assert_array_equal(f[pg.NORM2], want_f[pg.NORM2])
+    np.testing.assert_array_equal(i[pg.EXP], want_i[pg.EXP])
+
+
+def test_staged_weights_fit_the_shared_memory_or_stay_in_global_memory():
+    """The staged weights of a block of 512 at k = 8192 take 64 KiB (two blocks an SM still fit beside their
+    reductions' scratch); past STAGED_WEIGHTS_MAX (k = 32768 with 1024 threads: 256 KiB) they are not staged."""
+    assert pg.staged_weight_bytes(8192, pg.rows_threads(8192)) == 64 * 1024
+    assert pg.staged_weight_bytes(16384, pg.rows_threads(16384)) == 128 * 1024
+    assert pg.staged_weight_bytes(32768, pg.rows_threads(32768)) == 0
+    assert pg.row_blocks(8192, 512, 132) == 264 and pg.row_blocks(8192, 1024, 132) == 132
+    assert pg.row_blocks(5, 512, 132) == 5
 
 
 @pytest.mark.parametrize("stats", [row_stats, col_stats], ids=["rows", "column chunks"])

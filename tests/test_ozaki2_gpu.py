@@ -73,6 +73,26 @@ def test_every_design_gives_the_same_stages(gpu, options):
     assert check.check_ozaki2_gemm(run, 14, shapes=[shape], stages=stages, seed=99).status == "passed"
 
 
+@pytest.mark.parametrize("moduli", [14, "auto"])
+def test_one_stream_and_two_give_the_same_plan_bit_for_bit(gpu, moduli):
+    """The choice's passes over B and B's scaling on a second stream (the default) or all on one: the same count,
+    exponents, residues and C, bit for bit; a fixed count's B column statistics run on the second stream too."""
+    cp, T = gpu
+    a, b = inputs.exponent_spread(130, 260, 2.0, 7), inputs.exponent_spread(260, 200, 2.0, 8)
+    a[5, 9] = np.nan
+    runs = []
+    for concurrent in (False, True):
+        plan = T.Ozaki2Gemm(130, 200, 260, moduli=moduli)
+        assert plan.concurrent  # the default, with the pinned numba-cuda
+        plan.concurrent = plan.stats.concurrent = concurrent
+        c = cp.asnumpy(plan(cp.asarray(a), cp.asarray(b)))
+        n = plan.count
+        runs.append([c, *(cp.asnumpy(x) for x in (plan.a_res[:n], plan.b_res[:n], plan.mu, plan.nu))])
+    assert runs[0][0].shape == runs[1][0].shape and runs[0][1].shape == runs[1][1].shape  # the same count
+    for one, two in zip(*runs, strict=True):
+        np.testing.assert_array_equal(one, two)
+
+
 def test_stage_runners_pass_their_checkers(gpu):
     """Every launch path the checkers use: the residue function's own values and the row kernel, the digits, the
     reconstruction from digits (early) and from the int32 products (late), each output inside a guard band."""
@@ -83,14 +103,24 @@ def test_stage_runners_pass_their_checkers(gpu):
     assert check.check_reconstruction(lambda *args: T.reconstruct_on_gpu(*args), seed=5).status == "passed"
 
 
-def test_statistics_on_the_gpu_match_numpy(gpu):
-    """``GemmStatistics.compute`` (four passes, CuPy): exact integers bit for bit, norms to their rounding."""
+@pytest.mark.parametrize(
+    ("concurrent", "sms"),
+    [(False, None), (True, None), (True, 1)],
+    ids=["one stream", "two streams", "two streams, eight row blocks"],
+)
+def test_statistics_on_the_gpu_match_numpy(gpu, concurrent, sms):
+    """``GemmStatistics.compute`` (four passes, CuPy): exact integers bit for bit, norms to their rounding; its
+    passes over B on a second stream or not; the weighted row pass's blocks one a row, or eight blocks over the 300
+    rows (as on a GPU of one SM), each staging the weights once."""
     cp, _ = gpu
     from utilities import precision_gpu as pg
 
     a, b = inputs.exponent_spread(300, 500, 2.0, 5) * 2.0**700, inputs.exponent_spread(500, 260, 2.0, 6)
     a[3, 4], b[5, 6], a[7] = np.nan, -np.inf, np.ldexp(a[7], -1700)
     stats = pg.GemmStatistics(300, 260, 500)
+    assert stats.concurrent  # the pinned numba-cuda: the fast launch path, so two streams by default
+    stats.concurrent = concurrent
+    stats.sms = sms or stats.sms
     stats.compute(cp.asarray(a), cp.asarray(b))
     want = precision.gemm_stats(a, b)
     assert cp.asnumpy(stats.tops).tolist() == [want.ea, want.eb]

@@ -31,7 +31,7 @@ def test_plain_kernels_compile_for_sm80_and_sm90():
         pytest.skip("NVVM is not installed: pip install 'numba-cuda[cu13]==0.30.4'")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == 54 and all("bytes of PTX" in line for line in lines), done.stdout  # 27 kernels, 2 targets
+    assert len(lines) == 56 and all("bytes of PTX" in line for line in lines), done.stdout  # 28 kernels, 2 targets
     groups = [line for line in lines if line.startswith("cp_async_groups_kernel")]
     assert len(groups) == 2 and all(line.endswith("2 commit_group, 1 wait_group 1") for line in groups), groups
     # the Ozaki-I epilogue's C: fl(alpha x), then beta c fused onto it (fma(beta, c, fl(alpha x))), the contraction
@@ -43,7 +43,14 @@ def test_plain_kernels_compile_for_sm80_and_sm90():
     # a run of four entries whatever the count, not 4 a modulus; both kernels write out their four runs (k = 8192,
     # 512 threads): 16
     rows = [line for line in lines if line.startswith(("ozaki2 residue_rows_kernel", "ozaki2 residue_known_rows"))]
-    assert len(rows) == 6 and all(line.endswith(", 16 tie tests (r > 127)") for line in rows), rows
+    assert len(rows) == 6 and all(", 16 tie tests (r > 127)" in line for line in rows), rows
+    # a chunk's exponent and S by redux.sync (utilities.machinery.warp_redux): one max and two adds for each of the
+    # row's four chunks (k = 8192, 512 threads), in the kernels that find S; none where S is not found
+    with_s = ("row_stats_kernel sm", "row_stats_kernel, weights", "ozaki2 residue_rows")
+    with_s = [line for line in lines if line.startswith(with_s)]
+    assert len(with_s) == 8 and all("redux: 4 max, 8 add" in line for line in with_s), with_s
+    norms = [line for line in lines if line.startswith("row_stats_kernel, norms only")]
+    assert len(norms) == 2 and all("redux: 0 max, 0 add" in line for line in norms), norms
 
 
 def test_wait_prior_takes_only_what_ptx_encodes():

@@ -92,6 +92,10 @@ KERNELS = {
         (i32_3d, i32_1d, i32_1d, f64_2d, f64_2d, types.float64, types.float64, f64_2d, f64_2d),
     ),
     "row_stats_kernel": (stats.make_row_stats_kernel(8192, 8192), (f64_2d, f64_1d, f64_2d, i64_2d, i32_1d)),
+    "row_stats_kernel, weights staged": (
+        stats.make_row_stats_kernel(8192, 8192, staged=True),
+        (f64_2d, f64_1d, f64_2d, i64_2d, i32_1d),
+    ),
     "col_chunk_kernel": (stats.make_col_chunk_kernel(), (f64_2d, f64_1d, f64_3d, i64_3d)),
     "col_chunk_kernel, norms only": (stats.make_col_chunk_kernel(False, False), (f64_2d, f64_1d, f64_3d, i64_3d)),
     "row_stats_kernel, norms only": (
@@ -120,6 +124,9 @@ def main() -> int:
             if name.startswith(("ozaki2 residue_rows_kernel", "ozaki2 residue_known_rows_kernel")):
                 ties = len(re.findall(r"setp\.gt\.f64\s+%p\d+, %fd\d+, 0d405FC00000000000;", ptx))
                 extra = f", {ties} tie tests (r > 127)"  # only p = 256 has ties: one test an entry of a run
+            if name.startswith(("row_stats_kernel", "ozaki2 residue_rows_kernel")):  # a chunk's reductions
+                found = [ptx.count(f"redux.sync.{op} ") for op in ("max.s32", "add.u32")]
+                extra += f", redux: {found[0]} max, {found[1]} add"
             if name == "ozaki_epilogue_kernel":  # how C = alpha x + beta c rounds (utilities.rounding.epilogue_bound)
                 steps = re.findall(r"^\s*((?:mul|fma|add|sub)(?:\.rn)?\.f64)\s", ptx, re.MULTILINE)
                 extra = f", C from {' then '.join(steps[-2:])}"

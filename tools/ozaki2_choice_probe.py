@@ -14,6 +14,10 @@ checkers do that); the count chosen is printed, to compare with the plan's.
 course's launcher, and the copy to the host), over ``--repeats`` calls: each kernel's time in the call as it runs,
 and the time the GPU waited between them (the host's launches, when they fall behind).
 
+Every row and the timeline run the passes on one stream, one after another; where the plan runs B's passes on a
+second stream (``GemmStatistics.concurrent``, ``Ozaki2Gemm.concurrent``), more rows time ``compute``,
+``plan.choose`` and the scaling after the choice (``plan.scale``, also timed on one stream) that way.
+
 ``--split`` also times each of the two weighted passes with one part of its work left out: the exponents and S
 alone (no weights), the weighted norms alone (no S), and neither (the norms only, as the first two passes): the
 differences say what S (two ``frexp`` and an int64 term an entry, a warp's reductions a chunk) and the weights cost.
@@ -93,12 +97,30 @@ def main() -> None:
                 ),
                 b.nbytes,
             )
+    concurrent = getattr(st, "concurrent", False)  # the plan's default: B's passes on a second stream
+    both = 2 * a.nbytes + 2 * b.nbytes
+    scaled = (8 + choice.count) * (a.size + b.size)  # the scaling reads A and B, writes a byte an entry a modulus
+    passes["plan.scale after the choice (A's rows, B's columns)"] = (
+        lambda: plan.scale(a, b, columns_known=True, rows_known=True),
+        scaled,
+    )
+    if concurrent:
+        passes["compute, B's passes on a second stream"] = (lambda: st.compute(a, b), both)
+        passes["plan.choose, B's passes on a second stream"] = (lambda: plan.choose(a, b), both)
+        passes["plan.scale, B's columns on a second stream"] = (
+            lambda: plan.scale(a, b, columns_known=True, rows_known=True),
+            scaled,
+        )
     rows: list[dict] = []
     for name, (fn, moved) in passes.items():
+        # every other row on one stream, one launch after another
+        st.concurrent = plan.concurrent = "second stream" in name
         record = bench.bench(fn, m=size, n=size, k=size, name=name, repeats=args.repeats, bytes_moved=moved or None)
         floor_ms = moved / (copy_tbs * 1e12) * 1e3
         rows.append({"pass": name, "ms": record.time.median, "floor_ms": floor_ms, "bytes": moved})
+    st.concurrent = plan.concurrent = False  # the timeline's events are on one stream: so must its launches be
     timeline = launch_timeline(lambda: plan.choose(a, b), args.repeats) if args.timeline else []
+    st.concurrent = plan.concurrent = concurrent
     again = plan.choose(a, b)
     print(f"{size}^3, copy rate {copy_tbs:.2f} TB/s; {choice.count} moduli chosen, {again.count} after the runs")
     print(f"{'pass':<46} {'ms':>8} {'floor ms':>9} {'x floor':>8}")

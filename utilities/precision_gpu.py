@@ -12,7 +12,9 @@ Kernels (plain numba: they run in numba's CUDA simulator in the tests):
 - ``make_row_statistics``: a device function for a block that holds one row in registers (four entries a
   thread, runs of 4): the row's non-finite flag, largest magnitude and exact ``(E, S)``, chunk by chunk (a warp's
   128 entries are a chunk), for the stats kernel below and for Ozaki-II's residue kernel;
-- ``row_stats_kernel``: one block per row: those, the squared norm and, weighted, the squared norm of C's row;
+- ``row_stats_kernel``: a block a row at a time (as many blocks as the GPU holds at once, each over every
+  ``blocks``-th row): those, the squared norm and, weighted, the squared norm of C's row, its weights staged
+  in shared memory once a block;
 - ``col_chunk_kernel``: one block per 32 columns by 128 rows (reads coalesced along the row): each column's chunk
   statistics; ``col_combine_kernel``: eight threads per column: the chunks combined (integers exactly, the
   norms summed in the chunks' order);
@@ -33,8 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import config, cuda, float64, int32, int64, uint64
+from numba import config, cuda, float64, int32, int64, uint32, uint64
 
+from .machinery import warp_redux
 from .precision import CHUNK, QUANT, SPAN, Choice, U, target
 from .simt import hi_word, of_hi_word
 
@@ -335,19 +338,50 @@ def make_row_largest(k: int, kp: int, threads: int = ROWS_THREADS, tested: bool 
     return row_largest
 
 
+LANE_TERMS_MAX = 4 * 2**42  # a lane's part of a chunk's S: four terms, each at most 32^2 4^SPAN
+TERM_SPLIT = 26  # its low 26 bits and the rest: over 32 lanes, below 2^31 and at most 2^23, so no uint32 sum wraps
+
+
+@functools.cache
+def chunk_reducers(threads: int = ROWS_THREADS):
+    """Device functions ``(high_of_warp, total_of_warp)``, each ``f(value, scratch, tid)`` over a warp of a block of
+    ``threads``: the largest int32 chunk exponent, and the sum of the lanes' int64 parts of S (each at most
+    ``LANE_TERMS_MAX``), in every lane. On a GPU each is ``redux.sync``: one instruction for the exponent, two
+    for the sum (the parts' low ``TERM_SPLIT`` bits and the rest, summed apart as uint32 that cannot wrap, then
+    joined), against five shuffle steps each. In the simulator, which has no ``redux``, they are
+    :func:`reducers`'s (shared memory). Integers: the result is the same either way."""
+    warp_max, warp_sum, _, _ = reducers(threads)
+    if not SHUFFLES:
+        return warp_max, warp_sum
+    low_mask = (1 << TERM_SPLIT) - 1
+
+    @cuda.jit(device=True)
+    def high_of_warp(value, scratch, tid):
+        return warp_redux.max_s32(int32(value))
+
+    @cuda.jit(device=True)
+    def total_of_warp(value, scratch, tid):
+        low = warp_redux.add_u32(uint32(value & low_mask))
+        high = warp_redux.add_u32(uint32(value >> TERM_SPLIT))
+        return (int64(high) << TERM_SPLIT) + int64(low)
+
+    return high_of_warp, total_of_warp
+
+
 @functools.cache
 def make_chunk_sum(threads: int = ROWS_THREADS):
     """A device function ``chunk_sum(vals, r, si, sl, tid) -> (chunk, high)``: run r of a row held as
     :func:`make_row_load` holds it is one chunk of 128 entries a warp; the warp finds the chunk's largest exponent
-    ``high`` and its integer sum ``chunk`` by shuffles, both in every lane (:func:`keep_chunk` takes them on)."""
-    warp_max, warp_sum, _, _ = reducers(threads)
+    ``high`` and its integer sum ``chunk`` (:func:`chunk_reducers`), both in every lane (:func:`keep_chunk` takes
+    them on)."""
+    high_of_warp, total_of_warp = chunk_reducers(threads)
 
     @cuda.jit(device=True)
     def chunk_sum(vals, r, si, sl, tid):
         big = 0.0
         for q in range(4):
             big = larger(abs(vals[4 * r + q]), big)  # the loads replaced NaN and Inf by 0
-        high = warp_max(line_exponent(big), si, tid)
+        high = high_of_warp(line_exponent(big), si, tid)
         total = int64(0)
         if high >= FAST_TOP:  # the same in every lane of the warp
             add, floor = root_constants(high)
@@ -361,7 +395,7 @@ def make_chunk_sum(threads: int = ROWS_THREADS):
                 v = vals[4 * r + q]
                 if v != 0.0:
                     total += s_term(v, high)
-        return warp_sum(total, sl, tid), high
+        return total_of_warp(total, sl, tid), high
 
     return chunk_sum
 
@@ -438,8 +472,16 @@ def store_line(fstats, istats, top, line, amax, norm2, cross2, e, s, bad):
 
 
 @functools.cache
-def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted: bool = True, terms: bool = True):
-    """``row_stats_kernel[m, threads](x, w, fstats, istats, top)``: one block per row of x (m, k).
+def make_row_stats_kernel(
+    k: int,
+    kp: int,
+    threads: int = ROWS_THREADS,
+    weighted: bool = True,
+    terms: bool = True,
+    staged: bool = False,
+):
+    """``row_stats_kernel[blocks, threads, 0, shared](x, w, fstats, istats, top)``: the rows of x (m, k), block b
+    taking rows b, b + blocks, ... (``blocks = m``: one row each).
 
     ``fstats`` (3, m) float64 gets each row's largest magnitude, ``sum (x 2^-e)^2`` and, when ``weighted``,
     ``sum (x_l 2^-e)^2 w_l`` (w: k float64); ``istats`` (3, m) int64 its exponent e, S and the non-finite flag;
@@ -447,9 +489,15 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
     ``terms``, S is not found (0 is written): a pass whose norms are the other operand's weights reads only the
     norms and exponents, and S is most of a row's work (an exponent and a term an entry, a warp's
     reductions a chunk).
+
+    ``staged`` (weighted only): the block copies w into shared memory once, zeros past k, and every row reads its
+    weights there, not from global memory once a row (``shared = staged_weight_bytes(kp, threads)`` bytes of dynamic
+    shared memory at launch): with fewer blocks than rows, w crosses from L2 once a block, not once a row.
     """
     THREADS, K, WEIGHTED, TERMS_TOO = threads, k, weighted, terms
     ITEMS = items_per_thread(kp, threads)
+    STAGED = weighted and staged
+    WIDTH = ITEMS * THREADS  # the columns the block's entries cover: the staged weights, zeros past k
     FULL = K == ITEMS * THREADS  # the block's entries fill the row: no entry's column tested against k
     _check_width(k, kp, threads)
     SPREAD = ITEMS // 4 <= SPREAD_RUNS
@@ -459,36 +507,63 @@ def make_row_stats_kernel(k: int, kp: int, threads: int = ROWS_THREADS, weighted
 
     @row_kernel
     def row_stats_kernel(x, w, fstats, istats, top):
-        row, tid = cuda.blockIdx.x, cuda.threadIdx.x
+        tid = cuda.threadIdx.x
         vals = cuda.local.array(ITEMS, float64)
         si = cuda.shared.array(THREADS, int32)
         sl = cuda.shared.array(THREADS, int64)
         sd = cuda.shared.array(THREADS, float64)
         sd2 = cuda.shared.array(THREADS, float64)
-        bad, amax, e = row_largest(x, row, vals, si, sd, tid)
-        part, kept, kept_high = int64(0), int64(0), int32(0)
-        norm2 = 0.0
-        cross2 = 0.0
-        scale = unit_scale(e)
-        for r in range(ITEMS // 4):  # S's chunk and the norms of each run together: its entries die after it
-            if TERMS_TOO:
-                chunk, high = chunk_sum(vals, r, si, sl, tid)
-                kept, kept_high, part = keep_chunk(SPREAD, tid % 32, r, chunk, high, e, kept, kept_high, part)
-            for q in range(4):
-                v = scaled(vals[4 * r + q], e, scale)
-                norm2 += v * v
-                if WEIGHTED:
-                    col = 4 * (tid + r * THREADS) + q
-                    if FULL or col < K:
-                        cross2 += v * v * w[uint64(col)]
-        if TERMS_TOO and SPREAD:
-            part = chunk_shifted(kept, kept_high, e)
-        s, norm2, cross2 = sums(part, norm2, cross2, sl, sd, sd2, tid)  # right in thread 0, which stores them
-        # (sd was last read before block_max's closing barrier in row_largest)
-        if tid == 0:
-            store_line(fstats, istats, top, row, amax, norm2, cross2, e, s, bad)
+        sw = cuda.shared.array(0, float64)  # the staged weights (STAGED only: no bytes are asked for otherwise)
+        if STAGED:
+            for col in range(tid, WIDTH, THREADS):
+                sw[col] = w[col] if col < K else 0.0
+            # (the first row's barriers, in row_largest, come before any thread reads sw)
+        row, rows = int32(cuda.blockIdx.x), int32(x.shape[0])
+        while row < rows:  # (a while loop: range's count, for any step, is a 64-bit division)
+            bad, amax, e = row_largest(x, row, vals, si, sd, tid)
+            part, kept, kept_high = int64(0), int64(0), int32(0)
+            norm2 = 0.0
+            cross2 = 0.0
+            scale = unit_scale(e)
+            for r in range(ITEMS // 4):  # S's chunk and the norms of each run together: its entries die after it
+                if TERMS_TOO:
+                    chunk, high = chunk_sum(vals, r, si, sl, tid)
+                    kept, kept_high, part = keep_chunk(SPREAD, tid % 32, r, chunk, high, e, kept, kept_high, part)
+                for q in range(4):
+                    v = scaled(vals[4 * r + q], e, scale)
+                    norm2 += v * v
+                    if WEIGHTED:
+                        col = 4 * (tid + r * THREADS) + q
+                        if STAGED:
+                            cross2 += v * v * sw[col]  # zeros past k, as v is there
+                        elif FULL or col < K:
+                            cross2 += v * v * w[uint64(col)]
+            if TERMS_TOO and SPREAD:
+                part = chunk_shifted(kept, kept_high, e)
+            s, norm2, cross2 = sums(part, norm2, cross2, sl, sd, sd2, tid)  # right in thread 0, which stores them
+            # (sd was last read before block_max's closing barrier in row_largest)
+            if tid == 0:
+                store_line(fstats, istats, top, row, amax, norm2, cross2, e, s, bad)
+            cuda.syncthreads()  # thread 0 has read sl, sd and sd2 before the next row's reductions write them
+            row += int32(cuda.gridDim.x)
 
     return row_stats_kernel
+
+
+STAGED_WEIGHTS_MAX = 128 * 1024  # bytes of staged weights a row block may take (kp up to 16384 with 16 a thread)
+
+
+def staged_weight_bytes(kp: int, threads: int) -> int:
+    """The dynamic shared memory of a ``staged`` row kernel: one float64 weight for every column its block's entries
+    cover, or 0 where that is more than ``STAGED_WEIGHTS_MAX`` (then the weights are read from global memory)."""
+    nbytes = 8 * items_per_thread(kp, threads) * threads
+    return nbytes if nbytes <= STAGED_WEIGHTS_MAX else 0
+
+
+def row_blocks(rows: int, threads: int, sms: int) -> int:
+    """Blocks of a row kernel launched once over ``rows`` rows on ``sms`` SMs: as many as can run at once (the
+    register cap allows ``65536 / (ROW_REGISTERS threads)`` blocks an SM), each taking every ``blocks``-th row."""
+    return max(1, min(rows, sms * max(1, 65536 // (ROW_REGISTERS * threads))))
 
 
 @cuda.jit(device=True)
@@ -888,6 +963,9 @@ class GemmStatistics:
             import cupy as xp
 
         self.m, self.n, self.k, self.threads, self.choice_threads = m, n, k, threads, choice_threads
+        # the row kernels' blocks run over several rows each: as many blocks as the GPU's SMs hold at once (in the
+        # simulator, three SMs, so that the tests see blocks that take more than one row)
+        self.sms = 3 if xp is np else xp.cuda.Device().attributes["MultiProcessorCount"]
         f, i = xp.float64, xp.int64
         self.rows_f, self.rows_i = xp.zeros((3, m), f), xp.zeros((3, m), i)
         self.cols_f, self.cols_i = xp.zeros((3, n), f), xp.zeros((3, n), i)
@@ -901,11 +979,19 @@ class GemmStatistics:
         self.partial = xp.zeros((self.blocks, 2 * (MAX_COUNTS + 1)), f)
         self.worst = xp.zeros((self.blocks, MAX_COUNTS), f)
         self.out = xp.zeros(1 + MAX_COUNTS, f)
+        # compute's passes over B on a second stream, beside those over A: only where every launch goes to CuPy's
+        # current stream (the course's fast launch path; numba's dispatcher launches on its own default stream)
+        self.concurrent = False
         if xp is np:
             self.host_out = np.zeros(1 + MAX_COUNTS)
         else:  # the choice's one copy to the host lands in pinned memory
+            from .machinery import versions
+
             self._pinned = xp.cuda.alloc_pinned_memory(8 * (1 + MAX_COUNTS))
             self.host_out = np.frombuffer(self._pinned, np.float64, 1 + MAX_COUNTS)
+            self.concurrent = versions.verified(versions.FAST_LAUNCH)
+            self._side = xp.cuda.Stream(non_blocking=True)
+            self._events = [xp.cuda.Event(disable_timing=True) for _ in range(4)]
 
     def _col_chunks(
         self,
@@ -939,8 +1025,12 @@ class GemmStatistics:
         rows, length = x.shape
         kp = -(-length // 4) * 4
         threads = self.threads or rows_threads(kp)
-        kernel = make_row_stats_kernel(length, kp, threads, weighted, terms)
-        launch.launch(kernel, rows, threads, 0, x, w, out_f, out_i, top)
+        shared = staged_weight_bytes(kp, threads) if weighted else 0
+        kernel = make_row_stats_kernel(length, kp, threads, weighted, terms, staged=shared > 0)
+        # staged weights: as many blocks as fit at once, each staging them once; else a block a row (blocks that
+        # end early leave room for the other stream's pass)
+        blocks = row_blocks(rows, threads, self.sms) if shared else rows
+        launch.launch(kernel, blocks, threads, shared, x, w, out_f, out_i, top)
 
     def _normalize(self, fstats: Any, istats: Any, top: Any, out: Any) -> None:
         from .machinery import launch
@@ -954,15 +1044,54 @@ class GemmStatistics:
 
     def compute(self, a: Any, b: Any) -> None:
         """Every statistic a choice reads, in four passes: A by column chunks, B by rows (their norms only: the
-        weights of the other operand's lines), A by rows, B by column chunks."""
+        weights of the other operand's lines), A by rows, B by column chunks.
+
+        With ``concurrent`` the passes over B run on a second stream: B's rows beside A's columns, then B's columns
+        (weighted by A's column norms, ``q``) beside A's rows (weighted by B's row norms, ``r``), each weighted
+        pass after the other stream's norms, and the caller's stream waits for both. Each stream keeps to its own
+        operand's buffers and largest exponent (``tops[0]`` A's, ``tops[1]`` B's), so the statistics are the same
+        bit for bit in either order."""
         self.tops.fill(NO_EXPONENT)
         ta, tb = self.tops[0:1], self.tops[1:2]
-        self._col_chunks(a, self.r, self.a_chunks, self.a_cols_f, self.a_cols_i, ta, weighted=False, terms=False)
-        self._normalize(self.a_cols_f, self.a_cols_i, ta, self.q)
-        self._rows(b, self.q, self.b_rows_f, self.b_rows_i, tb, weighted=False, terms=False)
-        self._normalize(self.b_rows_f, self.b_rows_i, tb, self.r)
-        self._rows(a, self.r, self.rows_f, self.rows_i, ta, weighted=True)
-        self._col_chunks(b, self.q, self.b_chunks, self.cols_f, self.cols_i, tb, weighted=True)
+
+        def a_columns() -> None:  # A's column norms, then q (B's columns' weights)
+            self._col_chunks(a, self.r, self.a_chunks, self.a_cols_f, self.a_cols_i, ta, weighted=False, terms=False)
+            self._normalize(self.a_cols_f, self.a_cols_i, ta, self.q)
+
+        def b_rows() -> None:  # B's row norms, then r (A's rows' weights)
+            self._rows(b, self.q, self.b_rows_f, self.b_rows_i, tb, weighted=False, terms=False)
+            self._normalize(self.b_rows_f, self.b_rows_i, tb, self.r)
+
+        def a_rows() -> None:
+            self._rows(a, self.r, self.rows_f, self.rows_i, ta, weighted=True)
+
+        def b_columns() -> None:
+            self._col_chunks(b, self.q, self.b_chunks, self.cols_f, self.cols_i, tb, weighted=True)
+
+        if not self.concurrent:
+            a_columns()
+            b_rows()
+            a_rows()
+            b_columns()
+            return
+        import cupy as cp
+
+        main, side = cp.cuda.get_current_stream(), self._side
+        begun, q_ready, r_ready, b_done = self._events
+        begun.record(main)  # the tops are filled, and whatever the caller queued before is done, for both streams
+        side.wait_event(begun)
+        with side:
+            b_rows()
+            r_ready.record(side)
+        a_columns()
+        q_ready.record(main)
+        side.wait_event(q_ready)
+        with side:
+            b_columns()
+            b_done.record(side)
+        main.wait_event(r_ready)
+        a_rows()
+        main.wait_event(b_done)
 
     def choose(self, tables: SchemeTables) -> Choice:
         """The count for the statistics of the last ``compute``: three small kernels, then one copy to the host."""

@@ -702,9 +702,12 @@ class SimtPlan:
         """Stage 1: exponents and residues of A (rows) and of B (columns, transposed). B's column statistics are
         computed first unless ``columns_known`` (the choice took them); A's rows find their own in the residues'
         pass unless ``rows_known`` (the choice's, in ``stats.rows_i``, for this very A)."""
+        self.scale_rows(a, rows_known)
+        self.scale_columns(b, columns_known)
+
+    def scale_rows(self, a: Any, rows_known: bool = False) -> None:
+        """Stage 1 for A: its rows' exponents and residues (``scale``'s ``rows_known``)."""
         N = self.count
-        if not columns_known:
-            self.stats.columns(b)
         residue = self.kernels.factory("residue")
         a_words = self.a_res[:N].view(self.xp.int32)
         if rows_known:
@@ -713,6 +716,14 @@ class SimtPlan:
         else:
             rows = residue_launch(self.m, self.k, self.kp, N, residue)
             launch.launch(rows.kernel, rows.grid, rows.block, 0, a, a_words, self.mu)
+
+    def scale_columns(self, b: Any, columns_known: bool = False) -> None:
+        """Stage 1 for B: its columns' statistics unless ``columns_known``, then their exponents and residues.
+        Nothing of A's is read or written: ``Ozaki2Gemm`` runs it beside ``scale_rows``."""
+        N = self.count
+        if not columns_known:
+            self.stats.columns(b)
+        residue = self.kernels.factory("residue")
         words = self.b_res[:N].view(self.xp.int32)
         if self.b_t is None:
             cols = residue_cols_launch(self.k, self.n, self.kp, N, residue)

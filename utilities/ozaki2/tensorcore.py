@@ -78,10 +78,30 @@ class Ozaki2Gemm(simt.SimtPlan):
         )
         self.overlap = overlap and products == "per-modulus"
         self._side = cp.cuda.Stream(non_blocking=True) if self.overlap else None
+        # B's scaling beside A's, on a stream of its own, where the choice's passes over B run on one too
+        # (GemmStatistics.concurrent: every launch on CuPy's current stream)
+        self.concurrent = self.stats.concurrent
+        self._beside = cp.cuda.Stream(non_blocking=True)
+        self._scale_events = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
         self._ready = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
         self._read = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
 
     # -- stages ----------------------------------------------------------------------------------------------------
+    def scale(self, a: Any, b: Any, columns_known: bool = False, rows_known: bool = False) -> None:
+        """Stage 1 (``SimtPlan.scale``); with ``concurrent``, B's columns on a second stream beside A's rows, after
+        whatever was queued before on this stream, which then waits for both."""
+        if not self.concurrent:
+            super().scale(a, b, columns_known, rows_known)
+            return
+        main, begun, b_done = cp.cuda.get_current_stream(), *self._scale_events
+        begun.record(main)
+        self._beside.wait_event(begun)
+        with self._beside:
+            self.scale_columns(b, columns_known)
+            b_done.record(self._beside)
+        self.scale_rows(a, rows_known)
+        main.wait_event(b_done)
+
     def int8_gemm(self, t: int, plane: Any) -> None:
         cublas.igemm(self.a_res[t], self.b_res[t], plane)
 
