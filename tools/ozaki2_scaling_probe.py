@@ -5,13 +5,14 @@ Run on a GPU: ``python tools/ozaki2_scaling_probe.py [--size 8192] [--counts 2,4
 The automatic plan's scaling: A's residues from the row statistics the choice found (``residue_known_rows_kernel``) and
 B's, transposed, from its column statistics, in one pass (``residue_cols_kernel``, the course's default
 ``columns="direct"``) or by B^T's rows (``transpose_kernel``, then the rows kernel, ``columns="by-rows"``; ``--by-rows``
-times it, each part alone too). Each is timed alone (CUDA events, ``utilities.bench``) at several moduli counts (with
-``--looped``, ``--written-out`` and ``--unrolled``, beside each the same kernel with its loops over the moduli kept, all
-written out, or unrolled by numba, ``tools/unrolled_variants.py``; every variant's words and shifts must equal the
-one-pass kernel's; the course writes out both kernels' loops), and its times are fitted as ``a + b N``: ``a`` is the
-pass over the operand (its loads and the split of each entry), ``b`` one modulus's residues and their stores. Beside
-each: the bytes it moves at this run's copy rate (its floor), and how far the time is from it. The residues are not
-checked here (the tests and the checkers do that)."""
+times it, each part alone too; ``--row-threads N`` times A's rows kernel with N threads a row too). Each is timed alone
+(CUDA events, ``utilities.bench``) at several moduli counts (with ``--looped``, ``--written-out`` and ``--unrolled``,
+beside each the same kernel with its loops over the moduli kept, all written out, or unrolled by numba,
+``tools/unrolled_variants.py``; every variant's words and shifts must equal the one-pass kernel's; the course writes out
+both kernels' loops), and its times are fitted as ``a + b N``: ``a`` is the pass over the operand (its loads and the
+split of each entry), ``b`` one modulus's residues and their stores. Beside each: the bytes it moves at this run's copy
+rate (its floor), and how far the time is from it. The residues are not checked here (the tests and the checkers do
+that)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,12 @@ def main() -> None:
     )
     parser.add_argument("--looped", action="store_true", help="also each kernel with every moduli loop kept")
     parser.add_argument("--by-rows", action="store_true", help="also B's residues by its transpose and the rows kernel")
+    parser.add_argument(
+        "--row-threads",
+        type=int,
+        default=0,
+        help="also A's rows kernel with this many threads a row (a multiple of 32; its words must be the course's)",
+    )
     args = parser.parse_args()
     from utilities.ozaki2 import reference
 
@@ -140,6 +147,17 @@ def main() -> None:
                 except Exception as error:  # noqa: BLE001 (a variant never stops the probe)
                     print(f"{name}: not built ({type(error).__name__}: {str(error).splitlines()[0][:160]})")
                     del kernels[name], same[name]
+        if args.row_threads:  # A's rows kernel with another block: no reduction, so the same words at any width
+            wide = simt.residue_known_launch(size, size, kp, count, threads=args.row_threads)
+            a_copy, mu_copy = cp.empty_like(a_words), cp.empty_like(plan.mu)
+            name = f"rows (A, statistics known), {args.row_threads} threads a row"
+            kernels[name] = (
+                lambda wide=wide, a_copy=a_copy, mu_copy=mu_copy: launch.launch(
+                    wide.kernel, wide.grid, wide.block, 0, a, plan.stats.rows_i, a_copy, mu_copy
+                ),
+                a.nbytes + count * size * kp,
+            )
+            same[name] = ("rows (A, statistics known)", a_words, a_copy, plan.mu, mu_copy)
         if args.by_rows:  # B's residues through its transpose and the rows kernel (the design before the one pass)
             transpose, by_rows, bt = simt.transpose_launch(size, size), known, plan.b_t  # the plan's own B^T
             b_copy, nu_copy = cp.empty_like(b_words), cp.empty_like(plan.nu)
