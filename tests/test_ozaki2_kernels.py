@@ -225,3 +225,12 @@ def test_transpose_kernel_moves_every_entry(shape):
     grid = (-(-cols // simt.T_TILE), -(-rows // simt.T_TILE))
     simt.make_transpose_kernel()[grid, (simt.T_TILE, simt.T_ROWS)](cuda.to_device(x), xt)
     np.testing.assert_array_equal(xt.copy_to_host(), x.T)
+
+
+@pytest.mark.parametrize(("k", "known", "found"), [(2048, 128, 128), (8192, 512, 512), (16384, 512, 1024)])
+def test_the_rows_kernels_default_widths(k, known, found):
+    """The known-statistics kernel runs at most 512 threads a row (two blocks an SM take turns where one of 1024
+    would drain alone); the kernel that finds its statistics keeps ``rows_threads``' width, up to 1024, for its
+    reduction."""
+    assert simt.residue_known_launch(4, k, k, 15).block == known
+    assert simt.residue_launch(4, k, k, 15).block == found

@@ -83,6 +83,7 @@ COLS_TILE, COLS_ROWS, COLS_DEPTH = 32, 8, 64  # residue_cols_kernel: 32 columns 
 T_TILE, T_ROWS, T_PADDED = 32, 8, 33  # transpose_kernel: a 32 x 32 tile (33 columns in shared memory), 4 a thread
 RECONSTRUCT_BLOCK = (32, 8)  # 32 columns (coalesced) by 8 rows
 DIGITS_THREADS = 256
+KNOWN_ROWS_THREADS = 512  # the widest default block of residue_known_rows_kernel: 32 entries a thread at k = 16384
 
 
 def tables(count: int) -> dict[str, np.ndarray]:
@@ -538,8 +539,10 @@ def residue_known_launch(
     m: int, k: int, kp: int, count: int, residue_factory: Callable[[int], Any] | None = None, threads: int | None = None
 ) -> Launch:
     """The residues of an m x k matrix's rows from their known statistics: ``kernel[grid, block](x, istats, words,
-    mu)`` (``threads`` per row: by default ``precision_gpu.rows_threads(kp)``)."""
-    threads = threads or rows_threads(kp)
+    mu)`` (``threads`` per row: by default ``precision_gpu.rows_threads(kp)``, at most ``KNOWN_ROWS_THREADS``: with no
+    reduction to share, two blocks of 512 on an SM take turns, where one of 1024 leaves it idle while its last warps
+    drain)."""
+    threads = threads or min(rows_threads(kp), KNOWN_ROWS_THREADS)
     kernel = make_residue_known_rows_kernel(k, kp, count, threads, residue_factory or make_residue)
     return Launch("residues of rows, statistics known", kernel, m, threads)
 
