@@ -6,8 +6,8 @@ The automatic plan's scaling: A's residues from the row statistics the choice fo
 B's, transposed, from its column statistics, in one pass (``residue_cols_kernel``, the course's default
 ``columns="direct"``) or by B^T's rows (``transpose_kernel``, then the rows kernel, ``columns="by-rows"``; ``--by-rows``
 times it, each part alone too; ``--row-threads N`` times A's rows kernel with N threads a row too; ``--columns
-2x8,1x16`` times B's one-pass kernel in other block orders and rows a thread, ``group x per``,
-``simt.make_residue_cols_kernel``'s). Each is timed alone
+1,2`` times B's one-pass kernel with other groups of row tiles in consecutive blocks,
+``simt.make_residue_cols_kernel``'s ``group``). Each is timed alone
 (CUDA events, ``utilities.bench``) at several moduli counts (with ``--looped``, ``--written-out`` and ``--unrolled``,
 beside each the same kernel with its loops over the moduli kept, all written out, or unrolled by numba,
 ``tools/unrolled_variants.py``; every variant's words and shifts must equal the one-pass kernel's; the course writes out
@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument(
         "--columns",
         default="",
-        help="also B's one-pass kernel as GROUPxPER, comma-separated (its words must be the course's)",
+        help="also B's one-pass kernel with these groups, comma-separated (its words must be the course's)",
     )
     parser.add_argument("--by-rows", action="store_true", help="also B's residues by its transpose and the rows kernel")
     parser.add_argument(
@@ -165,11 +165,11 @@ def main() -> None:
                 a.nbytes + count * size * kp,
             )
             same[name] = ("rows (A, statistics known)", a_words, a_copy, plan.mu, mu_copy)
-        for spec in filter(None, args.columns.split(",")):  # B's one pass in another order or depth a thread
-            group, per = (int(v) for v in spec.split("x"))
-            other = simt.residue_cols_launch(size, size, kp, count, group=group, per=per)
+        for spec in filter(None, args.columns.split(",")):  # B's one pass in another order of its blocks
+            group = int(spec)
+            other = simt.residue_cols_launch(size, size, kp, count, group=group)
             b_copy, nu_copy = cp.empty_like(b_words), cp.empty_like(plan.nu)
-            name = f"columns (B), one pass, order {group}x{per}"
+            name = f"columns (B), one pass, {group} row tiles a column tile"
             kernels[name] = (
                 lambda other=other, b_copy=b_copy, nu_copy=nu_copy: launch.launch(
                     other.kernel, other.grid, other.block, 0, b, plan.stats.cols_i, b_copy, nu_copy

@@ -79,7 +79,8 @@ from . import reference as ref
 from .precision import SCHEME
 
 SPLIT = 2.0**40  # x = h 2^40 + l: |h| < 2^38 and |l| < 2^40 for |x| < 2^78
-COLS_TILE, COLS_DEPTH, COLS_PER = 32, 64, 8  # residue_cols_kernel: 32 columns by 64 rows, 8 rows a thread
+COLS_TILE, COLS_ROWS, COLS_DEPTH = 32, 8, 64  # residue_cols_kernel: 32 columns by 64 rows, 8 rows a thread
+COLS_GROUP = 4  # residue_cols_kernel: four row tiles of a column tile in consecutive blocks (two 128-byte lines)
 T_TILE, T_ROWS, T_PADDED = 32, 8, 33  # transpose_kernel: a 32 x 32 tile (33 columns in shared memory), 4 a thread
 RECONSTRUCT_BLOCK = (32, 8)  # 32 columns (coalesced) by 8 rows
 DIGITS_THREADS = 256
@@ -321,33 +322,29 @@ def make_residue_known_rows_kernel(
 
 
 @functools.cache
-def make_residue_cols_kernel(
-    count: int, residue_factory: Callable[[int], Any] = make_residue, group: int = 1, per: int = COLS_PER
-):
-    """``residue_cols_kernel[(ceil(n / 32), ceil(kp / 64)), (32, 64 / per)](b, istats, words, nu)``: the residues of the
+def make_residue_cols_kernel(count: int, residue_factory: Callable[[int], Any] = make_residue, group: int = COLS_GROUP):
+    """``residue_cols_kernel[grid, (32, 8)](b, istats, words, nu)`` (``residue_cols_launch``): the residues of the
     columns of a row-major B (k, n), each plane stored transposed: ``words`` is the int32 view (count, n, kp/4) of
     the int8 residues (count, n, kp) of B^T; rows k..kp-1 get zeros. Each column's exponent nu comes from its
     statistics (``istats`` (3, n) int64, ``utilities.precision_gpu``: exponent, S, non-finite flag) and is written
     to ``nu`` (n,) by the blocks of the first row tile.
 
-    A block reads 32 columns by 64 rows (each warp 32 consecutive doubles of a row, each thread ``per`` (8 or 16)
-    consecutive rows of its column, all loaded before any is used), packs the residues of four rows into a word in
-    registers, keeps the block's words in shared
+    A block reads 32 columns by 64 rows (each warp 32 consecutive doubles of a row, each thread 8 consecutive rows
+    of its column), packs the residues of four rows into a word in registers, keeps the block's words in shared
     memory (count x 32 x 17 words: a column's 16 and a pad word that keeps a warp's stores free of bank conflicts)
     and writes each column's 16 words (two columns, 128 bytes, per warp store).
 
     ``group``: consecutive blocks take ``group`` row tiles of one column tile before the next column tile (the grid's
-    rows padded to a multiple of ``group``: ``residue_cols_launch``), so that the 64-byte halves of a 128-byte line
-    of a plane reach L2 together; with 1, blocks go along B's rows, a row tile's columns first.
+    rows padded to a multiple of ``group``: ``residue_cols_launch``), so that the two 64-byte halves of a plane's
+    128-byte line reach L2 together; with 1, blocks go along B's rows, a row tile's columns first, and at 16384^3
+    the first halves of 15 planes' lines (15.7 MB) wait in L2 for their second.
     """
-    if per not in (8, 16):
-        raise ValueError(f"the column kernel takes 8 or 16 rows a thread, not {per}")
-    N, MODULI, PER, GROUP = count, count, per, group
+    N, MODULI, PER, GROUP = count, count, COLS_DEPTH // COLS_ROWS, group
     WORDS_PER_COL = COLS_DEPTH // 4
     PADDED = WORDS_PER_COL + 1
-    THREADS = COLS_TILE * (COLS_DEPTH // PER)
+    THREADS = COLS_TILE * COLS_ROWS
     STORES = COLS_TILE * WORDS_PER_COL // THREADS  # a block's words a thread copies out, for each modulus
-    assert STORES == PER // 4  # as many as it packs
+    assert PER == 8 and STORES * THREADS == COLS_TILE * WORDS_PER_COL  # two words a thread, two copied out
     exponent = make_exponent(count)
     store_group = make_store_word_group(count, make_split_residue(count, residue_factory))
 
@@ -382,13 +379,10 @@ def make_residue_cols_kernel(
             for i in range(PER):
                 row = row0 + i
                 vals[i] = b[row, col] if row < k and col < n and bad == 0 else 0.0
-        # the thread's words of each modulus (its rows 0-3, then 4-7...) into the tile, as a row's words go out
-        utx, word = uint64(tx), uint64(STORES * ty)
+        # the thread's two words of each modulus (its rows 0-3, then 4-7) into the tile, as a row's words go out
+        utx, word = uint64(tx), uint64(2 * ty)
         store_group(vals[0], vals[1], vals[2], vals[3], shift, tile, utx, word)
         store_group(vals[4], vals[5], vals[6], vals[7], shift, tile, utx, word + uint64(1))
-        if PER == 16:
-            store_group(vals[8], vals[9], vals[10], vals[11], shift, tile, utx, word + uint64(2))
-            store_group(vals[12], vals[13], vals[14], vals[15], shift, tile, utx, word + uint64(3))
         cuda.syncthreads()
         tid = ty * COLS_TILE + tx
         word0 = tile_y * WORDS_PER_COL
@@ -572,15 +566,14 @@ def residue_cols_launch(
     kp: int,
     count: int,
     residue_factory: Callable[[int], Any] | None = None,
-    group: int = 1,
-    per: int = COLS_PER,
+    group: int = COLS_GROUP,
 ) -> Launch:
-    """The residues of a k x n matrix's columns, transposed: ``kernel[grid, block](b, istats, words, nu)`` (``group``
-    and ``per``: ``make_residue_cols_kernel``'s)."""
-    kernel = make_residue_cols_kernel(count, residue_factory or make_residue, group, per)
+    """The residues of a k x n matrix's columns, transposed: ``kernel[grid, block](b, istats, words, nu)``: a block a
+    32-column tile and 64-row tile, the grid's rows padded to a multiple of ``group`` (``make_residue_cols_kernel``)."""
+    kernel = make_residue_cols_kernel(count, residue_factory or make_residue, group)
     depth_tiles = -(-kp // COLS_DEPTH)
     grid = (-(-n // COLS_TILE), -(-depth_tiles // group) * group)
-    return Launch("residues of columns", kernel, grid, (COLS_TILE, COLS_DEPTH // per))
+    return Launch("residues of columns", kernel, grid, (COLS_TILE, COLS_ROWS))
 
 
 def transpose_launch(rows: int, cols: int) -> Launch:
