@@ -24,6 +24,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -49,6 +50,23 @@ def report_head(tool: str) -> dict[str, str]:
         "date": time.strftime("%Y-%m-%d"),
         "command": shlex.join(["python3", f"tools/{tool}", *sys.argv[1:]]),
     }
+
+
+def beside(kernels: dict, same: dict, name: str, step: Any, args: tuple, moved: int) -> None:
+    """Another launch of a course kernel, timed beside the course's (``kernels``), into copies of its words and
+    shifts that must equal the course's (``same``): ``args`` are the course launch's (x, istats, words, shifts)."""
+    import cupy as cp
+
+    from utilities.machinery import launch
+
+    x, istats, words, shifts = args
+    words_copy, shifts_copy = cp.empty_like(words), cp.empty_like(shifts)
+    kernels[name] = (
+        lambda: launch.launch(step.kernel, step.grid, step.block, 0, x, istats, words_copy, shifts_copy),
+        moved,
+    )
+    course = "rows (A, statistics known)" if name.startswith("rows") else "columns (B), one pass"
+    same[name] = (course, words, words_copy, shifts, shifts_copy)
 
 
 def main() -> None:
@@ -105,6 +123,7 @@ def main() -> None:
         a_words, b_words = plan.a_res[:count].view(cp.int32), plan.b_res[:count].view(cp.int32)
         known = simt.residue_known_launch(size, size, kp, count)
         cols = simt.residue_cols_launch(size, size, kp, count)
+        moved_a, moved_b = a.nbytes + count * size * kp, b.nbytes + count * size * kp
         kernels = {
             "rows (A, statistics known)": (
                 lambda known=known, a_words=a_words: launch.launch(
@@ -156,27 +175,12 @@ def main() -> None:
                     del kernels[name], same[name]
         if args.row_threads:  # A's rows kernel with another block: no reduction, so the same words at any width
             wide = simt.residue_known_launch(size, size, kp, count, threads=args.row_threads)
-            a_copy, mu_copy = cp.empty_like(a_words), cp.empty_like(plan.mu)
             name = f"rows (A, statistics known), {args.row_threads} threads a row"
-            kernels[name] = (
-                lambda wide=wide, a_copy=a_copy, mu_copy=mu_copy: launch.launch(
-                    wide.kernel, wide.grid, wide.block, 0, a, plan.stats.rows_i, a_copy, mu_copy
-                ),
-                a.nbytes + count * size * kp,
-            )
-            same[name] = ("rows (A, statistics known)", a_words, a_copy, plan.mu, mu_copy)
+            beside(kernels, same, name, wide, (a, plan.stats.rows_i, a_words, plan.mu), moved_a)
         for spec in filter(None, args.columns.split(",")):  # B's one pass in another order of its blocks
-            group = int(spec)
-            other = simt.residue_cols_launch(size, size, kp, count, group=group)
-            b_copy, nu_copy = cp.empty_like(b_words), cp.empty_like(plan.nu)
-            name = f"columns (B), one pass, {group} row tiles a column tile"
-            kernels[name] = (
-                lambda other=other, b_copy=b_copy, nu_copy=nu_copy: launch.launch(
-                    other.kernel, other.grid, other.block, 0, b, plan.stats.cols_i, b_copy, nu_copy
-                ),
-                b.nbytes + count * size * kp,
-            )
-            same[name] = ("columns (B), one pass", b_words, b_copy, plan.nu, nu_copy)
+            other = simt.residue_cols_launch(size, size, kp, count, group=int(spec))
+            name = f"columns (B), one pass, {spec} row tiles a column tile"
+            beside(kernels, same, name, other, (b, plan.stats.cols_i, b_words, plan.nu), moved_b)
         if args.by_rows:  # B's residues through its transpose and the rows kernel (the design before the one pass)
             transpose, by_rows, bt = simt.transpose_launch(size, size), known, plan.b_t  # the plan's own B^T
             b_copy, nu_copy = cp.empty_like(b_words), cp.empty_like(plan.nu)
