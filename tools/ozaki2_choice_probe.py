@@ -97,7 +97,7 @@ def main() -> None:
                 ),
                 b.nbytes,
             )
-    concurrent = getattr(st, "concurrent", False)  # the plan's default: B's passes on a second stream
+    concurrent = st.concurrent  # the plan's default: B's passes on a second stream
     both = 2 * a.nbytes + 2 * b.nbytes
     scaled = (8 + choice.count) * (a.size + b.size)  # the scaling reads A and B, writes a byte an entry a modulus
     passes["plan.scale after the choice (A's rows, B's columns)"] = (
