@@ -217,6 +217,7 @@ BIT_PLANS = [
     pytest.param(15, {"digits": "late"}, id="15-late"),
     pytest.param(20, {"products": "batched"}, id="20-batched"),
     pytest.param("auto", {}, id="auto"),
+    pytest.param("auto", {"digits": "late", "panels": 3}, id="auto-late-3-panels"),  # reconstructions on a 2nd stream
 ]
 
 

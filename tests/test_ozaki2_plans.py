@@ -79,6 +79,43 @@ def test_small_plans_give_the_references_c():
     np.testing.assert_array_equal(out, ref.ozaki2_gemm_ref(a, b, count, alpha=2.0))
 
 
+def test_row_panels_give_the_same_c():
+    """Late digits in three row panels of 37 rows (8, 16 and 13: the reconstruction's blocks end mid-panel), a NaN
+    in a row of the second: each panel's products then its reconstruction, on views of the planes, C, A and mu.
+    Every block runs; C is the reference's bit for bit, as the whole plan's is."""
+    m, n, k, count = 37, 33, 70, 5
+    a, b = inputs.exponent_spread(m, k, 1.0, 5), inputs.exponent_spread(k, n, 1.0, 6)
+    a[10, 3] = np.nan
+    c = np.random.default_rng(7).standard_normal((m, n))
+    want = ref.ozaki2_gemm_ref(a, b, count, alpha=-0.75, beta=1.25, c=c, nonfinite="propagate")
+    plan = simt.SimtPlan(m, n, k, count, digits="late", panels=3, xp=np)
+    assert [(p.start, p.stop) for p in plan.row_panels] == [(0, 8), (8, 24), (24, 37)]
+    # each panel's planes a block of its own: on a GPU one panel's GEMMs run while the last one's planes are read
+    spans = sorted((x.__array_interface__["data"][0], x.nbytes) for x in plan.panel_planes)
+    assert spans[0][0] == plan.products_buffer.__array_interface__["data"][0]
+    assert all(s0 + n0 == s1 for (s0, n0), (s1, _) in zip(spans, spans[1:], strict=False))
+    assert sum(nbytes for _, nbytes in spans) == plan.products_buffer.nbytes
+    out = np.full((m, n), -1.0)
+    plan.run(a, b, out, c, -0.75, 1.25)
+    np.testing.assert_array_equal(out, want)
+    assert np.isnan(out[10]).all() and not np.isnan(out[:10]).any()
+
+
+@pytest.mark.parametrize(
+    ("m", "panels", "edges"),
+    [
+        (8192, 4, [0, 2048, 4096, 6144, 8192]),
+        (100, 7, [0, 8, 24, 40, 56, 72, 88, 100]),
+        (3, 4, [0, 3]),
+        (64, 1, [0, 64]),
+    ],
+)
+def test_row_panels_cover_every_row_once(m, panels, edges):
+    """Panels start on multiples of 8 rows, as even as that allows, none empty; fewer where m is small."""
+    got = simt.row_panels(m, panels)
+    assert [p.start for p in got] + [got[-1].stop] == edges
+
+
 def _written_b_t(plan: simt.SimtPlan) -> None:
     """B^T at zeros before a corner-block run (``columns="by-rows"``). The transpose's corner blocks write part of
     it, and the rows kernel's corner blocks read other parts, which hold whatever the allocation held: a NaN there
@@ -129,6 +166,10 @@ def test_bad_plans_are_refused_before_anything_is_allocated():
         simt.SimtPlan(64, 64, 2**17, 14, xp=np)
     with pytest.raises(ValueError, match="products must be one of"):
         simt.SimtPlan(64, 64, 64, 14, products="fused", xp=np)
+    with pytest.raises(ValueError, match="panels = 4 needs digits='late'"):
+        simt.SimtPlan(64, 64, 64, 14, panels=4, xp=np)
+    with pytest.raises(ValueError, match="panels must be a positive int"):
+        simt.SimtPlan(64, 64, 64, 14, digits="late", panels=0, xp=np)
     with pytest.raises(RuntimeError, match="chooses nothing"):
         simt.SimtPlan(64, 64, 64, 14, xp=np).choose(np.zeros((64, 64)), np.zeros((64, 64)))
 

@@ -612,6 +612,16 @@ K_ALIGN = 16  # the residue planes' padded width: cuBLAS's int8 GEMM wants lda =
 PRODUCTS = ("per-modulus", "batched")
 DIGITS = ("early", "late")
 LATE_SHARE = 4  # digits="auto" reads them late when the int32 products fit in 1/LATE_SHARE of the free memory
+PANEL_ALIGN = 8  # row panels start on multiples of 8 rows (the reconstruction's block height)
+
+
+def row_panels(m: int, panels: int) -> list[slice]:
+    """A's rows in ``panels`` runs as even as multiples of ``PANEL_ALIGN`` rows allow (fewer where m is small;
+    one run, the whole, with ``panels`` 1)."""
+    blocks = -(-m // PANEL_ALIGN)
+    count = max(1, min(panels, blocks))
+    edges = [min(m, PANEL_ALIGN * (blocks * q // count)) for q in range(count + 1)]
+    return [slice(lo, hi) for lo, hi in zip(edges, edges[1:], strict=False) if hi > lo]
 
 
 def digits_for(planes: int, m: int, n: int, memory_bytes: int) -> str:
@@ -654,7 +664,10 @@ class SimtPlan:
     choice found (``residue_known_rows_kernel``), "recompute" finds them again in the residues' pass (the design
     before it: kept so that one run can time both; C is the same bit for bit). ``columns``: B's residues by
     ``residue_cols_kernel`` in one pass ("direct") or from the rows of B^T ("by-rows", the design before it: B^T in
-    the products' memory when it fits there, else its own (n, k) buffer; the same words bit for bit).
+    the products' memory when it fits there, else its own (n, k) buffer; the same words bit for bit). ``panels``
+    (late digits, per-modulus products): A's rows in that many panels (``row_panels``); ``run`` takes each panel's
+    products, then its reconstruction, so that on the GPU one panel's reconstruction runs beside the next panel's
+    GEMMs. C is the same bit for bit at any count of panels.
     """
 
     def __init__(
@@ -669,6 +682,7 @@ class SimtPlan:
         digits: str = "early",
         statistics: str = "reuse",
         columns: str = "direct",
+        panels: int = 1,
         xp: Any = None,
     ):
         if moduli != "auto":
@@ -683,12 +697,20 @@ class SimtPlan:
             raise ValueError(f"statistics must be one of {STATISTICS}, got {statistics!r}")
         if columns not in COLUMNS:
             raise ValueError(f"columns must be one of {COLUMNS}, got {columns!r}")
+        if not isinstance(panels, int) or panels < 1:
+            raise ValueError(f"panels must be a positive int, got {panels!r}")
+        if panels > 1 and (digits != "late" or products != "per-modulus"):
+            raise ValueError(
+                f"panels = {panels} needs digits='late' and products='per-modulus' (each panel's reconstruction "
+                f"reads its rows of every int32 product), got digits={digits!r}, products={products!r}"
+            )
         if xp is None:
             import cupy as xp
         self.xp = xp
         self.m, self.n, self.k, self.moduli = m, n, k, moduli
         self.products_mode, self.digits_mode, self.statistics = products, digits, statistics
         self.columns_mode = columns
+        self.row_panels = row_panels(m, panels)
         self.kernels = kernels or Kernels()
         self.kp = ceil_to(k, K_ALIGN)
         top = ref.MAX_MODULI if moduli == "auto" else moduli
@@ -698,6 +720,14 @@ class SimtPlan:
         self.stats = GemmStatistics(m, n, k, xp=xp)
         self.keep_all = digits == "late" or products == "batched"  # every int32 product kept, or two planes in turn
         self.products_buffer = xp.empty((top if self.keep_all else 2, m, n), xp.int32)
+        # with row panels each panel's planes (top, its rows, n) are one contiguous block of the same memory, so
+        # that its reconstruction reads whole arrays
+        flat = self.products_buffer.reshape(-1)
+        self.panel_planes = (
+            [flat[top * n * p.start : top * n * p.stop].reshape(top, p.stop - p.start, n) for p in self.row_panels]
+            if len(self.row_panels) > 1
+            else [self.products_buffer]
+        )
         self.digits = xp.empty((top, m, n), xp.uint8) if digits == "early" else None
         self.b_t = None if columns == "direct" else self._b_t_buffer()
         self.count = None if moduli == "auto" else moduli
@@ -763,20 +793,31 @@ class SimtPlan:
         one of two that early digits take turns with (the digits of product t - 2 have been read out of it)."""
         return self.products_buffer[t if self.keep_all else t % 2]
 
-    def int8_gemm(self, t: int, plane: Any) -> None:
+    def int8_gemm(self, t: int, plane: Any, rows: slice = slice(None)) -> None:
         """Product t: A's residues of modulus t times B's, into the int32 ``plane`` (exact: |r| <= 128 and
-        K <= MAX_K). Here the array module's matmul, which the tests run on NumPy; ``Ozaki2Gemm`` calls cuBLAS."""
+        K <= MAX_K), for A's ``rows`` only (a panel's, whose own plane ``plane`` is). Here the array module's
+        matmul, which the tests run on NumPy; ``Ozaki2Gemm`` calls cuBLAS."""
         xp = self.xp
-        xp.matmul(self.a_res[t].astype(xp.int32), self.b_res[t].T.astype(xp.int32), out=plane)
+        xp.matmul(self.a_res[t][rows].astype(xp.int32), self.b_res[t].T.astype(xp.int32), out=plane)
 
     def products(self) -> None:
         """Stage 2, one modulus after another: each int8 GEMM, and with early digits its digits right after it
-        (``Ozaki2Gemm`` also batches the GEMMs, or reduces on a second stream beside the next GEMM)."""
+        (``Ozaki2Gemm`` also batches the GEMMs, or reduces on a second stream beside the next GEMM). With row
+        panels, every modulus of the first panel, then of the next."""
+        if len(self.row_panels) > 1:
+            for q in range(len(self.row_panels)):
+                self.panel_products(q)
+            return
         for t in range(self.count):
             plane = self.product_plane(t)
             self.int8_gemm(t, plane)
             if self.digits is not None:
                 self.digits_of(plane, t)
+
+    def panel_products(self, q: int) -> None:
+        """Stage 2 for row panel ``q`` (late digits): its rows of every product, into its own planes."""
+        for t in range(self.count):
+            self.int8_gemm(t, self.panel_planes[q][t], self.row_panels[q])
 
     def digits_of(self, plane: Any, t: int) -> None:
         """Stage 2's reduction: the CRT digits of modulus t from its int32 product ``plane``, into ``digits[t]``."""
@@ -786,12 +827,23 @@ class SimtPlan:
     def reconstruct(self, a: Any, b: Any, out: Any, c: Any, alpha: float, beta: float) -> None:
         """Stage 3: C from the digits (or the int32 products); the lines of A and B that hold a NaN or an Inf get
         DGEMM's result (FP64 dot products)."""
+        for q in range(len(self.row_panels)):
+            self.reconstruct_panel(q, a, b, out, c, alpha, beta)
+
+    def reconstruct_panel(self, q: int, a: Any, b: Any, out: Any, c: Any, alpha: float, beta: float) -> None:
+        """Stage 3 for row panel ``q``: C's rows of the panel from its planes (with one panel, the whole C; with
+        several, on the rows of C, A and mu that the panel holds, each a contiguous view)."""
         N = self.count
         late = self.digits is None
-        step = reconstruct_launch(self.m, self.n, N, self.kernels.factory("reconstruct"), from_products=late)
-        planes = self.products_buffer[:N] if late else self.digits[:N]
+        panel = self.row_panels[q]
+        rows = panel.stop - panel.start
+        step = reconstruct_launch(rows, self.n, N, self.kernels.factory("reconstruct"), from_products=late)
+        planes = self.panel_planes[q][:N] if late else self.digits[:N]
+        mu = self.mu
+        if rows < self.m:
+            mu, a, c, out = mu[panel], a[panel], c[panel], out[panel]
         scalars = (np.float64(alpha), np.float64(beta))
-        launch.launch(step.kernel, step.grid, step.block, 0, planes, self.mu, self.nu, a, b, *scalars, c, out)
+        launch.launch(step.kernel, step.grid, step.block, 0, planes, mu, self.nu, a, b, *scalars, c, out)
 
     def run(self, a: Any, b: Any, out: Any, c: Any, alpha: float, beta: float) -> None:
         """Every stage in order, on operands already checked: the choice (``moduli="auto"``), the residues, the
@@ -800,5 +852,15 @@ class SimtPlan:
         if auto:
             self.choose(a, b)
         self.scale(a, b, columns_known=auto, rows_known=auto and self.statistics == "reuse")
+        if len(self.row_panels) > 1:
+            self.panels_run(a, b, out, c, alpha, beta)
+            return
         self.products()
         self.reconstruct(a, b, out, c, alpha, beta)
+
+    def panels_run(self, a: Any, b: Any, out: Any, c: Any, alpha: float, beta: float) -> None:
+        """Stages 2 and 3 by row panels: each panel's products, then its reconstruction (``Ozaki2Gemm`` runs the
+        reconstruction of one panel on a second stream beside the products of the next)."""
+        for q in range(len(self.row_panels)):
+            self.panel_products(q)
+            self.reconstruct_panel(q, a, b, out, c, alpha, beta)

@@ -50,7 +50,9 @@ class Ozaki2Gemm(simt.SimtPlan):
     "late" (the reconstruction reads the int32 products) or "auto" (late where every int32 product fits in a
     quarter of the GPU's free memory: ``simt.digits_for``); ``overlap``: the early reductions on a second stream;
     ``statistics``: with ``moduli="auto"``, A's residues from the choice's row statistics ("reuse") or found again
-    ("recompute"); ``columns``: B's residues in one pass ("direct") or from the rows of B^T ("by-rows").
+    ("recompute"); ``columns``: B's residues in one pass ("direct") or from the rows of B^T ("by-rows");
+    ``panels`` (late digits): A's rows in that many panels, each panel's reconstruction on a second stream beside
+    the next panel's GEMMs (the same C bit for bit).
     The buffers, the choice, the residues, the digits and the reconstruction are ``utilities.ozaki2.simt``'s
     ``SimtPlan`` on CuPy (the tests run that part in numba's simulator); this adds cuBLAS's products.
     """
@@ -68,13 +70,24 @@ class Ozaki2Gemm(simt.SimtPlan):
         overlap: bool = True,
         statistics: str = "reuse",
         columns: str = "direct",
+        panels: int = 1,
     ):
         if digits == "auto":  # late where every int32 product fits (fewer bytes after the GEMMs), else early
             planes = ref.MAX_MODULI if moduli == "auto" else ref.check_moduli(moduli)
             free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()  # the pool's too
             digits = simt.digits_for(planes, m, n, free)
         super().__init__(
-            m, n, k, moduli, kernels, products=products, digits=digits, statistics=statistics, columns=columns, xp=cp
+            m,
+            n,
+            k,
+            moduli,
+            kernels,
+            products=products,
+            digits=digits,
+            statistics=statistics,
+            columns=columns,
+            panels=panels,
+            xp=cp,
         )
         self.overlap = overlap and products == "per-modulus"
         self._side = cp.cuda.Stream(non_blocking=True) if self.overlap else None
@@ -85,6 +98,7 @@ class Ozaki2Gemm(simt.SimtPlan):
         self._scale_events = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
         self._ready = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
         self._read = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
+        self._panel_done = [cp.cuda.Event(disable_timing=True) for _ in range(len(self.row_panels) + 1)]
 
     # -- stages ----------------------------------------------------------------------------------------------------
     def scale(self, a: Any, b: Any, columns_known: bool = False, rows_known: bool = False) -> None:
@@ -102,8 +116,22 @@ class Ozaki2Gemm(simt.SimtPlan):
         self.scale_rows(a, rows_known)
         main.wait_event(b_done)
 
-    def int8_gemm(self, t: int, plane: Any) -> None:
-        cublas.igemm(self.a_res[t], self.b_res[t], plane)
+    def int8_gemm(self, t: int, plane: Any, rows: slice = slice(None)) -> None:
+        cublas.igemm(self.a_res[t][rows], self.b_res[t], plane)
+
+    def panels_run(self, a: Any, b: Any, out: Any, c: Any, alpha: float, beta: float) -> None:
+        """Stages 2 and 3 by row panels: the GEMMs on this stream, panel after panel; each panel's reconstruction
+        on the second stream as soon as its products exist, beside the next panel's GEMMs. This stream waits for
+        the last reconstruction (the next call's GEMMs write the planes it reads)."""
+        main, events = cp.cuda.get_current_stream(), self._panel_done
+        for q in range(len(self.row_panels)):
+            self.panel_products(q)
+            events[q].record(main)
+            self._beside.wait_event(events[q])
+            with self._beside:
+                self.reconstruct_panel(q, a, b, out, c, alpha, beta)
+        events[-1].record(self._beside)
+        main.wait_event(events[-1])
 
     def products(self) -> None:
         """Stage 2: one int8 GEMM per modulus (or one batched call), exact in int32; with early digits each product
