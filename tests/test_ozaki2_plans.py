@@ -101,6 +101,15 @@ def test_row_panels_give_the_same_c():
     assert np.isnan(out[10]).all() and not np.isnan(out[:10]).any()
 
 
+def test_the_automatic_panels():
+    """Several panels only above 8192 rows, with late digits and per-modulus GEMMs: at most 4096 rows each."""
+    assert simt.panels_for(8192, "late", "per-modulus") == 1
+    assert simt.panels_for(16384, "late", "per-modulus") == 4
+    assert simt.panels_for(12289, "late", "per-modulus") == 4
+    assert simt.panels_for(16384, "early", "per-modulus") == simt.panels_for(16384, "late", "batched") == 1
+    assert len(simt.SimtPlan(64, 64, 64, 14, xp=np).row_panels) == 1  # "auto", the default
+
+
 @pytest.mark.parametrize(
     ("m", "panels", "edges"),
     [
@@ -168,7 +177,7 @@ def test_bad_plans_are_refused_before_anything_is_allocated():
         simt.SimtPlan(64, 64, 64, 14, products="fused", xp=np)
     with pytest.raises(ValueError, match="panels = 4 needs digits='late'"):
         simt.SimtPlan(64, 64, 64, 14, panels=4, xp=np)
-    with pytest.raises(ValueError, match="panels must be a positive int"):
+    with pytest.raises(ValueError, match="panels must be a positive int or 'auto'"):
         simt.SimtPlan(64, 64, 64, 14, digits="late", panels=0, xp=np)
     with pytest.raises(RuntimeError, match="chooses nothing"):
         simt.SimtPlan(64, 64, 64, 14, xp=np).choose(np.zeros((64, 64)), np.zeros((64, 64)))

@@ -68,7 +68,12 @@ def host_ms(fn: Callable[[], object], repeats: int = 5) -> float:
 
 
 def _modes(plan: Ozaki2Gemm) -> dict[str, Any]:
-    return {"products": plan.products_mode, "digits": plan.digits_mode, "overlap": plan.overlap}
+    return {
+        "products": plan.products_mode,
+        "digits": plan.digits_mode,
+        "overlap": plan.overlap,
+        "panels": len(plan.row_panels),
+    }
 
 
 def ozaki2_records(

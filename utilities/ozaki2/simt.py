@@ -613,6 +613,17 @@ PRODUCTS = ("per-modulus", "batched")
 DIGITS = ("early", "late")
 LATE_SHARE = 4  # digits="auto" reads them late when the int32 products fit in 1/LATE_SHARE of the free memory
 PANEL_ALIGN = 8  # row panels start on multiples of 8 rows (the reconstruction's block height)
+PANELS_ABOVE, PANEL_ROWS = 8192, 4096  # panels="auto": above 8192 rows, panels of at most 4096 rows
+
+
+def panels_for(m: int, digits: str, products: str) -> int:
+    """``panels="auto"``: one panel up to ``PANELS_ABOVE`` rows (or with early digits, or a batched call), else
+    panels of at most ``PANEL_ROWS`` rows. On an H200 cuBLAS's int8 GEMMs ran 13% faster in panels of 2048 to 8192
+    rows than at m = 16384, and the panels' reconstructions hide under the GEMMs; at m = 8192 panels gained
+    nothing (``instructor-notes/ozaki2.md``)."""
+    if digits != "late" or products != "per-modulus" or m <= PANELS_ABOVE:
+        return 1
+    return -(-m // PANEL_ROWS)
 
 
 def row_panels(m: int, panels: int) -> list[slice]:
@@ -665,9 +676,9 @@ class SimtPlan:
     before it: kept so that one run can time both; C is the same bit for bit). ``columns``: B's residues by
     ``residue_cols_kernel`` in one pass ("direct") or from the rows of B^T ("by-rows", the design before it: B^T in
     the products' memory when it fits there, else its own (n, k) buffer; the same words bit for bit). ``panels``
-    (late digits, per-modulus products): A's rows in that many panels (``row_panels``); ``run`` takes each panel's
-    products, then its reconstruction, so that on the GPU one panel's reconstruction runs beside the next panel's
-    GEMMs. C is the same bit for bit at any count of panels.
+    (late digits, per-modulus products): A's rows in that many panels (``row_panels``; "auto": ``panels_for``);
+    ``run`` takes each panel's products, then its reconstruction, so that on the GPU one panel's reconstruction runs
+    beside the next panel's GEMMs. C is the same bit for bit at any count of panels.
     """
 
     def __init__(
@@ -682,7 +693,7 @@ class SimtPlan:
         digits: str = "early",
         statistics: str = "reuse",
         columns: str = "direct",
-        panels: int = 1,
+        panels: int | str = "auto",
         xp: Any = None,
     ):
         if moduli != "auto":
@@ -697,8 +708,10 @@ class SimtPlan:
             raise ValueError(f"statistics must be one of {STATISTICS}, got {statistics!r}")
         if columns not in COLUMNS:
             raise ValueError(f"columns must be one of {COLUMNS}, got {columns!r}")
+        if panels == "auto":
+            panels = panels_for(m, digits, products)
         if not isinstance(panels, int) or panels < 1:
-            raise ValueError(f"panels must be a positive int, got {panels!r}")
+            raise ValueError(f"panels must be a positive int or 'auto', got {panels!r}")
         if panels > 1 and (digits != "late" or products != "per-modulus"):
             raise ValueError(
                 f"panels = {panels} needs digits='late' and products='per-modulus' (each panel's reconstruction "

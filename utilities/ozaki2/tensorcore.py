@@ -52,7 +52,7 @@ class Ozaki2Gemm(simt.SimtPlan):
     ``statistics``: with ``moduli="auto"``, A's residues from the choice's row statistics ("reuse") or found again
     ("recompute"); ``columns``: B's residues in one pass ("direct") or from the rows of B^T ("by-rows");
     ``panels`` (late digits): A's rows in that many panels, each panel's reconstruction on a second stream beside
-    the next panel's GEMMs (the same C bit for bit).
+    the next panel's GEMMs (the same C bit for bit; "auto": ``simt.panels_for``, several above 8192 rows).
     The buffers, the choice, the residues, the digits and the reconstruction are ``utilities.ozaki2.simt``'s
     ``SimtPlan`` on CuPy (the tests run that part in numba's simulator); this adds cuBLAS's products.
     """
@@ -70,7 +70,7 @@ class Ozaki2Gemm(simt.SimtPlan):
         overlap: bool = True,
         statistics: str = "reuse",
         columns: str = "direct",
-        panels: int = 1,
+        panels: int | str = "auto",
     ):
         if digits == "auto":  # late where every int32 product fits (fewer bytes after the GEMMs), else early
             planes = ref.MAX_MODULI if moduli == "auto" else ref.check_moduli(moduli)
