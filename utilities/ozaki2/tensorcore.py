@@ -122,7 +122,11 @@ class Ozaki2Gemm(simt.SimtPlan):
     def panels_run(self, a: Any, b: Any, out: Any, c: Any, alpha: float, beta: float) -> None:
         """Stages 2 and 3 by row panels: the GEMMs on this stream, panel after panel; each panel's reconstruction
         on the second stream as soon as its products exist, beside the next panel's GEMMs. This stream waits for
-        the last reconstruction (the next call's GEMMs write the planes it reads)."""
+        the last reconstruction (the next call's GEMMs write the planes it reads). Without ``concurrent`` (numba's
+        own launches, on its own stream), each panel's reconstruction on this stream after its GEMMs."""
+        if not self.concurrent:
+            super().panels_run(a, b, out, c, alpha, beta)
+            return
         main, events = cp.cuda.get_current_stream(), self._panel_done
         for q in range(len(self.row_panels)):
             self.panel_products(q)
