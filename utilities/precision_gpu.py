@@ -985,13 +985,12 @@ class GemmStatistics:
         if xp is np:
             self.host_out = np.zeros(1 + MAX_COUNTS)
         else:  # the choice's one copy to the host lands in pinned memory
-            from .machinery import versions
+            from .machinery import streams, versions
 
             self._pinned = xp.cuda.alloc_pinned_memory(8 * (1 + MAX_COUNTS))
             self.host_out = np.frombuffer(self._pinned, np.float64, 1 + MAX_COUNTS)
             self.concurrent = versions.verified(versions.FAST_LAUNCH)
-            self._side = xp.cuda.Stream(non_blocking=True)
-            self._events = [xp.cuda.Event(disable_timing=True) for _ in range(4)]
+            self.beside = streams.Beside(xp)
 
     def _col_chunks(
         self,
@@ -1074,24 +1073,14 @@ class GemmStatistics:
             a_rows()
             b_columns()
             return
-        import cupy as cp
-
-        main, side = cp.cuda.get_current_stream(), self._side
-        begun, q_ready, r_ready, b_done = self._events
-        begun.record(main)  # the tops are filled, and whatever the caller queued before is done, for both streams
-        side.wait_event(begun)
-        with side:
+        with self.beside.follow():  # after the tops are filled, and whatever the caller queued before
             b_rows()
-            r_ready.record(side)
         a_columns()
-        q_ready.record(main)
-        side.wait_event(q_ready)
-        with side:
+        self.beside.join()  # A's rows need r, from B's rows
+        with self.beside.follow():  # B's columns need q, from A's columns
             b_columns()
-            b_done.record(side)
-        main.wait_event(r_ready)
         a_rows()
-        main.wait_event(b_done)
+        self.beside.join()
 
     def choose(self, tables: SchemeTables) -> Choice:
         """The count for the statistics of the last ``compute``: three small kernels, then one copy to the host."""

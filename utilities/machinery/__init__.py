@@ -13,6 +13,7 @@ nvmath-python's and numba-cuda's internals.
 - ``cp_async``: ``cp.async`` commit and wait-group intrinsics for numba;
 - ``padded_layouts``: shared-memory layouts with a leading dimension in cuBLASDx's tensor API (nvmath drops it);
 - ``cpu_build``: course kernels built on a machine without a GPU (a stand-in driver), never launched;
+- ``streams``: a second CUDA stream beside CuPy's current one (work after what was queued, a join back);
 - ``cubin``: a cubin's sections and each function's registers and stack, read in plain Python;
 - ``simulator``: numba's CUDA simulator without its per-call locks for device functions that never name ``cuda``
   (the tests install it: the Ozaki-II kernels' simulated runs stalled on those locks).

@@ -90,15 +90,14 @@ class Ozaki2Gemm(simt.SimtPlan):
             xp=cp,
         )
         self.overlap = overlap and products == "per-modulus"
-        self._side = cp.cuda.Stream(non_blocking=True) if self.overlap else None
-        # B's scaling beside A's, on a stream of its own, where the choice's passes over B run on one too
-        # (GemmStatistics.concurrent: every launch on CuPy's current stream)
+        # one second stream for the plan (its uses never overlap each other): the choice's passes over B, B's
+        # scaling beside A's, each panel's reconstruction beside the next panel's GEMMs, and the early digits beside
+        # the next GEMM. Only where every launch goes to CuPy's current stream (GemmStatistics.concurrent); the
+        # early digits' overlap uses it regardless (cuBLAS and the digit kernels both launch on CuPy's streams)
         self.concurrent = self.stats.concurrent
-        self._beside = cp.cuda.Stream(non_blocking=True)
-        self._scale_events = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
+        self.beside = self.stats.beside
         self._ready = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
         self._read = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
-        self._panel_done = [cp.cuda.Event(disable_timing=True) for _ in range(len(self.row_panels) + 1)]
 
     # -- stages ----------------------------------------------------------------------------------------------------
     def scale(self, a: Any, b: Any, columns_known: bool = False, rows_known: bool = False) -> None:
@@ -107,14 +106,10 @@ class Ozaki2Gemm(simt.SimtPlan):
         if not self.concurrent:
             super().scale(a, b, columns_known, rows_known)
             return
-        main, begun, b_done = cp.cuda.get_current_stream(), *self._scale_events
-        begun.record(main)
-        self._beside.wait_event(begun)
-        with self._beside:
+        with self.beside.follow():
             self.scale_columns(b, columns_known)
-            b_done.record(self._beside)
         self.scale_rows(a, rows_known)
-        main.wait_event(b_done)
+        self.beside.join()
 
     def int8_gemm(self, t: int, plane: Any, rows: slice = slice(None)) -> None:
         cublas.igemm(self.a_res[t][rows], self.b_res[t], plane)
@@ -127,15 +122,11 @@ class Ozaki2Gemm(simt.SimtPlan):
         if not self.concurrent:
             super().panels_run(a, b, out, c, alpha, beta)
             return
-        main, events = cp.cuda.get_current_stream(), self._panel_done
         for q in range(len(self.row_panels)):
             self.panel_products(q)
-            events[q].record(main)
-            self._beside.wait_event(events[q])
-            with self._beside:
+            with self.beside.follow():
                 self.reconstruct_panel(q, a, b, out, c, alpha, beta)
-        events[-1].record(self._beside)
-        main.wait_event(events[-1])
+        self.beside.join()
 
     def products(self) -> None:
         """Stage 2: one int8 GEMM per modulus (or one batched call), exact in int32; with early digits each product
@@ -147,10 +138,10 @@ class Ozaki2Gemm(simt.SimtPlan):
                 for t in range(N):
                     self.digits_of(self.product_plane(t), t)
             return
-        if self.digits is None or self._side is None:  # late digits, or early ones on this stream
+        if self.digits is None or not self.overlap:  # late digits, or early ones on this stream
             super().products()
             return
-        main = cp.cuda.get_current_stream()
+        main, side = cp.cuda.get_current_stream(), self.beside.stream
         for t in range(N):
             slot = t % 2
             plane = self.product_plane(t)
@@ -158,10 +149,10 @@ class Ozaki2Gemm(simt.SimtPlan):
                 main.wait_event(self._read[slot])  # the digits of product t - 2 have been read out of this slot
             self.int8_gemm(t, plane)
             self._ready[slot].record(main)
-            self._side.wait_event(self._ready[slot])
-            with self._side:
+            side.wait_event(self._ready[slot])
+            with side:
                 self.digits_of(plane, t)
-            self._read[slot].record(self._side)
+            self._read[slot].record(side)
         for slot in range(min(2, N)):
             main.wait_event(self._read[slot])  # the reconstruction waits for the last digits
 
