@@ -66,7 +66,7 @@ def test_lab_serves_as_root_and_says_so() -> None:
 
 
 def _sandbox(tmp_path: Path) -> Path:
-    for name in ("course", "pyproject.toml"):
+    for name in ("course", "pyproject.toml", "compilers.txt"):
         (tmp_path / name).write_bytes((REPO / name).read_bytes())
     (tmp_path / "course").chmod(0o755)
     return tmp_path
@@ -110,10 +110,26 @@ def test_python_is_used_for_a_new_environment_or_the_launcher_says_why_not(tmp_p
     fake = bin_dir / "python"
     fake.write_text('#!/bin/sh\ncase "$1" in -c) echo 3.11;; *) echo "ran: $*";; esac\n')
     fake.chmod(0o755)
-    cksum = subprocess.run(["cksum", str(box / "pyproject.toml")], capture_output=True, text=True).stdout.split()[0]
+    # what the stamp records: the checksum of pyproject.toml and compilers.txt together
+    both = (box / "pyproject.toml").read_bytes() + (box / "compilers.txt").read_bytes()
+    cksum = subprocess.run(["cksum"], input=both, capture_output=True).stdout.split()[0].decode()
     (box / ".venv-test" / ".course-stamp").write_text(f"{cksum} test\n")
     done = _course("test", "-q", env={"PYTHON": "/usr/bin/python3", "COURSE_TEST_WORKERS": "1"}, cwd=box)
     assert "PYTHON=/usr/bin/python3 is not used: .venv-test exists (Python 3.11); delete .venv-test" in done.stdout
     assert "ran: -m pytest -q" in done.stdout
     done = _course("test", "-q", cwd=box)
     assert "is not used" not in done.stdout
+
+
+def test_every_environment_gets_the_gpu_images_compilers_without_their_dependencies() -> None:
+    """NVRTC, nvJitLink and NVVM change the machine code: one version for all three, the proofs' image's, pinned in
+    compilers.txt and installed after the extras (pyproject.toml cannot pin them beside cuda-cccl 13.3.5)."""
+    pins = [line for line in (REPO / "compilers.txt").read_text().splitlines() if line and not line.startswith("#")]
+    names = {pin.split("==")[0] for pin in pins}
+    versions = {pin.split("==")[1] for pin in pins}
+    assert names == {"nvidia-cuda-nvrtc", "nvidia-nvjitlink", "nvidia-nvvm"} and len(pins) == 3
+    assert len(versions) == 1, f"the compilers come from one toolkit: {pins}"
+    launcher = (REPO / "course").read_text()
+    assert "--no-deps -r compilers.txt" in launcher
+    assert "cat pyproject.toml compilers.txt | cksum" in launcher  # a new pin installs again
+    assert "-r $root/compilers.txt" in (REPO / "tools" / "cpu_bundle.sh").read_text()

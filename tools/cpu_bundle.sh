@@ -6,10 +6,9 @@
 # prebuild job into $COURSE_BUILD_CACHE (default ../cpu-cache) with `python -m utilities.prebuild --arch sm_90`
 # ($CPU_BUILD_PARALLEL jobs at a time, default half the cores, each with two code generation workers), then writes OUT_DIR/course-sm90-cpu-<commit>.bundle (the cubins that prebuild touched: a cache that built
 # earlier commits keeps theirs too). $CUDA_PINS pins the CUDA wheels to the GPU machine's (its
-# `python -c "from utilities.machinery.buildcache import generator_environment as g; print(g())"` names them),
-# e.g. CUDA_PINS="nvidia-cuda-nvrtc==13.0.88 nvidia-nvjitlink==13.0.88 nvidia-nvvm==13.0.88" for the H200 image of
-# 2026-11-28: an import refuses other NVRTC and nvJitLink versions, and nvJitLink 13.0 cannot link what a newer NVVM
-# wrote (ERROR_OUTDATED_LIBRARY). The pins go in after the rest, without dependencies (cuda-toolkit's extras pin
+# `python -c "from utilities.machinery.buildcache import generator_environment as g; print(g())"` names them;
+# default: compilers.txt's, the H200 image's of 2026-11-28): an import refuses other NVRTC and nvJitLink versions,
+# and nvJitLink 13.0 cannot link what a newer NVVM wrote (ERROR_OUTDATED_LIBRARY). The pins go in after the rest, without dependencies (cuda-toolkit's extras pin
 # NVRTC to its own version, which pip's resolver cannot reconcile with an older NVRTC).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +27,8 @@ if [[ ! -x $venv/bin/python ]]; then
     "$venv/bin/python" -m pip install -q numpy==2.3.5 numba==0.68.0 "numba-cuda[cu13]==0.30.4" cuda-bindings==13.3.1 \
         cuda-core==1.2.0 nvidia-cuda-cccl==13.3.5.0.6
     # shellcheck disable=SC2086
-    "$venv/bin/python" -m pip install -q --no-deps nvmath-python==1.0.0 nvidia-libmathdx-cu13==0.3.2.6 ${CUDA_PINS:-}
+    "$venv/bin/python" -m pip install -q --no-deps nvmath-python==1.0.0 nvidia-libmathdx-cu13==0.3.2.6 \
+        ${CUDA_PINS:--r $root/compilers.txt}
 fi
 commit=$(git -C "$root" rev-parse --short=12 HEAD)
 cd "$root"
