@@ -44,10 +44,12 @@ class Event:
 class Cuda:
     def __init__(self) -> None:
         self.current = [Stream(self, "main")]
+        self.streams = list(self.current)  # every stream made, the caller's first
         self.Event = Event
 
     def Stream(self, non_blocking: bool = False) -> Stream:  # noqa: N802 (CuPy's name)
-        return Stream(self, non_blocking=non_blocking)
+        self.streams.append(Stream(self, non_blocking=non_blocking))
+        return self.streams[-1]
 
     def get_current_stream(self) -> Stream:
         return self.current[-1]
@@ -57,7 +59,7 @@ class Cuda:
 
     def needs(self, work: str) -> set[str]:
         """What must finish before ``work`` starts, on either stream."""
-        for stream in {s.name: s for s in self.current + [self.side]}.values():
+        for stream in self.streams:
             for label, done in stream.ops:
                 if label == work:
                     return done - {work}
@@ -71,7 +73,6 @@ def cuda() -> Cuda:
 
 def test_work_beside_starts_after_what_was_queued_and_overlaps_what_comes_next(cuda):
     beside = Beside(SimpleNamespace(cuda=cuda))
-    cuda.side = beside.stream
     cuda.launch("before")
     with beside.follow() as stream:
         assert cuda.get_current_stream() is stream is beside.stream
@@ -88,7 +89,6 @@ def test_work_beside_starts_after_what_was_queued_and_overlaps_what_comes_next(c
 def test_two_events_serve_every_call_since_each_wait_follows_its_record(cuda):
     """The panels' pattern: a reconstruction beside each panel's GEMMs, each after its own panel's GEMMs only."""
     beside = Beside(SimpleNamespace(cuda=cuda))
-    cuda.side = beside.stream
     for q in range(3):
         cuda.launch(f"gemms {q}")
         with beside.follow():
@@ -106,7 +106,6 @@ def test_two_events_serve_every_call_since_each_wait_follows_its_record(cuda):
 def test_a_join_orders_only_what_comes_after_it(cuda):
     """The choice's statistics: B's rows beside A's columns, then each side needs the other's first pass."""
     beside = Beside(SimpleNamespace(cuda=cuda))
-    cuda.side = beside.stream
     with beside.follow():
         cuda.launch("b rows")
     cuda.launch("a columns")
@@ -129,7 +128,6 @@ def test_the_choices_weighted_passes_wait_for_the_other_operands_norms_and_nothi
 
     stats = GemmStatistics(64, 48, 32, xp=np)
     stats.concurrent, stats.beside = True, Beside(SimpleNamespace(cuda=cuda))
-    cuda.side = stats.beside.stream
     a, b = np.zeros((64, 32)), np.zeros((32, 48))
     operand = {id(a): "a", id(b): "b"}
     monkeypatch.setattr(stats, "_col_chunks", lambda x, *args, **kw: cuda.launch(f"columns of {operand[id(x)]}"))
