@@ -307,6 +307,29 @@ def test_collect_versions_reads_package_metadata() -> None:
     assert all(v is None or isinstance(v, str) for v in versions.values())
 
 
+def test_the_compilers_are_named_as_loaded_and_none_where_they_cannot_load(monkeypatch) -> None:
+    """nvJitLink and NVVM are not pinned and change the machine code: a report names the ones its process loaded."""
+    import types
+
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.nvjitlink = types.SimpleNamespace(version=lambda: (13, 0))
+    pathfinder = types.ModuleType("cuda.pathfinder")
+    lib = "/usr/local/cuda-13.0/nvvm/lib64/libnvvm.so.4.0.0"
+    pathfinder.load_nvidia_dynamic_lib = lambda name: types.SimpleNamespace(abs_path=lib if name == "nvvm" else None)
+    cuda = types.ModuleType("cuda")
+    cuda.bindings, cuda.pathfinder = bindings, pathfinder
+    for name, module in (("cuda", cuda), ("cuda.bindings", bindings), ("cuda.pathfinder", pathfinder)):
+        monkeypatch.setitem(sys.modules, name, module)
+    assert report._compilers() == {"nvjitlink": "13.0", "nvvm": lib}
+
+    def missing(*args):
+        raise OSError("not found")
+
+    bindings.nvjitlink = types.SimpleNamespace(version=missing)
+    pathfinder.load_nvidia_dynamic_lib = missing
+    assert report._compilers() == {"nvjitlink": None, "nvvm": None}
+
+
 def test_cpu_modules_do_not_import_cupy() -> None:
     code = (
         "import sys, utilities.bench, utilities.peaks, utilities.plots, utilities.report, utilities.cublas\n"

@@ -190,10 +190,31 @@ def _cuda_version() -> str | None:
         return None
 
 
-def collect_versions(*, gpu: bool = True) -> dict[str, str | None]:
-    """Versions of the GPU stack: packages from their metadata, driver and CUDA when a driver answers.
+def _compilers() -> dict[str, str | None]:
+    """The compilers that generate the kernels' machine code, as this process loads them: nvJitLink's version
+    ("13.0", from the library itself) and the file NVVM is loaded from (a CUDA toolkit's or a wheel's). Neither is
+    pinned, and two versions give different machine code (README, "Why pinned"). None where one cannot be loaded."""
+    found: dict[str, str | None] = {"nvjitlink": None, "nvvm": None}
+    try:
+        from cuda.bindings import nvjitlink  # type: ignore[import-not-found]
 
-    A package that is not installed maps to None. ``gpu=False`` skips the driver and CUDA queries.
+        found["nvjitlink"] = "{}.{}".format(*nvjitlink.version())
+    except Exception:
+        pass
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib  # type: ignore[import-not-found]
+
+        found["nvvm"] = str(load_nvidia_dynamic_lib("nvvm").abs_path)
+    except Exception:
+        pass
+    return found
+
+
+def collect_versions(*, gpu: bool = True) -> dict[str, str | None]:
+    """Versions of the GPU stack: packages from their metadata, driver and CUDA when a driver answers, and the
+    compilers as loaded (``_compilers``).
+
+    A package that is not installed maps to None. ``gpu=False`` skips the driver, CUDA and compiler queries.
     """
     versions: dict[str, str | None] = {}
     for key, dists in PACKAGES.items():
@@ -207,6 +228,7 @@ def collect_versions(*, gpu: bool = True) -> dict[str, str | None]:
     if gpu:
         versions["driver"] = _driver_release()
         versions["cuda"] = _cuda_version()
+        versions |= _compilers()
     return versions
 
 
