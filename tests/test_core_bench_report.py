@@ -320,14 +320,14 @@ def test_the_compilers_are_named_as_loaded_and_none_where_they_cannot_load(monke
     cuda.bindings, cuda.pathfinder = bindings, pathfinder
     for name, module in (("cuda", cuda), ("cuda.bindings", bindings), ("cuda.pathfinder", pathfinder)):
         monkeypatch.setitem(sys.modules, name, module)
-    assert report._compilers() == {"nvjitlink": "13.0", "nvvm": lib}
+    assert report.compilers() == {"nvjitlink": "13.0", "nvvm": lib}
 
     def missing(*args):
         raise OSError("not found")
 
     bindings.nvjitlink = types.SimpleNamespace(version=missing)
     pathfinder.load_nvidia_dynamic_lib = missing
-    assert report._compilers() == {"nvjitlink": None, "nvvm": None}
+    assert report.compilers() == {"nvjitlink": None, "nvvm": None}
 
 
 def test_cpu_modules_do_not_import_cupy() -> None:

@@ -190,7 +190,7 @@ def _cuda_version() -> str | None:
         return None
 
 
-def _compilers() -> dict[str, str | None]:
+def compilers() -> dict[str, str | None]:
     """The compilers that generate the kernels' machine code, as this process loads them: nvJitLink's version
     ("13.0", from the library itself) and the file NVVM is loaded from (a CUDA toolkit's or a wheel's). Neither is
     pinned, and two versions give different machine code (README, "Why pinned"). None where one cannot be loaded."""
@@ -212,7 +212,7 @@ def _compilers() -> dict[str, str | None]:
 
 def collect_versions(*, gpu: bool = True) -> dict[str, str | None]:
     """Versions of the GPU stack: packages from their metadata, driver and CUDA when a driver answers, and the
-    compilers as loaded (``_compilers``).
+    compilers as loaded (``compilers``).
 
     A package that is not installed maps to None. ``gpu=False`` skips the driver, CUDA and compiler queries.
     """
@@ -228,7 +228,7 @@ def collect_versions(*, gpu: bool = True) -> dict[str, str | None]:
     if gpu:
         versions["driver"] = _driver_release()
         versions["cuda"] = _cuda_version()
-        versions |= _compilers()
+        versions |= compilers()
     return versions
 
 
