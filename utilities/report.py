@@ -192,8 +192,9 @@ def _cuda_version() -> str | None:
 
 def compilers() -> dict[str, str | None]:
     """The compilers that generate the kernels' machine code, as this process loads them: nvJitLink's version
-    ("13.0", from the library itself) and the file NVVM is loaded from (a CUDA toolkit's or a wheel's). Neither is
-    pinned, and two versions give different machine code (README, "Why pinned"). None where one cannot be loaded."""
+    ("13.0", from the library itself) and the file NVVM is loaded from (a CUDA toolkit's or a wheel's). Two
+    versions give different machine code, and a GPU machine need not have compilers.txt's (README, "Why pinned").
+    None where one cannot be loaded."""
     found: dict[str, str | None] = {"nvjitlink": None, "nvvm": None}
     try:
         from cuda.bindings import nvjitlink  # type: ignore[import-not-found]
