@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-COUNTED = ("HMMA", "LDSM", "LDGSTS", "BAR.SYNC", "STG", "LDS", "STS", "STL", "LDL", "CALL")
+COUNTED = ("HMMA", "LDSM", "LDGSTS", "UTMALDG", "SYNCS", "BAR.SYNC", "STG", "LDS", "STS", "STL", "LDL", "CALL")
 
 
 def find_nvdisasm(given: str | None) -> str | None:

@@ -209,6 +209,9 @@ def _conv(kind: str, spec: str, slices: int) -> None:
     from .conv.reference import ConvShape
     from .conv.tensorcore import Conv3x3
 
+    if kind.startswith("conv_tma"):
+        _conv_tma(kind, spec)
+        return
     if kind.startswith("conv_pipe") or kind.startswith("conv_b2b") or kind == "conv_1x1":
         _conv_pipelined(kind, spec)
         return
@@ -264,6 +267,25 @@ def _conv_pipelined(kind: str, spec: str) -> None:
         ConvShape(2, rows, 8, c_in, c_out), fused=kind != "conv_pipe_unfused", cfg=cfg, taps=taps, parts=parts
     )
     plan(cp.zeros((2, rows, 8, c_in), cp.float16), w, cp.zeros(c_out, cp.float16))
+
+
+def _conv_tma(kind: str, spec: str) -> None:
+    """conv_tma[_unfused|_gather|_mma]:64x64@128x64x64-t128-d2-g1-s (C_out x C_in, tile): the pipelined kernel with
+    its A tiles by tensor copies (``conv.tensorcore_tma``); one build serves every image size its boxes fit."""
+    import cupy as cp
+
+    from .conv.layout import PipeConfig
+    from .conv.reference import ConvShape
+    from .conv.tensorcore_tma import TmaConv
+
+    dims, _, tile = spec.partition("@")
+    c_out, c_in = parse_shape(dims)
+    cfg = PipeConfig.parse(tile) if tile else None
+    width = cfg.tile_m if cfg else 128  # one image row a tile: a box of the tile's width
+    parts = {"conv_tma_gather": "gather", "conv_tma_mma": "mma"}.get(kind, "all")
+    plan = TmaConv(ConvShape(2, 1, width, c_in, c_out), fused=kind != "conv_tma_unfused", cfg=cfg, parts=parts)
+    w = cp.zeros((3, 3, c_in, c_out), cp.float16)
+    plan(cp.zeros((2, 1, width, c_in), cp.float16), w, cp.zeros(c_out, cp.float16))
 
 
 def _conv_halo(kind: str, spec: str) -> None:
@@ -358,6 +380,10 @@ BUILDERS: dict[str, Callable[[str, str, int], None]] = {
     "conv_1x1": _conv,
     "conv_b2b": _conv,
     "conv_b2b_keep": _conv,
+    "conv_tma": _conv,
+    "conv_tma_unfused": _conv,
+    "conv_tma_gather": _conv,
+    "conv_tma_mma": _conv,
     "conv_halo": _conv,
     "conv_halo_unfused": _conv,
     "conv_halo_gather": _conv,
@@ -392,6 +418,10 @@ KIND_SECONDS = {
     "conv_1x1": 165,
     "conv_b2b": 250,
     "conv_b2b_keep": 250,
+    "conv_tma": 175,  # not measured yet: as the pipelined kernel
+    "conv_tma_unfused": 165,
+    "conv_tma_gather": 120,
+    "conv_tma_mma": 165,
     "conv_halo": 175,  # not measured yet: as the pipelined kernel
     "conv_halo_unfused": 165,
     "conv_halo_gather": 120,
@@ -426,6 +456,12 @@ HALO_JOBS = (
     "conv_halo:64x64,conv_halo_unfused:64x64,conv_halo:32x128,conv_halo:64x64@h64x64x64-t256,"
     "conv_halo_b2b:64x64x64,conv_halo_b2b_keep:64x64x64,conv_halo_b2b:64x64x128@h64x64x64-t256,"
     "conv_halo_b2b_keep:64x64x128@h64x64x64-t256"
+)
+# The tensor-copy kernel (utilities.conv.tensorcore_tma, issue 44) at the default tile: not yet a course kernel, built
+# for tools/conv_tma_probe.py (its checks' C_out of 128 at the same tile: the same kernel)
+TMA_JOBS = (
+    "conv_tma:64x64@128x64x64-t128-d2-g1-s,conv_tma_gather:64x64@128x64x64-t128-d2-g1-s,"
+    "conv_tma_mma:64x64@128x64x64-t128-d2-g1-s"
 )
 CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels and 2c's diagnostics at the plan's default
     # tile; the back-to-back kernel at the target's channels and at the checks' (C_out = 128))

@@ -17,6 +17,9 @@ three input rows around the tile's image row, one pixel wider on each side (:fun
 16-byte copy goes and what it reads). Tap (r, s) of the tile's pixel i then sits at halo row r, pixel i + s, so
 each tap's A tile is a window of the halo, read in place. Its epilogue (:func:`make_epilogue`) adds the bias to an
 FP32 tile staged in shared memory, by row and channel: plain code, run in numba's simulator by the tests.
+
+The tensor-copy kernel (``utilities.conv.tensorcore_tma``) fetches each tap's A tile as one box of the input
+(:func:`box_coords` says where it starts); the copy engine does the padding.
 """
 
 from __future__ import annotations
@@ -104,6 +107,21 @@ def halo_copy(k, m0, h0, w0, height, width, chunks, halo_width, ld):
     ww = w0 + q - 1
     ok = 1 if hh >= 0 and hh < height and ww >= 0 and ww < width else 0
     return (rr * halo_width + q) * ld + unit * 8, m0 + ((rr - 1) * width + q - 1) * ok, ok, unit
+
+
+@cuda.jit(device=True)
+def box_coords(m0, tap, taps, height, width):
+    """Where the tensor copy of tap ``tap`` (3 r + s; ``taps`` 9, or 1 for a 1x1 convolution) of the row tile that
+    starts at output pixel ``m0`` begins: ``(w, h, b)``, the input column, row and image of the box's first pixel
+    (``utilities.conv.tensorcore_tma``; the box is one image row of the tile's width, or the tile's whole rows).
+    Negative or past the edge where the tap reads the padding: the copy engine fills those pixels with zeros."""
+    plane = height * width
+    b = m0 // plane
+    h0 = (m0 - b * plane) // width
+    w0 = m0 - b * plane - h0 * width
+    r = 1 if taps == 1 else tap // 3
+    s = 1 if taps == 1 else tap - 3 * (tap // 3)
+    return int32(w0 + s - 1), int32(h0 + r - 1), int32(b)
 
 
 @functools.cache

@@ -1,0 +1,235 @@
+"""The tensor-copy convolution (``utilities.conv.tensorcore_tma``) and its machinery (``utilities.machinery.tma``).
+
+On a CPU: which box a row tile needs, and the shapes refused with their fix; every tap's A tile as the copy engine
+writes it (a NumPy model of a tiled box with zero fill and the 64- or 128-byte swizzle, from the PTX ISA's
+definitions) equal, bit for bit, to the tile the gathering kernel writes (its own index map and the swizzle
+``machinery.swizzle`` measured); the intrinsics compiled to PTX and assembled for sm_90a where ptxas is installed.
+On a GPU: the kernel against the course's checker, at tiles inside one image row and tiles of whole rows.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from utilities.conv import simt
+from utilities.conv.reference import ConvShape
+from utilities.execution import python_env
+from utilities.machinery.tma import Box, box_of
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def gathered_tile(x: np.ndarray, m0: int, tap: int, taps: int, c0: int, tile_m: int, tile_k: int) -> np.ndarray:
+    """The A tile (FP16 places of shared memory) the pipelined kernel's gather writes for tap ``tap`` of the row tile
+    at pixel ``m0``: its index map (``simt.pixel_coords``, ``tap_mask``, ``tap_offset``), 16-byte chunks placed by
+    the measured swizzle (``chunk ^ ((chunk >> 3) & (chunks a row - 1))``)."""
+    _, height, width, channels = x.shape
+    flat = x.reshape(-1)
+    cpr = tile_k // 8
+    tile = np.zeros(tile_m * tile_k, np.float16)
+    for row in range(tile_m):
+        m = m0 + row
+        if taps == 1:
+            ok, src = 1, m
+        else:
+            h, w = simt.pixel_coords.py_func(m, height, width)
+            ok = (simt.tap_mask.py_func(h, w, height, width) >> tap) & 1
+            src = m + simt.tap_offset.py_func(tap, width) * ok
+        for unit in range(cpr):
+            chunk = row * cpr + unit
+            dst = (chunk ^ ((chunk >> 3) & (cpr - 1))) * 8
+            if ok:
+                tile[dst : dst + 8] = flat[src * channels + c0 + unit * 8 : src * channels + c0 + unit * 8 + 8]
+    return tile
+
+
+def copied_tile(x: np.ndarray, coords: tuple[int, int, int, int], box: Box, swizzle_bytes: int) -> np.ndarray:
+    """The box at ``coords`` (c, w, h, b) as a tiled tensor copy writes it: elements innermost first, zeros outside
+    the tensor, then each 16-byte chunk's index (address bits 4 and up) XORed with the 128-byte row's index within
+    its group of 8 (``swizzle_bytes`` 128: bits 7-9, three bits) or 4 (64: bits 7-8, two bits)."""
+    batch, height, width, channels = x.shape
+    c0, w0, h0, b = coords
+    dense = np.zeros((box.rows, box.width, box.channels), np.float16)
+    for hh in range(box.rows):
+        for ww in range(box.width):
+            h, w = h0 + hh, w0 + ww
+            if 0 <= b < batch and 0 <= h < height and 0 <= w < width:
+                dense[hh, ww] = x[b, h, w, c0 : c0 + box.channels]
+    raw = dense.reshape(-1).view(np.uint8)
+    out = np.zeros_like(raw)
+    bits = {128: 7, 64: 3}[swizzle_bytes]
+    offsets = np.arange(raw.size)
+    out[offsets ^ (((offsets >> 7) & bits) << 4)] = raw
+    return out.view(np.float16)
+
+
+def test_a_row_tile_is_one_box_or_refused_with_the_fix():
+    assert box_of(512, 512, 128, 64) == Box(64, 128, 1)  # the target: four tiles an image row
+    assert box_of(8, 32, 128, 64) == Box(64, 32, 4)  # four whole rows a tile
+    assert box_of(4, 64, 64, 32).nbytes == 64 * 32 * 2
+    with pytest.raises(ValueError, match="H a multiple of 128 / W"):
+        box_of(6, 32, 128, 64)  # a tile of four rows would straddle two images
+    with pytest.raises(ValueError, match="gathering kernel"):
+        box_of(24, 24, 128, 64)  # the 2c check's shape: tiles start mid-row
+    with pytest.raises(ValueError, match="tile_k 32 or 64"):
+        box_of(8, 128, 128, 16)
+
+
+# (shape, tile_m, tile_k, taps): tiles inside a row (two a row), tiles of whole rows, K stages of 32 channels
+# (two a tap), a 1x1 convolution; every shape has its image's top, bottom, left and right edges in some tile
+CASES = [
+    (ConvShape(2, 3, 256, 64, 64), 128, 64, 9),
+    (ConvShape(2, 8, 32, 64, 64), 128, 64, 9),
+    (ConvShape(1, 4, 128, 64, 32), 128, 32, 9),
+    (ConvShape(2, 4, 16, 64, 64), 64, 64, 9),
+    (ConvShape(2, 2, 128, 64, 64), 128, 64, 1),
+]
+
+
+@pytest.mark.parametrize(("shape", "tile_m", "tile_k", "taps"), CASES)
+def test_every_tensor_copy_writes_the_tile_the_gather_writes(shape, tile_m, tile_k, taps):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((shape.batch, shape.height, shape.width, shape.c_in)).astype(np.float16)
+    box = box_of(shape.height, shape.width, tile_m, tile_k)
+    stages = taps * shape.c_in // tile_k
+    for m0 in range(0, shape.m, tile_m):
+        for stage in range(stages):
+            tap, c0 = simt.stage_tap.py_func(stage * tile_k, shape.c_in)
+            w, h, b = simt.box_coords.py_func(m0, tap, taps, shape.height, shape.width)
+            got = copied_tile(x, (c0, w, h, b), box, 2 * tile_k)
+            want = gathered_tile(x, m0, tap, taps, c0, tile_m, tile_k)
+            np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16), err_msg=f"{m0=} {tap=} {c0=}")
+
+
+def test_the_model_tells_a_wrong_swizzle_or_a_wrong_corner():
+    """The comparison above fails where the copy is wrong: the 64-byte swizzle for rows of 128 bytes, no swizzle,
+    or the box one pixel off (a tap's column or row offset lost)."""
+    x = np.random.default_rng(3).standard_normal((1, 3, 128, 64)).astype(np.float16)
+    box = box_of(3, 128, 128, 64)
+    want = gathered_tile(x, 0, 4, 9, 0, 128, 64)  # the middle tap: no padding read
+    w, h, b = simt.box_coords.py_func(0, 4, 9, 3, 128)
+    assert np.array_equal(copied_tile(x, (0, w, h, b), box, 128), want)
+    assert not np.array_equal(copied_tile(x, (0, w, h, b), box, 64), want)
+    assert not np.array_equal(copied_tile(x, (0, w + 1, h, b), box, 128), want)
+    assert not np.array_equal(copied_tile(x, (0, w, h - 1, b), box, 128), want)
+    plain = np.zeros((128, 64), np.float16)
+    plain[:] = x[0, 1, :, :]
+    assert not np.array_equal(plain.reshape(-1), want)
+
+
+INTRINSICS_KERNEL = """
+import os, sys
+os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+from types import SimpleNamespace
+import numba.cuda.dispatcher
+import numpy as np
+from numba import cuda, types
+numba.cuda.dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=(9, 0))
+from utilities.machinery import tma
+
+BAR = 16384  # FP16 index: after two slots of 8192
+
+
+@cuda.jit
+def ring(tmap, out, n):
+    smem = cuda.shared.array(shape=(0,), dtype=np.float16, alignment=1024)
+    tid = cuda.threadIdx.x
+    if tid == 0:
+        tma.acquire_map(tmap)
+        tma.barrier_init(smem, BAR, 1)
+        tma.barrier_init(smem, BAR + 4, 1)
+        tma.fence_barrier_init()
+    cuda.syncthreads()
+    total = 0.0
+    for p in range(n):
+        slot = p % 2
+        if tid == 0:
+            tma.fence_async_shared()
+            tma.expect_bytes(smem, BAR + 4 * slot, 16384)
+            tma.load_4d(smem, slot * 8192, tmap, 0, p - 1, 1, 0, BAR + 4 * slot)
+        tma.wait_parity(smem, BAR + 4 * slot, (p // 2) & 1)
+        total += float(smem[slot * 8192 + tid])
+        cuda.syncthreads()
+    out[tid] = total
+
+
+ptx, _ = cuda.compile_ptx(ring.py_func, (types.uint8[::1], types.float64[::1], types.int32), cc=(9, 0))
+open(sys.argv[1] + "/ring.ptx", "w").write(ptx)
+print("ok")
+"""
+
+
+def test_the_intrinsics_compile_to_tensor_copies_and_transaction_barriers(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", INTRINSICS_KERNEL, str(tmp_path)],
+        cwd=ROOT,
+        env=python_env(simulator=False),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    ptx = (tmp_path / "ring.ptx").read_text()
+    for instruction in (
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+        "mbarrier.init.shared::cta.b64",
+        "mbarrier.arrive.expect_tx.shared::cta.b64",
+        "mbarrier.try_wait.parity.shared::cta.b64",
+        "fence.proxy.tensormap::generic.acquire.gpu",
+        "fence.mbarrier_init.release.cluster",
+        "fence.proxy.async.shared::cta",
+    ):
+        assert instruction in ptx, instruction
+    ptxas = shutil.which("ptxas")
+    if ptxas:  # every wait's loop label is local to its braces: two waits in one function assemble
+        out = subprocess.run(
+            [ptxas, "-arch=sm_90a", str(tmp_path / "ring.ptx"), "-o", str(tmp_path / "k.o")],
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0 or re.search(r"Unsupported \.version", out.stderr), out.stderr
+
+
+# ------------------------------------------------------------------------------------------------------------
+# On a GPU
+# ------------------------------------------------------------------------------------------------------------
+
+# tiles inside an image row (two a row, three rows: every edge), tiles of four whole rows (two images), and
+# two column tiles of 64
+GPU_SHAPES = [ConvShape(2, 3, 256, 64, 128), ConvShape(2, 8, 32, 64, 64)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: s.label)
+@pytest.mark.parametrize("blocks", [None, 2])
+def test_the_tensor_copy_kernel_passes_the_checker(gpu, shape, blocks):
+    import cupy as cp
+
+    from utilities.conv import check
+    from utilities.conv.tensorcore_tma import TmaConv
+
+    plan = TmaConv(shape, blocks=blocks)
+
+    def run(x, w, bias):
+        out = cp.full((shape.batch, shape.height, shape.width, shape.c_out), np.nan, cp.float16)
+        plan(cp.asarray(x), cp.asarray(w), cp.asarray(bias), out=out)
+        return cp.asnumpy(out)
+
+    verdict = check.check_conv(run, shape=shape, seed=11)
+    assert verdict, verdict.why
+
+
+@pytest.mark.gpu
+def test_the_tensor_copy_plan_refuses_a_tile_across_rows(gpu):
+    from utilities.conv.check import CONV_SHAPE
+    from utilities.conv.tensorcore_tma import TmaConv
+
+    with pytest.raises(ValueError, match="gathering kernel"):
+        TmaConv(CONV_SHAPE)
