@@ -11,7 +11,8 @@ Run on a GPU, after importing a bundle that holds ``prebuild.TMA_JOBS`` (else ea
    reference on sampled pixels within its derived bound, as the speed run checks ``conv.fused``.
 2. Times it (median of interleaved rounds: ``benchmarks.interleaved``, three operand sets) beside the pipelined
    ``conv.fused`` (``layout.speed_configs()[0]``) and cuDNN; with ``--diagnostics`` also both kernels' gathers
-   alone and MMAs alone; with ``--triton`` the Triton peer (its autotuning takes minutes).
+   alone and MMAs alone; with ``--triton`` the Triton peer (its autotuning takes minutes); with ``--tiles`` the
+   tensor-copy kernel at other blocks too (each checked first).
 
 Prints a table; ``--json`` writes ``{"gpu", "compilers", "shape", "checks", "rows", "ok"}``. Exits 1 when a check
 fails (nothing is timed then), 3 when a launch has not finished after ``--hang`` seconds (a barrier whose bytes
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--diagnostics", action="store_true", help="also each kernel's gathers alone and MMAs alone")
     parser.add_argument("--triton", action="store_true", help="also the Triton peer (its autotuning: minutes)")
     parser.add_argument("--hang", type=float, default=30.0, help="seconds a launch may take once built")
+    parser.add_argument(
+        "--tiles", default="", help="more tiles of the tensor-copy kernel to check and time (PipeConfig specs, commas)"
+    )
     args = parser.parse_args(argv)
 
     from utilities.preflight import PreflightError, preflight
@@ -75,13 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     from utilities.conv import benchmarks, check, model
     from utilities.conv import reference as ref
     from utilities.conv.baselines import CudnnConv
-    from utilities.conv.layout import speed_configs
+    from utilities.conv.layout import PipeConfig, speed_configs
     from utilities.conv.tensorcore_persistent import PipelinedConv
     from utilities.conv.tensorcore_tma import TmaConv
     from utilities.report import compilers
 
     shape = benchmarks.TARGET
     cfg = speed_configs()[0]
+    more = [PipeConfig.parse(t) for t in args.tiles.split(",") if t]
     result: dict[str, Any] = {
         "gpu": env.gpu.name,
         "compilers": compilers(),
@@ -116,21 +121,30 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, flush=True)
                 if not verdict:
                     raise CheckFailure("out", f"{line} ({verdict.why})")
+        for tile in more:  # the checker's shape whose image rows hold whole tiles of every tile_m
+            small = ref.ConvShape(2, 3, 256, 64, 128)
+            verdict = check.check_conv(runner(TmaConv(small, cfg=tile, blocks=2)), shape=small, seed=40)
+            line = f"tma@{tile.spec} at {small.label}, blocks 2: {verdict.status}"
+            result["checks"].append(line)
+            print(line, flush=True)
+            if not verdict:
+                raise CheckFailure("out", f"{line} ({verdict.why})")
         pixels = benchmarks.sample_pixels(shape, 0)
-        plan = TmaConv(shape)
         inputs = {
             "random": tuple(cp.asnumpy(v) for v in benchmarks.conv_operands(shape, 0)),
             "large magnitudes": ref.conv_inputs(shape, "large magnitudes", 7).args(),
         }
-        for name, host in inputs.items():
-            out = plan(*(cp.asarray(v) for v in host))
-            finish_or_exit("the kernel at the target", args.hang)
-            error = benchmarks._error(out, host, pixels, fused=True)
-            line = f"tma at the target, {name}: max |error| / bound {error['max_elementwise']:.3g}"
-            result["checks"].append({"line": line, "error": error})
-            print(line, flush=True)
-            if not error["max_elementwise"] <= 1.0:
-                raise CheckFailure("out", f"{line}: beyond the FP64 reference's derived bound")
+        for tile in [cfg, *more]:
+            plan = TmaConv(shape, cfg=tile)
+            for name, host in inputs.items():
+                out = plan(*(cp.asarray(v) for v in host))
+                finish_or_exit("the kernel at the target", args.hang)
+                error = benchmarks._error(out, host, pixels, fused=True)
+                line = f"tma@{tile.spec} at the target, {name}: max |error| / bound {error['max_elementwise']:.3g}"
+                result["checks"].append({"line": line, "error": error})
+                print(line, flush=True)
+                if not error["max_elementwise"] <= 1.0:
+                    raise CheckFailure("out", f"{line}: beyond the FP64 reference's derived bound")
     except CheckFailure as exc:
         print(f"conv_tma_probe: CHECK FAILED: {exc}", file=sys.stderr)
         result["failure"] = str(exc)
@@ -151,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         f"tma@{cfg.spec}": TmaConv(shape, cfg=cfg),
         f"fused@{cfg.spec}": PipelinedConv(shape, cfg=cfg),
     }
+    for tile in more:
+        plans[f"tma@{tile.spec}"] = TmaConv(shape, cfg=tile)
     if args.diagnostics:  # each part alone (wrong results: no error)
         for part in ("gather", "mma"):
             plans[f"tma_{part}_only@{cfg.spec}"] = TmaConv(shape, cfg=cfg, parts=part)
