@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from utilities.conv import simt
+from utilities.conv import check, simt
 from utilities.conv.reference import ConvShape
 from utilities.execution import python_env
 from utilities.machinery.tma import Box, box_of
@@ -68,6 +68,24 @@ def copied_tile(x: np.ndarray, coords: tuple[int, int, int, int], box: Box, swiz
     offsets = np.arange(raw.size)
     out[offsets ^ (((offsets >> 7) & bits) << 4)] = raw
     return out.view(np.float16)
+
+
+def test_a_tensor_copy_spec_names_its_kernel_and_parses_back():
+    from utilities.conv.layout import PipeConfig, TmaConfig
+
+    cfg = TmaConfig(depth=3, blocks=3)
+    assert cfg.spec == "tma128x64x64-t128-d3-g1-s-b3" and TmaConfig.parse(cfg.spec) == cfg
+    assert TmaConfig() != PipeConfig()  # two kernels: their records must not share a name
+    with pytest.raises(ValueError, match="starts with 'tma'"):
+        TmaConfig.parse("128x64x64-t128-d2-g1-s")
+    with pytest.raises(ValueError, match="tile spec looks like"):
+        PipeConfig.parse(cfg.spec)
+
+
+def test_without_a_gpu_there_are_no_tensor_copies():
+    from utilities.machinery import tma
+
+    assert "no GPU to ask" in (tma.unavailable() or "")
 
 
 def test_a_row_tile_is_one_box_or_refused_with_the_fix():
@@ -201,18 +219,13 @@ def test_the_intrinsics_compile_to_tensor_copies_and_transaction_barriers(tmp_pa
 # On a GPU
 # ------------------------------------------------------------------------------------------------------------
 
-# tiles inside an image row (two a row, three rows: every edge), tiles of four whole rows (two images), and
-# two column tiles of 64
-GPU_SHAPES = [ConvShape(2, 3, 256, 64, 128), ConvShape(2, 8, 32, 64, 64)]
-
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: s.label)
+@pytest.mark.parametrize("shape", check.TMA_SHAPES, ids=lambda s: s.label)
 @pytest.mark.parametrize("blocks", [None, 2])
 def test_the_tensor_copy_kernel_passes_the_checker(gpu, shape, blocks):
     import cupy as cp
 
-    from utilities.conv import check
     from utilities.conv.tensorcore_tma import TmaConv
 
     plan = TmaConv(shape, blocks=blocks)
@@ -224,6 +237,21 @@ def test_the_tensor_copy_kernel_passes_the_checker(gpu, shape, blocks):
 
     verdict = check.check_conv(run, shape=shape, seed=11)
     assert verdict, verdict.why
+
+
+@pytest.mark.gpu
+def test_the_unfused_tensor_copy_kernel_stores_the_convolution_alone(gpu):
+    import cupy as cp
+
+    from utilities.conv import reference as ref
+    from utilities.conv.tensorcore_tma import TmaConv
+
+    shape = check.TMA_SHAPES[1]  # tiles of whole rows: every box hangs over the left and right edges
+    x = ref.conv_inputs(shape, "random", 3)
+    got = cp.asnumpy(TmaConv(shape, fused=False)(*(cp.asarray(v) for v in x.args()))).reshape(shape.m, -1)
+    r = ref.conv_ref(*x.args())
+    assert np.all(np.abs(got.astype(np.float64) - r.conv) <= r.bound_conv)
+    assert (got < 0).any(), "no ReLU: the convolution alone has negative entries"
 
 
 @pytest.mark.gpu

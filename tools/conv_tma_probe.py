@@ -1,6 +1,7 @@
 """Developer tool (issue 44, item 1): the tensor-copy 3x3 kernel on a GPU, checked, then timed beside conv.fused.
 
-Run on a GPU, after importing a bundle that holds ``prebuild.TMA_JOBS`` (else each kernel builds: 60-200 s):
+Run on a GPU, after importing a bundle that holds the ``conv_tma`` jobs of ``prebuild.CONV_JOBS`` (else each
+kernel builds: 60-200 s):
 
     source .whl/setup.sh && timeout 300 python3 tools/conv_tma_probe.py --json OUT.json [--diagnostics] [--triton]
 
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     try:
-        for small in (ref.ConvShape(2, 3, 256, 64, 128), ref.ConvShape(2, 8, 32, 64, 64)):
+        for small in check.TMA_SHAPES:
             for blocks, seed in ((None, 31), (2, 38)):
                 verdict = check.check_conv(runner(TmaConv(small, blocks=blocks)), shape=small, seed=seed)
                 line = f"tma at {small.label}, blocks {blocks or 'one wave'}: {verdict.status}"
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not verdict:
                     raise CheckFailure("out", f"{line} ({verdict.why})")
         for tile in more:  # the checker's shape whose image rows hold whole tiles of every tile_m
-            small = ref.ConvShape(2, 3, 256, 64, 128)
+            small = check.TMA_SHAPES[0]
             verdict = check.check_conv(runner(TmaConv(small, cfg=tile, blocks=2)), shape=small, seed=40)
             line = f"tma@{tile.spec} at {small.label}, blocks 2: {verdict.status}"
             result["checks"].append(line)

@@ -276,11 +276,17 @@ def _conv_tma(kind: str, spec: str) -> None:
 
     from .conv.layout import PipeConfig
     from .conv.reference import ConvShape
+    from .machinery import tma
+
+    why = tma.unavailable()
+    if why is not None:  # before Hopper: the notebooks and the speed run leave this kernel out too
+        print(f"prebuild: conv_tma:{spec} left out: {why}")
+        return
     from .conv.tensorcore_tma import TmaConv
 
     dims, _, tile = spec.partition("@")
     c_out, c_in = parse_shape(dims)
-    cfg = PipeConfig.parse(tile) if tile else None
+    cfg = PipeConfig.parse(tile.removeprefix("tma")) if tile else None
     width = cfg.tile_m if cfg else 128  # one image row a tile: a box of the tile's width
     parts = {"conv_tma_gather": "gather", "conv_tma_mma": "mma"}.get(kind, "all")
     plan = TmaConv(ConvShape(2, 1, width, c_in, c_out), fused=kind != "conv_tma_unfused", cfg=cfg, parts=parts)
@@ -457,16 +463,11 @@ HALO_JOBS = (
     "conv_halo_b2b:64x64x64,conv_halo_b2b_keep:64x64x64,conv_halo_b2b:64x64x128@h64x64x64-t256,"
     "conv_halo_b2b_keep:64x64x128@h64x64x64-t256"
 )
-# The tensor-copy kernel (utilities.conv.tensorcore_tma, issue 44) at the default tile: not yet a course kernel, built
-# for tools/conv_tma_probe.py (its checks' C_out of 128 at the same tile: the same kernel)
-TMA_JOBS = (
-    "conv_tma:64x64@128x64x64-t128-d2-g1-s,conv_tma_gather:64x64@128x64x64-t128-d2-g1-s,"
-    "conv_tma_mma:64x64@128x64x64-t128-d2-g1-s"
-)
 CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels and 2c's diagnostics at the plan's default
     # tile; the back-to-back kernel at the target's channels and at the checks' (C_out = 128))
     "conv:64x64,conv_unfused:64x64,conv:32x32,conv_unfused:32x32,conv_pipe:64x64,conv_pipe_unfused:64x64,"
-    "conv_pipe_gather:64x64,conv_pipe_mma:64x64,conv_1x1:64x64,conv_b2b:64x64x64,conv_b2b:64x64x128,"
+    "conv_pipe_gather:64x64,conv_pipe_mma:64x64,conv_tma:64x64,conv_tma_unfused:64x64,conv_tma_gather:64x64,"
+    "conv_tma_mma:64x64,conv_1x1:64x64,conv_b2b:64x64x64,conv_b2b:64x64x128,"
     f"conv_b2b_keep:64x64x128,{HALO_JOBS}"
 )
 # Every kernel `python -m utilities.conv.benchmarks` builds (utilities.conv.layout.speed_configs: the default tile
@@ -485,6 +486,7 @@ CONV_SPEED_JOBS = ",".join(
     + ["conv_1x1:64x64", "conv:64x64", "conv_b2b:64x64x64", "conv_b2b:64x64x128", "conv_b2b_keep:64x64x128"]
     + ["conv_b2b:64x256x64", "conv_b2b_keep:64x256x64", "conv_1x1:64x256"]  # the wide chain (its 3x3: conv_pipe's)
     + ["conv_halo_gather:64x64", "conv_halo_mma:64x64"]  # the halo kernel's diagnostics (its kernels: CONV_JOBS)
+    # (the tensor-copy kernel's four at the default tile are CONV_JOBS')
 )
 PRIMER_JOBS = "primer:tile,primer:stack"  # notebook 0's two kernels
 # The plain numba kernels of the Ozaki tracks, at every K and count the notebooks use: slicing per K and slice count
@@ -865,6 +867,10 @@ SPEC_FORMS = {
     "conv_1x1": "COUTxCIN[@TILE]",
     "conv_b2b": "CINxCMIDxCOUT[@TILE]",
     "conv_b2b_keep": "CINxCMIDxCOUT[@TILE]",
+    "conv_tma": "COUTxCIN[@TILE] (TILE as utilities.conv.layout's spec, e.g. 128x64x64-t128-d2-g1-s)",
+    "conv_tma_unfused": "COUTxCIN[@TILE]",
+    "conv_tma_gather": "COUTxCIN[@TILE]",
+    "conv_tma_mma": "COUTxCIN[@TILE]",
     "conv_halo": "COUTxCIN[@TILE] (TILE as utilities.conv.halo's spec, e.g. h128x64x64-t256)",
     "conv_halo_unfused": "COUTxCIN[@TILE]",
     "conv_halo_gather": "COUTxCIN[@TILE]",

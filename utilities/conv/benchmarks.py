@@ -248,24 +248,24 @@ def pipelined_records(
     seed: int = 0,
     diagnostics: bool = False,
 ) -> list[bench.BenchRecord]:
-    """The pipelined kernel at every tile of ``configs`` (the plan's default if empty), its unfused path (the best
-    tile's), notebook 2c's two-stage kernel, cuDNN and the Triton peer, interleaved at ``shape``.
+    """The pipelined kernels at every tile of ``configs`` (default: :func:`default_configs`, the tensor-copy kernel
+    and the gathering one where this GPU and shape allow both), the best tile's unfused path, notebook 2c's
+    two-stage kernel, cuDNN and the Triton peer, interleaved at ``shape``; ``conv.fused`` is the fastest fused tile.
 
-    ``diagnostics``: also the first tile's kernel doing only its gathers (``conv.gather_only@<tile>``) and only
-    its MMAs (``conv.mma_only@<tile>``), timed in the same rounds: where the whole kernel's time goes (their results
-    are wrong by design: no error). Each kernel's record holds its registers, spills, shared memory and blocks an
-    SM (``params``)."""
+    ``diagnostics``: also the first tile of each kernel doing only its gathers (``conv.gather_only@<tile>``) and
+    only its MMAs (``conv.mma_only@<tile>``), timed in the same rounds: where the whole kernel's time goes (their
+    results are wrong by design: no error). Each kernel's record holds its registers, spills, shared memory and
+    blocks an SM (``params``)."""
     from . import triton_peer
-    from .layout import PipeConfig
 
-    cfgs = list(configs) or [PipeConfig(tile_n=64 if shape.c_out % 64 == 0 else 32)]
+    cfgs = list(configs) or default_configs(shape)
     sets = [conv_operands(shape, seed + i) for i in range(bench.copies_for(model.conv_traffic("fused", shape).bytes))]
     outs = [cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16) for _ in sets]
     plans: dict[str, Any] = {}
     for cfg in cfgs:
         try:
             plans[f"fused@{cfg.spec}"] = tiled_conv(shape, cfg)
-        except ValueError as exc:
+        except (ValueError, RuntimeError) as exc:  # a shape the tile cannot take, a GPU without tensor copies
             print(f"conv: tile {cfg.spec} left out: {exc}")
     plans["twostage"] = Conv3x3(shape)
     # the diagnostics of the first tile of each kernel (pipelined, halo)
@@ -356,24 +356,50 @@ def pipelined_records(
 
 
 def tiled_conv(shape: ref.ConvShape, cfg: Any, **kwargs: Any) -> Any:
-    """The plan of a tile spec's kernel: the halo kernel for a ``HaloConfig``, else the pipelined one."""
+    """The plan of a tile spec's kernel: the halo kernel for a ``HaloConfig``, the tensor-copy kernel for a
+    ``TmaConfig``, else the pipelined one that gathers."""
     from .halo import HaloConfig
+    from .layout import TmaConfig
 
     if isinstance(cfg, HaloConfig):
         from .tensorcore_halo import HaloConv
 
         return HaloConv(shape, cfg=cfg, **kwargs)
+    if isinstance(cfg, TmaConfig):
+        from .tensorcore_tma import TmaConv
+
+        return TmaConv(shape, cfg=cfg, **kwargs)
     from .tensorcore_persistent import PipelinedConv
 
     return PipelinedConv(shape, cfg=cfg, **kwargs)
 
 
 def parse_tile(spec: str) -> Any:
-    """A tile spec of either kernel: ``h128x64x64-t256`` (halo), ``128x64x64-t128-d3-g1-s`` (pipelined)."""
+    """A tile spec of any kernel: ``h128x64x64-t256`` (halo), ``tma128x64x64-t128-d2-g1-s`` (tensor copies),
+    ``128x64x64-t128-d3-g1-s`` (pipelined, gathers)."""
     from .halo import HaloConfig
-    from .layout import PipeConfig
+    from .layout import TMA_PREFIX, PipeConfig, TmaConfig
 
-    return HaloConfig.parse(spec) if spec.strip().startswith("h") else PipeConfig.parse(spec)
+    text = spec.strip()
+    if text.startswith(TMA_PREFIX):
+        return TmaConfig.parse(text)
+    return HaloConfig.parse(text) if text.startswith("h") else PipeConfig.parse(text)
+
+
+def default_configs(shape: ref.ConvShape) -> list[Any]:
+    """The plans' default blocks at ``shape``: the tensor-copy kernel's first where this GPU has tensor copies
+    and the shape's row tiles are boxes (``machinery.tma``), then the gathering pipelined kernel's."""
+    from ..machinery import tma
+    from .layout import PipeConfig, TmaConfig
+
+    tile_n = 64 if shape.c_out % 64 == 0 else 32
+    configs: list[Any] = [PipeConfig(tile_n=tile_n)]
+    copies = TmaConfig(tile_n=tile_n)
+    try:
+        tma.box_of(shape.height, shape.width, copies.tile_m, copies.tile_k)
+    except ValueError:
+        return configs
+    return configs if tma.unavailable() else [copies, *configs]
 
 
 class UnfusedPipelined:
@@ -518,13 +544,15 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
     one line each; raises the first CheckFailure."""
     from . import check, triton_peer
     from .halo import HaloConfig
-    from .layout import PipeConfig
+    from .layout import PipeConfig, TmaConfig
     from .tensorcore_persistent import ConvB2B, PipelinedConv, UnfusedConvB2B
 
     lines = []
     for cfg in [c for c in configs if isinstance(c, HaloConfig)]:
         lines.append(halo_correctness(cfg))
-    for cfg in [c for c in configs if not isinstance(c, HaloConfig)] or [PipeConfig()]:
+    for cfg in [c for c in configs if isinstance(c, TmaConfig)]:
+        lines.append(tma_correctness(cfg))
+    for cfg in [c for c in configs if not isinstance(c, (HaloConfig, TmaConfig))] or [PipeConfig()]:
         shape = check.CONV_SHAPE if check.CONV_SHAPE.m % cfg.tile_m == 0 else check.CONV_SHAPE_256
         cfg_n = dataclasses.replace(cfg, tile_n=min(cfg.tile_n, shape.c_out))
         try:
@@ -589,6 +617,27 @@ def halo_b2b_correctness() -> str:
     )
 
 
+def tma_correctness(cfg: Any) -> str:
+    """The tensor-copy kernel with ``cfg`` through the checker at ``check.TMA_SHAPES`` (one block a row tile, and two
+    walking them all), and its unfused path at the first: one line, a line saying why it was left out (a GPU before
+    Hopper), or the first CheckFailure."""
+    from ..machinery import tma
+    from . import check
+    from .tensorcore_tma import TmaConv
+
+    why = tma.unavailable()
+    if why is not None:
+        return f"conv.fused@{cfg.spec}: left out ({why})"
+    for i, shape in enumerate(check.TMA_SHAPES):
+        c = dataclasses.replace(cfg, tile_n=min(cfg.tile_n, shape.c_out))
+        check.check_conv(_numpy_run(TmaConv(shape, cfg=c)), shape=shape, seed=80 + i)
+        check.check_conv(_numpy_run(TmaConv(shape, cfg=c, blocks=2)), shape=shape, seed=90 + i)
+    shape = check.TMA_SHAPES[0]
+    check.check_conv(_numpy_run(UnfusedPipelined(shape, cfg)), shape=shape, fused=False, seed=85)
+    shapes = ", ".join(s.label for s in check.TMA_SHAPES)
+    return f"conv.fused@{cfg.spec} at {shapes} (one block a row tile, and two walking them all), unfused: passed"
+
+
 def halo_correctness(cfg: Any) -> str:
     """The halo kernel with ``cfg``'s threads and TK through the checker at ``halo.HALO_CHECKS`` (one block a row
     tile, and two walking them all), and its unfused path at the first: one line, or the first CheckFailure."""
@@ -646,7 +695,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .. import report
     from ..machinery import buildcache
     from .halo import HaloConfig
-    from .layout import PipeConfig, speed_configs
+    from .layout import PipeConfig, TmaConfig, speed_configs
 
     parser = argparse.ArgumentParser(description="The convolution track's report: every kernel checked, then timed.")
     parser.add_argument(
@@ -657,8 +706,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--tiles",
         default="",
-        help="comma-separated tile specs (layout.PipeConfig.spec, halo.HaloConfig.spec); default: "
-        "layout.speed_configs() and the halo kernel's default (the plans' default tiles with --quick)",
+        help="comma-separated tile specs (layout.PipeConfig.spec, layout.TmaConfig.spec, halo.HaloConfig.spec); "
+        "default: the tensor-copy kernel's default (on Hopper), layout.speed_configs() and the halo kernel's default "
+        "(the plans' default tiles with --quick)",
     )
     parser.add_argument(
         "--b2b-tiles",
@@ -675,7 +725,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tiles:
         configs = [parse_tile(t) for t in args.tiles.split(",")]
     else:
-        configs = [PipeConfig(), HaloConfig()] if args.quick else [*speed_configs(), HaloConfig()]
+        copies = [c for c in default_configs(TARGET) if isinstance(c, TmaConfig)]  # where this GPU has them
+        configs = [*copies, PipeConfig(), HaloConfig()] if args.quick else [*copies, *speed_configs(), HaloConfig()]
     b2b_tiles = [PipeConfig.parse(t) for t in args.b2b_tiles.split(",") if t]
     repeats = 5 if args.quick else args.repeats
     notes = []

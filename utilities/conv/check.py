@@ -45,6 +45,10 @@ CONV_SHAPE = ref.ConvShape(2, 24, 24, 64, 128)  # 9 row tiles of 128 pixels, sta
 # the speed run's check for blocks of 256 pixels (CONV_SHAPE's 1,152 pixels are not a multiple): 6 row tiles of 256
 # over 2 images of 32 x 24, starting mid-row; 2 column tiles of 64
 CONV_SHAPE_256 = ref.ConvShape(2, 32, 24, 64, 128)
+# The tensor-copy kernel's checks (utilities.conv.tensorcore_tma): its row tiles must each be one box, so not
+# CONV_SHAPE's. Tiles inside an image row (two a row, three rows: every edge of the image), and tiles of four whole
+# rows over two images; two column tiles of 64 in the first
+TMA_SHAPES = (ref.ConvShape(2, 3, 256, 64, 128), ref.ConvShape(2, 8, 32, 64, 64))
 # The contract's parameters: the blocks (ConvConfig's fields) 2c's kernel is checked at, two values of every field its
 # factory's Matmul takes: the plan's choice for CONV_SHAPE (ConvConfig.for_shape), and one whose every size differs
 # (18 row tiles of 64 pixels, 4 column tiles of 32, K stages of 32 channels, 64 threads). No index may hold one.

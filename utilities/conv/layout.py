@@ -104,6 +104,30 @@ class PipeConfig(TileConfig):
         )
 
 
+TMA_PREFIX = "tma"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TmaConfig(PipeConfig):
+    """The block of the pipelined kernel whose A stages are tensor copies (``tensorcore_tma``): the same fields as
+    :class:`PipeConfig`; its spec says which kernel, e.g. ``tma128x64x64-t128-d2-g1-s``."""
+
+    @property
+    def spec(self) -> str:
+        return TMA_PREFIX + super().spec
+
+    @classmethod
+    def parse(cls, spec: str) -> TmaConfig:
+        """The inverse of :attr:`spec`."""
+        text = spec.strip()
+        if not text.startswith(TMA_PREFIX):
+            raise ValueError(
+                f"a tensor-copy tile spec starts with {TMA_PREFIX!r}, e.g. tma128x64x64-t128-d2-g1-s, got {spec!r}"
+            )
+        base = PipeConfig.parse(text[len(TMA_PREFIX) :])
+        return cls(**{f: getattr(base, f) for f in base.__dataclass_fields__})
+
+
 def stages(taps: int, c_in: int, tile_k: int) -> int:
     """K stages of one tile: ``taps`` times ``c_in / tile_k`` (a stage never spans two taps)."""
     if c_in % tile_k:

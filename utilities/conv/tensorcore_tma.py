@@ -199,6 +199,9 @@ class TmaConv(PipelinedConv):
         parts: str = "all",
         blocks: int | None = None,
     ):
+        why = tma.unavailable()
+        if why is not None:
+            raise RuntimeError(f"the tensor-copy kernel cannot run here: {why}; use PipelinedConv (gathers)")
         super().__init__(shape, fused, cfg, taps, parts, blocks)
         self.box = tma.box_of(shape.height, shape.width, self.cfg.tile_m, self.cfg.tile_k)
         self.shared = shared_bytes(self.layout, self.cfg)

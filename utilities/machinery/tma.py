@@ -22,7 +22,8 @@ array and an element index, as in ``cp_async.copy16``:
 - ``acquire_map(tmap)``: once, before the first copy through a tensor map that the host wrote to global memory.
 
 Host side: :func:`nhwc_map` encodes the map of an NHWC FP16 tensor for boxes of ``(channels, box_w, box_h, 1)``,
-and :func:`box_of` says which box a convolution's row tile of ``tile_m`` pixels needs, or why none does.
+:func:`box_of` says which box a convolution's row tile of ``tile_m`` pixels needs, or why none does, and
+:func:`unavailable` why this GPU has no tensor copies (before Hopper), or None.
 """
 
 from __future__ import annotations
@@ -180,6 +181,28 @@ def box_of(height: int, width: int, tile_m: int, tile_k: int) -> Box:
         f"{tile_m}, or {tile_m} a multiple of W with H a multiple of {tile_m} / W; use the gathering kernel "
         "(utilities.conv.tensorcore_persistent.PipelinedConv) for this shape"
     )
+
+
+def unavailable() -> str | None:
+    """Why this machine's GPU cannot run tensor copies (a compute capability below 9.0, a cuda-bindings without
+    ``cuTensorMapEncodeTiled``), or None. A CPU build (``machinery.cpu_build``) builds them for its target."""
+    from . import cpu_build
+
+    if cpu_build.active():
+        return None
+    try:
+        import cupy as cp
+
+        major = int(cp.cuda.Device().compute_capability[:-1])
+    except Exception as exc:  # noqa: BLE001 (no GPU, no CuPy: the reason is the answer)
+        return f"no GPU to ask: {type(exc).__name__}: {exc}"
+    if major < 9:
+        return f"tensor copies (TMA) need compute capability 9.0 or later (Hopper); this GPU has {major}.x"
+    try:
+        _driver()
+    except RuntimeError as exc:
+        return str(exc)
+    return None
 
 
 @functools.cache
