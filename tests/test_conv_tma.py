@@ -255,6 +255,26 @@ def test_the_unfused_tensor_copy_kernel_stores_the_convolution_alone(gpu):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("blocks", [None, 2])
+def test_the_back_to_back_kernel_with_tensor_copies_passes_the_checker(gpu, blocks):
+    import cupy as cp
+
+    from utilities.conv.layout import TmaConfig, b2b_config
+    from utilities.conv.tensorcore_persistent import ConvB2B
+
+    shape = check.TMA_B2B_SHAPE
+    base = b2b_config(shape.c_mid, shape.c_out)
+    cfg = TmaConfig(**{f: getattr(base, f) for f in base.__dataclass_fields__})
+    plan = ConvB2B(shape, cfg=cfg, keep_d0=True, blocks=blocks)
+
+    def run(x, w0, w1, bias1):
+        return cp.asnumpy(plan(*(cp.asarray(v) for v in (x, w0, w1, bias1))))
+
+    verdict = check.check_conv_b2b(run, stages=plan.stages, shape=shape, seed=13)
+    assert verdict, verdict.why
+
+
+@pytest.mark.gpu
 def test_the_tensor_copy_plan_refuses_a_tile_across_rows(gpu):
     from utilities.conv.check import CONV_SHAPE
     from utilities.conv.tensorcore_tma import TmaConv

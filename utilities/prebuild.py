@@ -235,23 +235,29 @@ def _conv(kind: str, spec: str, slices: int) -> None:
 def _conv_pipelined(kind: str, spec: str) -> None:
     """conv_pipe[_unfused]:64x64@128x64x64-t128-d3-g1-s (C_out x C_in, tile), conv_pipe_gather and conv_pipe_mma
     (the speed run's diagnostics: one part of the work each), conv_1x1:64x64@... (1x1 + bias + ReLU),
-    conv_b2b[_keep]:64x64x64@... (C_in x C_mid x C_out): one build serves every image size."""
+    conv_b2b[_keep]:64x64x64@... (C_in x C_mid x C_out; a tile tma... for the 3x3's A by tensor copies): one build
+    serves every image size."""
     import cupy as cp
 
-    from .conv.layout import PipeConfig, one_by_one_config
+    from .conv.layout import TMA_PREFIX, PipeConfig, TmaConfig, one_by_one_config
     from .conv.reference import B2BShape, ConvShape
     from .conv.tensorcore_persistent import ConvB2B, PipelinedConv
 
     dims, _, tile = spec.partition("@")
     sizes = parse_shape(dims)
-    cfg = PipeConfig.parse(tile) if tile else None
+    copies = tile.startswith(TMA_PREFIX)
+    cfg = (TmaConfig if copies else PipeConfig).parse(tile) if tile else None
     if kind == "conv_1x1" and cfg is None:  # the unfused back-to-back path's (UnfusedConvB2B)
         cfg = one_by_one_config(PipeConfig(), sizes[1], sizes[0])
     rows = (cfg.tile_m if cfg else 128) // 16  # 2 x rows x 8 pixels: whole row tiles
+    # tensor copies: one image row a tile (a box); gathers: 2 x rows x 8 pixels, whole row tiles
+    height, width = (1, cfg.tile_m) if copies else (rows, 8)
     if kind.startswith("conv_b2b"):
         c_in, c_mid, c_out = sizes
-        shape = B2BShape(2, rows, 8, c_in, c_mid, c_out)
-        x = cp.zeros((2, rows, 8, c_in), cp.float16)
+        if copies and not tma_available():
+            return
+        shape = B2BShape(2, height, width, c_in, c_mid, c_out)
+        x = cp.zeros((2, height, width, c_in), cp.float16)
         ConvB2B(shape, cfg=cfg, keep_d0=kind == "conv_b2b_keep")(
             x,
             cp.zeros((3, 3, c_in, c_mid), cp.float16),
@@ -269,6 +275,16 @@ def _conv_pipelined(kind: str, spec: str) -> None:
     plan(cp.zeros((2, rows, 8, c_in), cp.float16), w, cp.zeros(c_out, cp.float16))
 
 
+def tma_available() -> bool:
+    """Whether this GPU (or the CPU build's target) has tensor copies; says so when not."""
+    from .machinery import tma
+
+    why = tma.unavailable()
+    if why is not None:  # before Hopper: the notebooks and the speed run leave these kernels out too
+        print(f"prebuild: tensor-copy kernels left out: {why}")
+    return why is None
+
+
 def _conv_tma(kind: str, spec: str) -> None:
     """conv_tma[_unfused|_gather|_mma]:64x64@128x64x64-t128-d2-g1-s (C_out x C_in, tile): the pipelined kernel with
     its A tiles by tensor copies (``conv.tensorcore_tma``); one build serves every image size its boxes fit."""
@@ -276,11 +292,8 @@ def _conv_tma(kind: str, spec: str) -> None:
 
     from .conv.layout import PipeConfig
     from .conv.reference import ConvShape
-    from .machinery import tma
 
-    why = tma.unavailable()
-    if why is not None:  # before Hopper: the notebooks and the speed run leave this kernel out too
-        print(f"prebuild: conv_tma:{spec} left out: {why}")
+    if not tma_available():
         return
     from .conv.tensorcore_tma import TmaConv
 
@@ -600,10 +613,10 @@ def kernel_of(job: str) -> str:
         c_out, c_in = parse_shape(shape)
         return f"{kind}@{_dims(parse_block(block, CONV_FIELDS) or conv_default(c_out, c_in), CONV_FIELDS)}"
     if kind in ("conv_b2b", "conv_b2b_keep"):  # C_in picks the K stages, C_mid and C_out the two GEMMs
-        from .conv.layout import PipeConfig, b2b_config
+        from .conv.layout import TMA_PREFIX, PipeConfig, TmaConfig, b2b_config
 
-        cfg = PipeConfig.parse(block) if block else b2b_config(*parse_shape(shape)[1:])
-        return f"{kind}:{shape}@{cfg.spec}"
+        cfg = (TmaConfig if block.startswith(TMA_PREFIX) else PipeConfig).parse(block) if block else None
+        return f"{kind}:{shape}@{(cfg or b2b_config(*parse_shape(shape)[1:])).spec}"
     if kind == "multipass":  # one phase's Matmul: N (passes) picks nothing
         from .multipass.config import PassConfig
 

@@ -259,6 +259,8 @@ def pipelined_records(
     from . import triton_peer
 
     cfgs = list(configs) or default_configs(shape)
+    if not configs and copies_left_out(shape):
+        print(f"conv: the tensor-copy kernel left out: {copies_left_out(shape)}")
     sets = [conv_operands(shape, seed + i) for i in range(bench.copies_for(model.conv_traffic("fused", shape).bytes))]
     outs = [cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16) for _ in sets]
     plans: dict[str, Any] = {}
@@ -386,20 +388,28 @@ def parse_tile(spec: str) -> Any:
     return HaloConfig.parse(text) if text.startswith("h") else PipeConfig.parse(text)
 
 
+def copies_left_out(shape: ref.ConvShape) -> str | None:
+    """Why the tensor-copy kernel cannot run at ``shape`` here (a GPU before Hopper, row tiles that are not boxes),
+    or None."""
+    from ..machinery import tma
+    from .layout import TmaConfig
+
+    copies = TmaConfig()
+    try:
+        tma.box_of(shape.height, shape.width, copies.tile_m, copies.tile_k)
+    except ValueError as exc:
+        return str(exc)
+    return tma.unavailable()
+
+
 def default_configs(shape: ref.ConvShape) -> list[Any]:
     """The plans' default blocks at ``shape``: the tensor-copy kernel's first where this GPU has tensor copies
-    and the shape's row tiles are boxes (``machinery.tma``), then the gathering pipelined kernel's."""
-    from ..machinery import tma
+    and the shape's row tiles are boxes (:func:`copies_left_out`), then the gathering pipelined kernel's."""
     from .layout import PipeConfig, TmaConfig
 
     tile_n = 64 if shape.c_out % 64 == 0 else 32
-    configs: list[Any] = [PipeConfig(tile_n=tile_n)]
-    copies = TmaConfig(tile_n=tile_n)
-    try:
-        tma.box_of(shape.height, shape.width, copies.tile_m, copies.tile_k)
-    except ValueError:
-        return configs
-    return configs if tma.unavailable() else [copies, *configs]
+    gathers = PipeConfig(tile_n=tile_n)
+    return [gathers] if copies_left_out(shape) else [TmaConfig(tile_n=tile_n), gathers]
 
 
 class UnfusedPipelined:
@@ -661,9 +671,13 @@ def b2b_tile_correctness(cfg: Any) -> str:
     ``check.B2B_WIDE_SHAPE`` for a block as wide as its D0: D0 kept and checked first, two blocks walking the row
     tiles; one line, or the first CheckFailure."""
     from . import check
+    from .layout import TmaConfig
     from .tensorcore_persistent import ConvB2B
 
-    shape = check.B2B_WIDE_SHAPE if cfg.tile_n == check.B2B_WIDE_SHAPE.c_mid else check.B2B_SHAPE
+    if cfg.tile_n == check.B2B_WIDE_SHAPE.c_mid:
+        shape = check.B2B_WIDE_SHAPE
+    else:  # tensor copies need row tiles that are boxes
+        shape = check.TMA_B2B_SHAPE if isinstance(cfg, TmaConfig) else check.B2B_SHAPE
     kept = ConvB2B(shape, cfg=dataclasses.replace(cfg, tile_n=shape.c_mid), keep_d0=True, blocks=2)
     check.check_conv_b2b(_numpy_run(kept), stages=kept.stages, shape=shape, seed=43)
     return f"conv_b2b.fused@{cfg.spec} at {shape.label} (D0 kept, two blocks walking the row tiles): passed"
@@ -713,9 +727,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--b2b-tiles",
         default="",
-        help="comma-separated PipeConfig specs: the back-to-back chain at the target also with these blocks, or the "
-        "wide chain (64 -> 256 -> 64) for a block 256 wide, each checked first (records conv_b2b@<spec>.* or "
-        "conv_b2b.wide@<spec>.*, beside the plans' defaults)",
+        help="comma-separated PipeConfig or TmaConfig specs (tma...: the 3x3's A tiles by tensor copies, fused and "
+        "unfused): the back-to-back chain at the target also with these blocks, or the wide chain (64 -> 256 -> 64) "
+        "for a block 256 wide, each checked first (records conv_b2b@<spec>.* or conv_b2b.wide@<spec>.*, beside the "
+        "plans' defaults)",
     )
     parser.add_argument("--repeats", type=int, default=10, help="interleaved rounds")
     parser.add_argument("--out", default="results", help="folder of the report (<gpu>-conv2.json and .md)")
@@ -727,7 +742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         copies = [c for c in default_configs(TARGET) if isinstance(c, TmaConfig)]  # where this GPU has them
         configs = [*copies, PipeConfig(), HaloConfig()] if args.quick else [*copies, *speed_configs(), HaloConfig()]
-    b2b_tiles = [PipeConfig.parse(t) for t in args.b2b_tiles.split(",") if t]
+    b2b_tiles = [parse_tile(t) for t in args.b2b_tiles.split(",") if t]
     repeats = 5 if args.quick else args.repeats
     notes = []
     wide = True

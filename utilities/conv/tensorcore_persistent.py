@@ -55,6 +55,7 @@ from ..tiles import block_matmul
 from .layout import (
     PipeConfig,
     PipeLayout,
+    TmaConfig,
     b2b_config,
     b2b_constraints,
     check_fits,
@@ -180,6 +181,36 @@ def make_stream(
     return issue, kloop
 
 
+def conv_stream(cfg: PipeConfig) -> Any:
+    """The factory of a block's stream: :func:`make_stream` (gathers), or for a ``TmaConfig``
+    ``tensorcore_tma.make_tma_stream`` (tensor copies; the kernel's ``x`` is then the input's tensor map). Both
+    make ``(issue, kloop)`` of the same signatures, so that one kernel body serves either."""
+    if isinstance(cfg, TmaConfig):
+        from .tensorcore_tma import make_tma_stream
+
+        return make_tma_stream
+    return make_stream
+
+
+def stream_bytes(L: PipeLayout, cfg: PipeConfig) -> int:
+    """The shared memory a block launches with: the plan's, and for tensor copies their barriers after it."""
+    if isinstance(cfg, TmaConfig):
+        from .tensorcore_tma import shared_bytes
+
+        return shared_bytes(L, cfg)
+    return L.nbytes
+
+
+def tensor_copies(shape: ConvShape, cfg: PipeConfig) -> Any:
+    """For a ``TmaConfig``, the input's tensor maps (``tensorcore_tma.TensorCopies``: it checks that this GPU has
+    tensor copies and that ``shape``'s row tiles are boxes); None for gathers."""
+    if not isinstance(cfg, TmaConfig):
+        return None
+    from .tensorcore_tma import TensorCopies
+
+    return TensorCopies(shape, cfg)
+
+
 def resident_filters(MM: Matmul, cfg: PipeConfig, n_stages: int, L: PipeLayout) -> Any:
     """A device function ``load(smem, w, col0)`` that starts the copies of every B stage of the block's columns
     (nothing when the filters stream)."""
@@ -209,15 +240,16 @@ def make_pipelined_conv_kernel(
 ):
     """out = relu(conv(x, w) + bias) (``fused``) or conv(x, w), a ``taps``-tap convolution (9: 3x3, 1: 1x1).
 
-    Arguments: ``x`` the NHWC input, flat FP16; ``w`` the filters as the (taps C_in) x C_out matrix B; ``bias``
+    Arguments: ``x`` the NHWC input, flat FP16 (with a ``TmaConfig``: its tensor map, :func:`conv_stream`); ``w``
+    the filters as the (taps C_in) x C_out matrix B; ``bias``
     (C_out,); ``out`` the (B H W) x C_out result; ``height``, ``width``. ``parts``: see :func:`make_stream`.
     """
     TM, TN, _ = MM.size
     THREADS = MM.block_size
     L = conv_layout(MM, cfg, n_stages)
-    issue, kloop = make_stream(MM, cfg, taps, n_stages, L, parts)
+    issue, kloop = conv_stream(cfg)(MM, cfg, taps, n_stages, L, parts)
     load_filters = resident_filters(MM, cfg, n_stages, L)
-    MIN_BLOCKS = min_blocks(cfg, L.nbytes)  # registers low enough for the blocks the shared memory allows
+    MIN_BLOCKS = min_blocks(cfg, stream_bytes(L, cfg))  # registers low enough for the blocks the shared memory allows
     DEPTH, C_AT, IN_RING, A_AT, PHASE_SLOTS = cfg.depth, L.c, L.c_in_ring, L.a, cfg.group * L.a_step
     ROWS = TM // (THREADS // cfg.chunks_per_row)  # rows each thread gathers a stage
     SC = MM.suggest_layout_smem_c().cosize
@@ -306,6 +338,16 @@ class PersistentConv:
     grid: tuple[int, int] | None
     max_blocks: int | None
     resources: dict[str, Any]
+    copies: Any = None  # the input's tensor maps, for a kernel whose A tiles are tensor copies (tensor_copies)
+
+    def source(self, x: Any) -> Any:
+        """What the kernel reads the input through: the flat array, or its tensor map."""
+        return x.reshape(-1) if self.copies is None else self.copies.map_of(x)
+
+    @property
+    def shared(self) -> int:
+        """The shared memory a block launches with."""
+        return self.layout.nbytes if self.copies is None else self.copies.shared(self.layout)
 
     def __call__(self, x: Any, w: Any, bias: Any, out: Any = None) -> Any:
         s = self.shape
@@ -320,7 +362,7 @@ class PersistentConv:
         for name, v in (("x", x), ("w", w), ("bias", bias), ("out", out)):
             require(name, v, np.float16, shapes[name])
         args = (
-            x.reshape(-1),
+            self.source(x),
             w.reshape(self.taps * s.c_in, s.c_out),
             bias,
             out.reshape(s.m, s.c_out),
@@ -330,16 +372,17 @@ class PersistentConv:
         if self.grid is None:
             columns = s.c_out // self.cfg.tile_n
             blocks, self.resources = one_wave(
-                self.kernel, self.cfg.threads, self.layout.nbytes, args, s.m // self.cfg.tile_m, columns
+                self.kernel, self.cfg.threads, self.shared, args, s.m // self.cfg.tile_m, columns
             )
             self.grid = (min(blocks, self.max_blocks or blocks), columns)
-        launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
+        launch.launch(self.kernel, self.grid, self.cfg.threads, self.shared, *args)
         return out
 
 
 class PipelinedConv(PersistentConv):
     """relu(conv(x, w) + bias) (``fused``) or conv(x, w) with the pipelined kernel; ``taps`` 9 (3x3, stride 1,
-    padding 1, w of shape (3, 3, C_in, C_out)) or 1 (1x1, w of shape (C_in, C_out)). NHWC FP16 in and out.
+    padding 1, w of shape (3, 3, C_in, C_out)) or 1 (1x1, w of shape (C_in, C_out)). NHWC FP16 in and out. With a
+    ``TmaConfig`` the A tiles are tensor copies (``tensorcore_tma``; Hopper, row tiles that are boxes).
 
     ``parts`` "gather" or "mma" builds a diagnostic kernel that does only that part of the work (wrong results):
     the benchmarks time them beside the whole kernel. ``blocks`` caps the blocks along x (default: one wave), so
@@ -371,6 +414,7 @@ class PipelinedConv(PersistentConv):
         self.MM = pipe_matmul(c.tile_m, c.tile_n, c.tile_k, c.threads)
         self.layout = conv_layout(self.MM, c, self.n_stages)
         _fits(self.layout, c)
+        self.copies = tensor_copies(shape, c)
         self.kernel = make_pipelined_conv_kernel(self.MM, c, taps, self.n_stages, fused, parts)
         self.grid: tuple[int, int] | None = None
         self.max_blocks = blocks
@@ -397,10 +441,10 @@ def make_conv_b2b_kernel(MM0: Matmul, MM1: Matmul, cfg: PipeConfig, n_stages: in
     THREADS = MM0.block_size
     assert K1 == N0 and MM1.size[0] == TM and MM1.block_size == THREADS
     L = conv_layout(MM0, cfg, n_stages, MM1)
-    issue, kloop = make_stream(MM0, cfg, 9, n_stages, L)
+    issue, kloop = conv_stream(cfg)(MM0, cfg, 9, n_stages, L)  # gathers, or tensor copies for a TmaConfig
     load_filters = resident_filters(MM0, cfg, n_stages, L)
     DEPTH, D_AT, W_AT, IN_RING, A_AT, PHASE_SLOTS = cfg.depth, L.d0, L.w1, L.c_in_ring, L.a, cfg.group * L.a_step
-    MIN_BLOCKS = min_blocks(cfg, L.nbytes)
+    MIN_BLOCKS = min_blocks(cfg, stream_bytes(L, cfg))
     ROWS = TM // (THREADS // cfg.chunks_per_row)
     SC, SD, SW = (MM1.suggest_layout_smem_c().cosize, MM1.suggest_layout_smem_a().cosize,
                   MM1.suggest_layout_smem_b().cosize)  # fmt: skip
@@ -498,6 +542,9 @@ class PersistentB2B:
     grid: tuple[int, int] | None
     max_blocks: int | None
     resources: dict[str, Any]
+    copies: Any = None  # as PersistentConv's
+    source = PersistentConv.source
+    shared = PersistentConv.shared
 
     def __call__(self, x: Any, w0: Any, w1: Any, bias1: Any, out: Any = None) -> Any:
         s = self.shape
@@ -512,7 +559,7 @@ class PersistentB2B:
         for name, v in (("x", x), ("w0", w0), ("w1", w1), ("bias1", bias1), ("out", out)):
             require(name, v, np.float16, shapes[name])
         args = (
-            x.reshape(-1),
+            self.source(x),
             w0.reshape(9 * s.c_in, s.c_mid),
             w1,
             bias1,
@@ -523,9 +570,9 @@ class PersistentB2B:
         )
         if self.grid is None:
             tiles = s.m // self.cfg.tile_m
-            blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.layout.nbytes, args, tiles, 1)
+            blocks, self.resources = one_wave(self.kernel, self.cfg.threads, self.shared, args, tiles, 1)
             self.grid = (min(blocks, self.max_blocks or blocks), 1)
-        launch.launch(self.kernel, self.grid, self.cfg.threads, self.layout.nbytes, *args)
+        launch.launch(self.kernel, self.grid, self.cfg.threads, self.shared, *args)
         return out
 
     def stages(self) -> dict[str, Any]:
@@ -565,6 +612,7 @@ class ConvB2B(PersistentB2B):
         self.MM1 = pipe_matmul(c.tile_m, shape.c_out, shape.c_mid, c.threads)
         self.layout = conv_layout(self.MM0, c, self.n_stages, self.MM1)
         _fits(self.layout, c)
+        self.copies = tensor_copies(shape.first, c)  # a TmaConfig: the 3x3's A tiles by tensor copies
         # the track's Kernels (utilities.conv.tensorcore) names this module's kernel as the course's conv_b2b
         factory = kernels.factory("conv_b2b") if kernels is not None else make_conv_b2b_kernel
         self.kernel = factory(self.MM0, self.MM1, c, self.n_stages, keep_d0)
@@ -584,7 +632,7 @@ class UnfusedConvB2B:
         self.shape = s = shape
         second = ConvShape(s.batch, s.height, s.width, s.c_mid, s.c_out)
         self.conv3 = conv3 if conv3 is not None else PipelinedConv(s.first, cfg=cfg)
-        # the 1x1 kernel: the 3x3's block where that is a pipelined one, else the plan's default
+        # the 1x1 kernel (gathers): the 3x3's block where that is a pipelined one, else the plan's default
         block = self.conv3.cfg if isinstance(self.conv3.cfg, PipeConfig) else PipeConfig()
         self.conv1 = PipelinedConv(second, cfg=one_by_one_config(block, s.c_mid, s.c_out), taps=1)
         self.zero = cp.zeros(s.c_mid, cp.float16)
