@@ -58,7 +58,7 @@ TOOLING = (
     "ledger",
 )
 FLOORS = ("machinery", "core", "track", "tooling")
-GPU_ONLY = ("tensorcore", "tensorcore_persistent", "tensorcore_halo", "baselines", "benchmarks")
+GPU_ONLY = ("tensorcore", "tensorcore_persistent", "tensorcore_halo", "tensorcore_tma", "baselines", "benchmarks")
 
 # Runs in a fresh interpreter in which only the standard library, NumPy and Matplotlib can be imported: the
 # course's base dependencies (pyproject.toml's ``dependencies``).

@@ -674,10 +674,11 @@ def b2b_tile_correctness(cfg: Any) -> str:
     from .layout import TmaConfig
     from .tensorcore_persistent import ConvB2B
 
+    copies = isinstance(cfg, TmaConfig)  # tensor copies need row tiles that are boxes
     if cfg.tile_n == check.B2B_WIDE_SHAPE.c_mid:
-        shape = check.B2B_WIDE_SHAPE
-    else:  # tensor copies need row tiles that are boxes
-        shape = check.TMA_B2B_SHAPE if isinstance(cfg, TmaConfig) else check.B2B_SHAPE
+        shape = check.TMA_B2B_WIDE_SHAPE if copies else check.B2B_WIDE_SHAPE
+    else:
+        shape = check.TMA_B2B_SHAPE if copies else check.B2B_SHAPE
     kept = ConvB2B(shape, cfg=dataclasses.replace(cfg, tile_n=shape.c_mid), keep_d0=True, blocks=2)
     check.check_conv_b2b(_numpy_run(kept), stages=kept.stages, shape=shape, seed=43)
     return f"conv_b2b.fused@{cfg.spec} at {shape.label} (D0 kept, two blocks walking the row tiles): passed"

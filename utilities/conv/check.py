@@ -363,8 +363,10 @@ def check_conv(
 # 2 images of 24 x 24 (a row tile of 128 pixels straddles two images), 64 -> 64 -> 128: two column tiles of 64 for
 # the unfused second kernel; the fused kernel holds all 64 middle channels and all 128 outputs in one block
 B2B_SHAPE = ref.B2BShape(2, 24, 24, 64, 64, 128)
-# the back-to-back kernel with its 3x3's A tiles by tensor copies: TMA_SHAPES[0]'s images (row tiles that are boxes)
+# the back-to-back kernel with its 3x3's A tiles by tensor copies: TMA_SHAPES[0]'s images (row tiles that are boxes),
+# at the target's widths and at the wide chain's
 TMA_B2B_SHAPE = ref.B2BShape(2, 3, 256, 64, 64, 128)
+TMA_B2B_WIDE_SHAPE = ref.B2BShape(2, 3, 256, 64, 256, 64)
 # the wide chain of the speed run (D0 four times the input, 64 -> 256 -> 64) at the same images: checked before it
 # is timed, on a CPU by the tests with the NumPy semantics, on a GPU by utilities.conv.benchmarks.wide_correctness
 B2B_WIDE_SHAPE = ref.B2BShape(2, 24, 24, 64, 256, 64)
