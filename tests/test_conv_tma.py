@@ -75,6 +75,10 @@ def test_a_tensor_copy_spec_names_its_kernel_and_parses_back():
 
     cfg = TmaConfig(depth=3, blocks=3)
     assert cfg.spec == "tma128x64x64-t128-d3-g1-s-b3" and TmaConfig.parse(cfg.spec) == cfg
+    both = TmaConfig(filter_copies=True)
+    assert both.spec == "tma128x64x64-t128-d2-g1-s-w" and TmaConfig.parse(both.spec) == both
+    with pytest.raises(ValueError, match="streamed filters"):
+        TmaConfig(resident=True, filter_copies=True)
     assert TmaConfig() != PipeConfig()  # two kernels: their records must not share a name
     with pytest.raises(ValueError, match="starts with 'tma'"):
         TmaConfig.parse("128x64x64-t128-d2-g1-s")
@@ -160,7 +164,8 @@ def ring(tmap, out, n):
     smem = cuda.shared.array(shape=(0,), dtype=np.float16, alignment=1024)
     tid = cuda.threadIdx.x
     if tid == 0:
-        tma.acquire_map(tmap)
+        tma.acquire_map(tmap, 0)
+        tma.acquire_map(tmap, 128)
         tma.barrier_init(smem, BAR, 1)
         tma.barrier_init(smem, BAR + 4, 1)
         tma.fence_barrier_init()
@@ -172,6 +177,7 @@ def ring(tmap, out, n):
             tma.fence_async_shared()
             tma.expect_bytes(smem, BAR + 4 * slot, 16384)
             tma.load_4d(smem, slot * 8192, tmap, 0, p - 1, 1, 0, BAR + 4 * slot)
+            tma.load_2d(smem, 16384 + 8 + slot * 4096, tmap, 128, 0, 64 * p, BAR + 4 * slot)
         tma.wait_parity(smem, BAR + 4 * slot, (p // 2) & 1)
         total += float(smem[slot * 8192 + tid])
         cuda.syncthreads()
@@ -197,6 +203,7 @@ def test_the_intrinsics_compile_to_tensor_copies_and_transaction_barriers(tmp_pa
     ptx = (tmp_path / "ring.ptx").read_text()
     for instruction in (
         "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
         "mbarrier.init.shared::cta.b64",
         "mbarrier.arrive.expect_tx.shared::cta.b64",
         "mbarrier.try_wait.parity.shared::cta.b64",

@@ -1,4 +1,5 @@
-"""Where cuBLASDx's suggested shared-memory layout puts each element of an FP16 A tile (GPU only).
+"""Where cuBLASDx's suggested shared-memory layout puts each element of an FP16 A tile, or a row-major B tile (GPU
+only).
 
 Copies a TM x TK tile whose entries are their own row index (then their column index) into shared memory with
 ``copy`` and the suggested layout, dumps the raw shared memory, and prints, for the first rows, the 8-element
@@ -6,6 +7,7 @@ Copies a TM x TK tile whose entries are their own row index (then their column i
 Writes the whole map as JSON with ``--json``.
 
     python tools/smem_layout_probe.py --tile 128x64 --json probe.json
+    python tools/smem_layout_probe.py --operand b --tile 64x64     (the filters' K x N tile of the convolution)
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tile", default="128x64", help="TM x TK of the FP16 A tile")
+    parser.add_argument("--tile", default="128x64", help="TM x TK of the FP16 A tile (with --operand b: TK x TN)")
+    parser.add_argument("--operand", choices=("a", "b"), default="a", help="the A tile, or a row-major B tile")
     parser.add_argument("--threads", type=int, default=128)
     parser.add_argument("--json", default="", help="write {tile: [[row, col] for each shared-memory element]}")
     args = parser.parse_args(argv)
@@ -32,9 +35,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from utilities.machinery.aligned_copy import gmem_layout
 
-    tm, tk = (int(v) for v in args.tile.split("x"))
+    tm, tk = (int(v) for v in args.tile.split("x"))  # rows x columns of the probed tile
+    size = (tm, 64, tk) if args.operand == "a" else (64, tk, tm)  # B: TK (its rows) x TN (its columns)
     MM = Matmul(
-        size=(tm, 64, tk),
+        size=size,
         precision=(np.float16, np.float16, np.float32),
         data_type="real",
         arrangement=("row_major", "row_major", "row_major"),
@@ -43,14 +47,18 @@ def main(argv: list[str] | None = None) -> int:
         alignment=(16, 16, 16),
         static_block_dim=True,
     )
-    SA = MM.suggest_layout_smem_a().cosize
-    gmem_a = gmem_layout(MM, "a")
+    B = args.operand == "b"
+    SA = (MM.suggest_layout_smem_b() if B else MM.suggest_layout_smem_a()).cosize
+    gmem_a = gmem_layout(MM, args.operand)
     THREADS = args.threads
 
     @cuda.jit
     def probe(src, dst):
         smem = cuda.shared.array(shape=(0,), dtype=np.float16, alignment=1024)
-        copy(make_tensor(src, gmem_a(src.shape[1])), make_tensor(smem[0:SA], MM.suggest_layout_smem_a()))
+        if B:  # a compile-time constant: numba keeps one branch
+            copy(make_tensor(src, gmem_a(src.shape[1])), make_tensor(smem[0:SA], MM.suggest_layout_smem_b()))
+        else:
+            copy(make_tensor(src, gmem_a(src.shape[1])), make_tensor(smem[0:SA], MM.suggest_layout_smem_a()))
         copy_wait()
         cuda.syncthreads()
         for i in range(cuda.threadIdx.x, SA, THREADS):

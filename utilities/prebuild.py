@@ -290,7 +290,7 @@ def _conv_tma(kind: str, spec: str) -> None:
     its A tiles by tensor copies (``conv.tensorcore_tma``); one build serves every image size its boxes fit."""
     import cupy as cp
 
-    from .conv.layout import PipeConfig
+    from .conv.layout import TMA_PREFIX, TmaConfig
     from .conv.reference import ConvShape
 
     if not tma_available():
@@ -299,7 +299,7 @@ def _conv_tma(kind: str, spec: str) -> None:
 
     dims, _, tile = spec.partition("@")
     c_out, c_in = parse_shape(dims)
-    cfg = PipeConfig.parse(tile.removeprefix("tma")) if tile else None
+    cfg = TmaConfig.parse(tile if tile.startswith(TMA_PREFIX) else TMA_PREFIX + tile) if tile else None
     width = cfg.tile_m if cfg else 128  # one image row a tile: a box of the tile's width
     parts = {"conv_tma_gather": "gather", "conv_tma_mma": "mma"}.get(kind, "all")
     plan = TmaConv(ConvShape(2, 1, width, c_in, c_out), fused=kind != "conv_tma_unfused", cfg=cfg, parts=parts)
@@ -880,7 +880,7 @@ SPEC_FORMS = {
     "conv_1x1": "COUTxCIN[@TILE]",
     "conv_b2b": "CINxCMIDxCOUT[@TILE]",
     "conv_b2b_keep": "CINxCMIDxCOUT[@TILE]",
-    "conv_tma": "COUTxCIN[@TILE] (TILE as utilities.conv.layout's spec, e.g. 128x64x64-t128-d2-g1-s)",
+    "conv_tma": "COUTxCIN[@TILE] (TILE as utilities.conv.layout's spec, e.g. 128x64x64-t128-d2-g1-s, or tma...-w)",
     "conv_tma_unfused": "COUTxCIN[@TILE]",
     "conv_tma_gather": "COUTxCIN[@TILE]",
     "conv_tma_mma": "COUTxCIN[@TILE]",

@@ -109,12 +109,21 @@ TMA_PREFIX = "tma"
 
 @dataclass(frozen=True, kw_only=True)
 class TmaConfig(PipeConfig):
-    """The block of the pipelined kernel whose A stages are tensor copies (``tensorcore_tma``): the same fields as
-    :class:`PipeConfig`; its spec says which kernel, e.g. ``tma128x64x64-t128-d2-g1-s``."""
+    """The block of the pipelined kernel whose A stages are tensor copies (``tensorcore_tma``): :class:`PipeConfig`'s
+    fields, and ``filter_copies``: the streamed filters' stages by tensor copies too (else by ``cp.async``, every
+    thread a share). Its spec says which kernel, e.g. ``tma128x64x64-t128-d2-g1-s`` (``-w`` at the end: the filters
+    too)."""
+
+    filter_copies: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.filter_copies and self.resident:
+            raise ValueError("filter_copies streams the filters by tensor copies: use streamed filters (s), not r")
 
     @property
     def spec(self) -> str:
-        return TMA_PREFIX + super().spec
+        return TMA_PREFIX + super().spec + ("-w" if self.filter_copies else "")
 
     @classmethod
     def parse(cls, spec: str) -> TmaConfig:
@@ -124,8 +133,9 @@ class TmaConfig(PipeConfig):
             raise ValueError(
                 f"a tensor-copy tile spec starts with {TMA_PREFIX!r}, e.g. tma128x64x64-t128-d2-g1-s, got {spec!r}"
             )
-        base = PipeConfig.parse(text[len(TMA_PREFIX) :])
-        return cls(**{f: getattr(base, f) for f in base.__dataclass_fields__})
+        filters = text.endswith("-w")
+        base = PipeConfig.parse(text[len(TMA_PREFIX) : len(text) - 2 if filters else len(text)])
+        return cls(**{f: getattr(base, f) for f in base.__dataclass_fields__}, filter_copies=filters)
 
 
 def stages(taps: int, c_in: int, tile_k: int) -> int:

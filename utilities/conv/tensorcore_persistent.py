@@ -340,9 +340,10 @@ class PersistentConv:
     resources: dict[str, Any]
     copies: Any = None  # the input's tensor maps, for a kernel whose A tiles are tensor copies (tensor_copies)
 
-    def source(self, x: Any) -> Any:
-        """What the kernel reads the input through: the flat array, or its tensor map."""
-        return x.reshape(-1) if self.copies is None else self.copies.map_of(x)
+    def source(self, x: Any, w: Any) -> Any:
+        """What the kernel reads the input through: the flat array, or the tensor maps of the input and of the
+        filters ``w`` (as the kernel's matrix B)."""
+        return x.reshape(-1) if self.copies is None else self.copies.map_of(x, w)
 
     @property
     def shared(self) -> int:
@@ -361,9 +362,10 @@ class PersistentConv:
         }
         for name, v in (("x", x), ("w", w), ("bias", bias), ("out", out)):
             require(name, v, np.float16, shapes[name])
+        filters = w.reshape(self.taps * s.c_in, s.c_out)
         args = (
-            self.source(x),
-            w.reshape(self.taps * s.c_in, s.c_out),
+            self.source(x, filters),
+            filters,
             bias,
             out.reshape(s.m, s.c_out),
             np.int32(s.height),
@@ -558,9 +560,10 @@ class PersistentB2B:
         }
         for name, v in (("x", x), ("w0", w0), ("w1", w1), ("bias1", bias1), ("out", out)):
             require(name, v, np.float16, shapes[name])
+        filters = w0.reshape(9 * s.c_in, s.c_mid)
         args = (
-            self.source(x),
-            w0.reshape(9 * s.c_in, s.c_mid),
+            self.source(x, filters),
+            filters,
             w1,
             bias1,
             out.reshape(s.m, s.c_out),

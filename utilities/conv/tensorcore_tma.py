@@ -67,8 +67,12 @@ def make_tma_stream(
     SA, SB = MM.suggest_layout_smem_a().cosize, MM.suggest_layout_smem_b().cosize
     A_AT, A_STEP, B_AT, B_STEP = L.a, L.a_step, L.b, L.b_step
     BAR, SLOTS = barrier_at(L), DEPTH * G
-    BYTES = TM * TK * 2  # a box: TM pixels of TK channels, whatever its width and rows
+    FILTERS = bool(getattr(cfg, "filter_copies", False))  # the filters' stages by tensor copies too
+    # a stage's bytes: TM pixels of TK channels (whatever the box's width and rows), and TK x TN of the filters
+    BYTES = TM * TK * 2 + (TK * TN * 2 if FILTERS else 0)
+    MAP_B = tma.MAP_BYTES  # the filters' map follows the input's in the kernel's map argument
     assert NP * G == n_stages and A_AT * 2 % 1024 == 0 and A_STEP * 2 % 1024 == 0, "the swizzle needs 1 KiB slots"
+    assert not FILTERS or (B_AT * 2 % 1024 == 0 and B_STEP * 2 % 1024 == 0), "the filters' swizzle needs 1 KiB slots"
     assert parts in PARTS, f"parts must be one of {PARTS}, got {parts!r}"
     commit, wait_oldest = cp_async.commit, cp_async.wait_prior(DEPTH - 2)
     gmem_b = gmem_layout(MM, "b")
@@ -76,7 +80,9 @@ def make_tma_stream(
     @cuda.jit(device=True, forceinline=True)
     def issue(smem, tmap, w, p, t0, step, tiles, col0, c_in, height, width, pix, inside):
         if GATHER and p == 0 and cuda.threadIdx.x == 0:  # the block's first phase: its barriers, before any copy
-            tma.acquire_map(tmap)
+            tma.acquire_map(tmap, 0)
+            if FILTERS:
+                tma.acquire_map(tmap, MAP_B)
             for i in range(SLOTS):
                 tma.barrier_init(smem, BAR + 4 * i, 1)
             tma.fence_barrier_init()  # the other threads wait only after the K loop's first block-wide barrier
@@ -93,7 +99,10 @@ def make_tma_stream(
                     bar = int32(BAR + 4 * (slot * G + g))
                     tma.expect_bytes(smem, bar, BYTES)
                     tma.load_4d(smem, int32(A_AT + (slot * G + g) * A_STEP), tmap, c0, wc, hc, b, bar)
-            if not RESIDENT:
+                    if FILTERS:  # rows k0 ... of the filters, columns col0 ...: the stage's block of B
+                        k0 = int32((j * G + g) * TK)
+                        tma.load_2d(smem, int32(B_AT + (slot * G + g) * B_STEP), tmap, MAP_B, col0, k0, bar)
+            if not RESIDENT and not FILTERS:
                 for g in range(G):
                     k0 = (j * G + g) * TK
                     b_at = B_AT + (slot * G + g) * B_STEP
@@ -124,9 +133,10 @@ def make_tma_stream(
 
 
 class TensorCopies:
-    """A plan's tensor maps of its input: checks that this GPU has tensor copies and that ``shape``'s row tiles are
-    boxes of ``cfg``'s tile (else RuntimeError or ValueError, naming the gathering plan), then encodes each new input
-    array's map once (the last ``MAPS_KEPT`` kept), so that a loop over a few inputs pays for it once each."""
+    """A plan's tensor maps: checks that this GPU has tensor copies and that ``shape``'s row tiles are boxes of
+    ``cfg``'s tile (else RuntimeError or ValueError, naming the gathering plan), then encodes the maps of each new
+    input (and, with ``filter_copies``, filters) array once (the last ``MAPS_KEPT`` kept), so that a loop over a few
+    inputs pays for them once each. The kernel takes them as one argument: the input's map, then the filters'."""
 
     def __init__(self, shape: ConvShape, cfg: PipeConfig):
         why = tma.unavailable()
@@ -134,18 +144,28 @@ class TensorCopies:
             raise RuntimeError(f"tensor copies cannot run here: {why}; use a PipeConfig (gathers)")
         self.box = tma.box_of(shape.height, shape.width, cfg.tile_m, cfg.tile_k)
         self.cfg = cfg
-        self._maps: dict[tuple[int, tuple[int, ...]], Any] = {}
+        self.filters = bool(getattr(cfg, "filter_copies", False))
+        if self.filters and cfg.tile_n not in (32, 64):
+            raise ValueError(
+                f"the filters by tensor copies need rows of 64 or 128 bytes (tile_n 32 or 64), got {cfg.tile_n}"
+            )
+        self._maps: dict[tuple[int, ...], Any] = {}
 
     def shared(self, L: PipeLayout) -> int:
         return shared_bytes(L, self.cfg)
 
-    def map_of(self, x: Any) -> Any:
-        """The tensor map of the NHWC input ``x``."""
-        key = (tma.address(x), tuple(x.shape))
+    def map_of(self, x: Any, w: Any) -> Any:
+        """The kernel's maps for the NHWC input ``x`` and the filters ``w`` as the (taps C_in) x C_out matrix."""
+        key = (tma.address(x), *x.shape) + ((tma.address(w), *w.shape) if self.filters else ())
         if key not in self._maps:
             if len(self._maps) >= MAPS_KEPT:
                 self._maps.pop(next(iter(self._maps)))
-            self._maps[key] = tma.nhwc_map(x, self.box)
+            maps = tma.nhwc_map(x, self.box)
+            if self.filters:
+                import cupy as cp
+
+                maps = cp.concatenate([maps, tma.matrix_map(w, self.cfg.tile_k, self.cfg.tile_n)])
+            self._maps[key] = maps
         return self._maps[key]
 
 

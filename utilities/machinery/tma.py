@@ -19,9 +19,13 @@ array and an element index, as in ``cp_async.copy16``:
   ``smem[bar_at]``;
 - ``fence_async_shared()``: orders this thread's earlier shared-memory accesses before its later copies (a slot
   that ordinary stores or loads used is about to be written by the copy engine);
-- ``acquire_map(tmap)``: once, before the first copy through a tensor map that the host wrote to global memory.
+- ``load_2d(smem, at, tmap, map_at, c0, c1, bar_at)``: the same for a 2-D map stored at byte ``map_at`` of
+  ``tmap`` (a kernel's second map, beside the first: one argument carries both);
+- ``acquire_map(tmap, map_at)``: once per map, before the first copy through a map that the host wrote to global
+  memory.
 
 Host side: :func:`nhwc_map` encodes the map of an NHWC FP16 tensor for boxes of ``(channels, box_w, box_h, 1)``,
+:func:`matrix_map` that of a row-major FP16 matrix (the filters),
 :func:`box_of` says which box a convolution's row tile of ``tile_m`` pixels needs, or why none does, and
 :func:`unavailable` why this GPU has no tensor copies (before Hopper), or None.
 """
@@ -82,6 +86,12 @@ _LOAD_4D = (
     "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
     "[d32], [$1, {$3, $4, $5, $6}], [b32]; }"
 )
+_LOAD_2D = (
+    "{ .reg .u64 d, b; .reg .u32 d32, b32; cvta.to.shared.u64 d, $0; cvt.u32.u64 d32, d; "
+    "cvta.to.shared.u64 b, $2; cvt.u32.u64 b32, b; "
+    "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+    "[d32], [$1, {$3, $4}], [b32]; }"
+)
 _ACQUIRE = "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;"
 
 
@@ -130,20 +140,40 @@ def load_4d(typingctx, smem, at, tmap, c0, c1, c2, c3, bar_at):  # type: ignore[
 
 
 @intrinsic
-def acquire_map(typingctx, tmap):  # type: ignore[no-untyped-def]
-    """Orders the host's writes of the tensor map ``tmap`` (a device array) before this thread's copies through it."""
-    if not isinstance(tmap, types.Array):
+def load_2d(typingctx, smem, at, tmap, map_at, c0, c1, bar_at):  # type: ignore[no-untyped-def]
+    """The box at ``(c0, c1)`` of the 2-D tensor map at byte ``map_at`` of ``tmap`` into ``smem[at]``, its bytes
+    completed at ``smem[bar_at]``."""
+    arrays = isinstance(smem, types.Array) and isinstance(tmap, types.Array)
+    if not (arrays and _integers(at, map_at, c0, c1, bar_at)):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        smem_t, at_t, tmap_t, map_at_t = signature.args[:4]
+        dst = _pointer(context, builder, smem_t, args[0], args[1], at_t)
+        bar = _pointer(context, builder, smem_t, args[0], args[6], signature.args[6])
+        the_map = _pointer(context, builder, tmap_t, args[2], args[3], map_at_t)
+        coords = [context.cast(builder, v, t, types.int32) for v, t in zip(args[4:6], signature.args[4:6], strict=True)]
+        builder.call(_asm(_LOAD_2D, "l,l,l,r,r", [i64, i64, i64, i32, i32]), [dst, the_map, bar, *coords])
+        return context.get_dummy_value()
+
+    return types.void(smem, at, tmap, map_at, c0, c1, bar_at), codegen
+
+
+@intrinsic
+def acquire_map(typingctx, tmap, map_at):  # type: ignore[no-untyped-def]
+    """Orders the host's writes of the tensor map at byte ``map_at`` of ``tmap`` (a device array) before this
+    thread's copies through it."""
+    if not (isinstance(tmap, types.Array) and isinstance(map_at, types.Integer)):
         return None
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         i64 = ir.IntType(64)
-        address = _pointer(
-            context, builder, signature.args[0], args[0], context.get_constant(types.int64, 0), types.int64
-        )
+        address = _pointer(context, builder, signature.args[0], args[0], args[1], signature.args[1])
         builder.call(_asm(_ACQUIRE, "l", [i64]), [address])
         return context.get_dummy_value()
 
-    return types.void(tmap), codegen
+    return types.void(tmap, map_at), codegen
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -246,7 +276,7 @@ def nhwc_map(x: Any, box: Box) -> Any:
     err, tmap = d.cuTensorMapEncodeTiled(
         d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         4,
-        x.data.ptr,
+        address(x),
         dims,
         strides,
         boxes,
@@ -258,5 +288,47 @@ def nhwc_map(x: Any, box: Box) -> Any:
     )
     if err != d.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err} (shape {tuple(x.shape)}, box {box})")
+    return _on_device(tmap)
+
+
+def _on_device(tmap: Any) -> Any:
+    import cupy as cp
+    import numpy as np
+
     words = np.array([int(v) for v in tmap.opaque], dtype=np.uint64)
     return cp.asarray(words.view(np.uint8))
+
+
+def matrix_map(w: Any, rows: int, cols: int) -> Any:
+    """The tensor map (128 bytes on the GPU) of the row-major FP16 matrix ``w`` (2-D, C-contiguous, 16-byte aligned)
+    for boxes of ``rows`` x ``cols``, each row of the box swizzled by its bytes (``cols`` 64: 128-byte swizzle, 32:
+    64-byte), zeros outside. In a CPU build, 128 zero bytes."""
+    import cupy as cp
+    import numpy as np
+
+    from . import cpu_build
+
+    if w.ndim != 2 or w.dtype != np.float16 or not w.flags.c_contiguous or address(w) % 16:
+        raise ValueError("matrix_map needs a C-contiguous 2-D FP16 array on a 16-byte boundary")
+    if 2 * cols not in SWIZZLES or rows > BOX_MAX or (2 * w.shape[1]) % 16:
+        raise ValueError(f"a box of {rows} x {cols} FP16 of a matrix {tuple(w.shape)}: cols must be 32 or 64")
+    if cpu_build.active():
+        return cp.zeros(MAP_BYTES, np.uint8)
+    d = _driver()
+    height, width = (int(v) for v in w.shape)
+    err, tmap = d.cuTensorMapEncodeTiled(
+        d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        2,
+        address(w),
+        [d.cuuint64_t(width), d.cuuint64_t(height)],
+        [d.cuuint64_t(2 * width)],
+        [d.cuuint32_t(cols), d.cuuint32_t(rows)],
+        [d.cuuint32_t(1), d.cuuint32_t(1)],
+        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        d.CUtensorMapSwizzle(SWIZZLES[2 * cols]),
+        d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    if err != d.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err} (matrix {tuple(w.shape)}, box {rows} x {cols})")
+    return _on_device(tmap)
