@@ -58,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton", action="store_true", help="also the Triton peer (its autotuning: minutes)")
     parser.add_argument("--hang", type=float, default=30.0, help="seconds a launch may take once built")
     parser.add_argument(
-        "--tiles", default="", help="more tiles of the tensor-copy kernel to check and time (PipeConfig specs, commas)"
+        "--tiles",
+        default="",
+        help="more tiles of the tensor-copy kernel to check and time (PipeConfig or TmaConfig specs, commas; "
+        "tma...-w: the filters by tensor copies too)",
     )
     args = parser.parse_args(argv)
 
@@ -80,14 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     from utilities.conv import benchmarks, check, model
     from utilities.conv import reference as ref
     from utilities.conv.baselines import CudnnConv
-    from utilities.conv.layout import PipeConfig, speed_configs
+    from utilities.conv.layout import TMA_PREFIX, TmaConfig, speed_configs
     from utilities.conv.tensorcore_persistent import PipelinedConv
     from utilities.conv.tensorcore_tma import TmaConv
     from utilities.report import compilers
 
     shape = benchmarks.TARGET
-    cfg = speed_configs()[0]
-    more = [PipeConfig.parse(t) for t in args.tiles.split(",") if t]
+    cfg = speed_configs()[0]  # the gathering kernel's default block
+    copies = TmaConfig.parse(TMA_PREFIX + cfg.spec)  # the same block, its A tiles by tensor copies
+    more = [TmaConfig.parse(t if t.startswith(TMA_PREFIX) else TMA_PREFIX + t) for t in args.tiles.split(",") if t]
     result: dict[str, Any] = {
         "gpu": env.gpu.name,
         "compilers": compilers(),
@@ -125,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         for tile in more:  # the checker's shape whose image rows hold whole tiles of every tile_m
             small = check.TMA_SHAPES[0]
             verdict = check.check_conv(runner(TmaConv(small, cfg=tile, blocks=2)), shape=small, seed=40)
-            line = f"tma@{tile.spec} at {small.label}, blocks 2: {verdict.status}"
+            line = f"{tile.spec} at {small.label}, blocks 2: {verdict.status}"
             result["checks"].append(line)
             print(line, flush=True)
             if not verdict:
@@ -135,13 +139,13 @@ def main(argv: list[str] | None = None) -> int:
             "random": tuple(cp.asnumpy(v) for v in benchmarks.conv_operands(shape, 0)),
             "large magnitudes": ref.conv_inputs(shape, "large magnitudes", 7).args(),
         }
-        for tile in [cfg, *more]:
+        for tile in [copies, *more]:
             plan = TmaConv(shape, cfg=tile)
             for name, host in inputs.items():
                 out = plan(*(cp.asarray(v) for v in host))
                 finish_or_exit("the kernel at the target", args.hang)
                 error = benchmarks._error(out, host, pixels, fused=True)
-                line = f"tma@{tile.spec} at the target, {name}: max |error| / bound {error['max_elementwise']:.3g}"
+                line = f"{tile.spec} at the target, {name}: max |error| / bound {error['max_elementwise']:.3g}"
                 result["checks"].append({"line": line, "error": error})
                 print(line, flush=True)
                 if not error["max_elementwise"] <= 1.0:
@@ -163,14 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     ]
     outs = [cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16) for _ in sets]
     plans: dict[str, Any] = {
-        f"tma@{cfg.spec}": TmaConv(shape, cfg=cfg),
+        copies.spec: TmaConv(shape, cfg=copies),
         f"fused@{cfg.spec}": PipelinedConv(shape, cfg=cfg),
     }
     for tile in more:
-        plans[f"tma@{tile.spec}"] = TmaConv(shape, cfg=tile)
+        plans[tile.spec] = TmaConv(shape, cfg=tile)
     if args.diagnostics:  # each part alone (wrong results: no error)
         for part in ("gather", "mma"):
-            plans[f"tma_{part}_only@{cfg.spec}"] = TmaConv(shape, cfg=cfg, parts=part)
+            plans[f"{part}_only@{copies.spec}"] = TmaConv(shape, cfg=copies, parts=part)
             plans[f"fused_{part}_only@{cfg.spec}"] = PipelinedConv(shape, cfg=cfg, parts=part)
     paths = {n: [lambda p=p, s=s, o=o: p(*s, out=o) for s, o in zip(sets, outs, strict=True)] for n, p in plans.items()}
     host = tuple(cp.asnumpy(v) for v in sets[0])
