@@ -240,9 +240,9 @@ def make_pipelined_conv_kernel(
 ):
     """out = relu(conv(x, w) + bias) (``fused``) or conv(x, w), a ``taps``-tap convolution (9: 3x3, 1: 1x1).
 
-    Arguments: ``x`` the NHWC input, flat FP16 (with a ``TmaConfig``: its tensor map, :func:`conv_stream`); ``w``
-    the filters as the (taps C_in) x C_out matrix B; ``bias``
-    (C_out,); ``out`` the (B H W) x C_out result; ``height``, ``width``. ``parts``: see :func:`make_stream`.
+    Arguments: ``x`` the NHWC input, flat FP16 (with a ``TmaConfig``: its tensor maps, :func:`conv_stream`); ``w``
+    the filters as the (taps C_in) x C_out matrix B; ``bias`` (C_out,); ``out`` the (B H W) x C_out result;
+    ``height``, ``width``. ``parts``: see :func:`make_stream`.
     """
     TM, TN, _ = MM.size
     THREADS = MM.block_size
