@@ -15,19 +15,19 @@ array and an element index, as in ``cp_async.copy16``:
 - ``expect_bytes(smem, at, nbytes)``: this thread arrives at the barrier and tells it ``nbytes`` more are coming;
 - ``wait_parity(smem, at, parity)``: spins until the barrier's phase of that parity (0, 1, 0, ...) completes;
 - ``load_4d(smem, at, tmap, c0, c1, c2, c3, bar_at)``: the box at coordinates ``(c0, c1, c2, c3)`` (innermost
-  first, signed: a box may hang over any edge) into ``smem[at]``, completing ``nbytes`` at the barrier
+  first, signed: a box may hang over any edge) into ``smem[at]``, its bytes counted at the barrier
   ``smem[bar_at]``;
-- ``fence_async_shared()``: orders this thread's earlier shared-memory accesses before its later copies (a slot
-  that ordinary stores or loads used is about to be written by the copy engine);
 - ``load_2d(smem, at, tmap, map_at, c0, c1, bar_at)``: the same for a 2-D map stored at byte ``map_at`` of
   ``tmap`` (a kernel's second map, beside the first: one argument carries both);
+- ``fence_async_shared()``: orders this thread's earlier shared-memory accesses before its later copies (a slot
+  that ordinary stores or loads used is about to be written by the copy engine);
 - ``acquire_map(tmap, map_at)``: once per map, before the first copy through a map that the host wrote to global
   memory.
 
 Host side: :func:`nhwc_map` encodes the map of an NHWC FP16 tensor for boxes of ``(channels, box_w, box_h, 1)``,
-:func:`matrix_map` that of a row-major FP16 matrix (the filters),
-:func:`box_of` says which box a convolution's row tile of ``tile_m`` pixels needs, or why none does, and
-:func:`unavailable` why this GPU has no tensor copies (before Hopper), or None.
+:func:`matrix_map` that of a row-major FP16 matrix (the filters), :func:`box_of` says which box a convolution's row
+tile of ``tile_m`` pixels needs, or why none does, and :func:`unavailable` why this GPU has no tensor copies (before
+Hopper), or None.
 """
 
 from __future__ import annotations
