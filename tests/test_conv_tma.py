@@ -233,7 +233,7 @@ def test_the_intrinsics_compile_to_tensor_copies_and_transaction_barriers(tmp_pa
 def test_the_tensor_copy_kernel_passes_the_checker(gpu, shape, blocks):
     import cupy as cp
 
-    from utilities.conv.tensorcore_tma import TmaConv
+    from utilities.conv.tensorcore_persistent import TmaConv
 
     plan = TmaConv(shape, blocks=blocks)
 
@@ -251,7 +251,7 @@ def test_the_unfused_tensor_copy_kernel_stores_the_convolution_alone(gpu):
     import cupy as cp
 
     from utilities.conv import reference as ref
-    from utilities.conv.tensorcore_tma import TmaConv
+    from utilities.conv.tensorcore_persistent import TmaConv
 
     shape = check.TMA_SHAPES[1]  # tiles of whole rows: every box hangs over the left and right edges
     x = ref.conv_inputs(shape, "random", 3)
@@ -284,7 +284,7 @@ def test_the_back_to_back_kernel_with_tensor_copies_passes_the_checker(gpu, bloc
 @pytest.mark.gpu
 def test_the_tensor_copy_plan_refuses_a_tile_across_rows(gpu):
     from utilities.conv.check import CONV_SHAPE
-    from utilities.conv.tensorcore_tma import TmaConv
+    from utilities.conv.tensorcore_persistent import TmaConv
 
     with pytest.raises(ValueError, match="gathering kernel"):
         TmaConv(CONV_SHAPE)

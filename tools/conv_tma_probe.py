@@ -5,7 +5,7 @@ kernel builds: 60-200 s):
 
     source .whl/setup.sh && timeout 300 python3 tools/conv_tma_probe.py --json OUT.json [--diagnostics] [--triton]
 
-1. Checks ``tensorcore_tma.TmaConv`` with the course's checker (``conv.check.check_conv``: every case of
+1. Checks ``tensorcore_persistent.TmaConv`` with the course's checker (``conv.check.check_conv``: every case of
    ``reference.CONV_CASES``, random and adversarial) at the shapes of ``tests/test_conv_tma.py`` (tiles inside an
    image row, tiles of four whole rows, two column tiles), with one wave of blocks and with two blocks walking
    every tile; then at the target (8 x 512 x 512, 64 -> 64), random and large magnitudes, against the FP64
@@ -84,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from utilities.conv import reference as ref
     from utilities.conv.baselines import CudnnConv
     from utilities.conv.layout import TMA_PREFIX, TmaConfig, speed_configs
-    from utilities.conv.tensorcore_persistent import PipelinedConv
-    from utilities.conv.tensorcore_tma import TmaConv
+    from utilities.conv.tensorcore_persistent import PipelinedConv, TmaConv
     from utilities.report import compilers
 
     shape = benchmarks.TARGET

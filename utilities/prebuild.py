@@ -295,7 +295,7 @@ def _conv_tma(kind: str, spec: str) -> None:
 
     if not tma_available():
         return
-    from .conv.tensorcore_tma import TmaConv
+    from .conv.tensorcore_persistent import TmaConv
 
     dims, _, tile = spec.partition("@")
     c_out, c_in = parse_shape(dims)

@@ -368,7 +368,7 @@ def tiled_conv(shape: ref.ConvShape, cfg: Any, **kwargs: Any) -> Any:
 
         return HaloConv(shape, cfg=cfg, **kwargs)
     if isinstance(cfg, TmaConfig):
-        from .tensorcore_tma import TmaConv
+        from .tensorcore_persistent import TmaConv
 
         return TmaConv(shape, cfg=cfg, **kwargs)
     from .tensorcore_persistent import PipelinedConv
@@ -633,7 +633,7 @@ def tma_correctness(cfg: Any) -> str:
     Hopper), or the first CheckFailure."""
     from ..machinery import tma
     from . import check
-    from .tensorcore_tma import TmaConv
+    from .tensorcore_persistent import TmaConv
 
     why = tma.unavailable()
     if why is not None:

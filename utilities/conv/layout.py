@@ -104,6 +104,7 @@ class PipeConfig(TileConfig):
         )
 
 
+PARTS = ("all", "gather", "mma")  # a kernel's work; "gather" and "mma" alone are diagnostics (wrong results)
 TMA_PREFIX = "tma"
 
 

@@ -53,6 +53,7 @@ from ..machinery.aligned_copy import gmem_layout
 from ..operands import require
 from ..tiles import block_matmul
 from .layout import (
+    PARTS,
     PipeConfig,
     PipeLayout,
     TmaConfig,
@@ -67,6 +68,7 @@ from .layout import (
 )
 from .reference import B2BShape, ConvShape
 from .simt import chunk_row, pixel_coords, stage_tap, tap_mask, tap_offset
+from .tensorcore_tma import TensorCopies, make_tma_stream, shared_bytes
 
 # ------------------------------------------------------------------------------------------------------------
 # The stream: gathers issued ahead, and the K loop of one tile
@@ -90,9 +92,6 @@ def conv_layout(MM: Matmul, cfg: PipeConfig, n_stages: int, MM1: Matmul | None =
         MM1.suggest_layout_smem_b().cosize,
     )
     return pipe_layout(cfg, n_stages, sa, sb, sc, sd, sw)
-
-
-PARTS = ("all", "gather", "mma")  # a kernel's work; "gather" and "mma" alone are diagnostics (wrong results)
 
 
 @functools.cache
@@ -185,30 +184,18 @@ def conv_stream(cfg: PipeConfig) -> Any:
     """The factory of a block's stream: :func:`make_stream` (gathers), or for a ``TmaConfig``
     ``tensorcore_tma.make_tma_stream`` (tensor copies; the kernel's ``x`` is then the input's tensor map). Both
     make ``(issue, kloop)`` of the same signatures, so that one kernel body serves either."""
-    if isinstance(cfg, TmaConfig):
-        from .tensorcore_tma import make_tma_stream
-
-        return make_tma_stream
-    return make_stream
+    return make_tma_stream if isinstance(cfg, TmaConfig) else make_stream
 
 
 def stream_bytes(L: PipeLayout, cfg: PipeConfig) -> int:
     """The shared memory a block launches with: the plan's, and for tensor copies their barriers after it."""
-    if isinstance(cfg, TmaConfig):
-        from .tensorcore_tma import shared_bytes
-
-        return shared_bytes(L, cfg)
-    return L.nbytes
+    return shared_bytes(L, cfg) if isinstance(cfg, TmaConfig) else L.nbytes
 
 
 def tensor_copies(shape: ConvShape, cfg: PipeConfig) -> Any:
     """For a ``TmaConfig``, the input's tensor maps (``tensorcore_tma.TensorCopies``: it checks that this GPU has
     tensor copies and that ``shape``'s row tiles are boxes); None for gathers."""
-    if not isinstance(cfg, TmaConfig):
-        return None
-    from .tensorcore_tma import TensorCopies
-
-    return TensorCopies(shape, cfg)
+    return TensorCopies(shape, cfg) if isinstance(cfg, TmaConfig) else None
 
 
 def resident_filters(MM: Matmul, cfg: PipeConfig, n_stages: int, L: PipeLayout) -> Any:
@@ -421,6 +408,26 @@ class PipelinedConv(PersistentConv):
         self.grid: tuple[int, int] | None = None
         self.max_blocks = blocks
         self.resources: dict[str, Any] = {}
+
+
+class TmaConv(PipelinedConv):
+    """``PipelinedConv`` with its A tiles by tensor copies (``tensorcore_tma``): the same arguments and results, ``cfg``
+    a ``TmaConfig`` (a ``PipeConfig``'s fields are taken over; default: the plan's default block)."""
+
+    def __init__(
+        self,
+        shape: ConvShape,
+        fused: bool = True,
+        cfg: PipeConfig | None = None,
+        taps: int = 9,
+        parts: str = "all",
+        blocks: int | None = None,
+    ):
+        base = cfg or PipeConfig(tile_n=64 if shape.c_out % 64 == 0 else 32)
+        fields = {f: getattr(base, f) for f in PipeConfig.__dataclass_fields__}
+        super().__init__(
+            shape, fused, base if isinstance(base, TmaConfig) else TmaConfig(**fields), taps, parts, blocks
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -30,10 +30,9 @@ from nvmath.device.common import copy, make_tensor
 
 from ..machinery import cp_async, tma
 from ..machinery.aligned_copy import gmem_layout
-from .layout import PipeConfig, PipeLayout, TmaConfig
+from .layout import PARTS, PipeConfig, PipeLayout
 from .reference import ConvShape
 from .simt import box_coords, stage_tap
-from .tensorcore_persistent import PARTS, PipelinedConv
 
 MAPS_KEPT = 8  # tensor maps a plan keeps, one per input array
 
@@ -167,25 +166,3 @@ class TensorCopies:
                 maps = cp.concatenate([maps, tma.matrix_map(w, self.cfg.tile_k, self.cfg.tile_n)])
             self._maps[key] = maps
         return self._maps[key]
-
-
-class TmaConv(PipelinedConv):
-    """``PipelinedConv`` with the tensor-copy stream: the same arguments and results, ``cfg`` a ``TmaConfig`` (a
-    ``PipeConfig``'s fields are taken over; default: the plan's default block)."""
-
-    def __init__(
-        self,
-        shape: ConvShape,
-        fused: bool = True,
-        cfg: PipeConfig | None = None,
-        taps: int = 9,
-        parts: str = "all",
-        blocks: int | None = None,
-    ):
-        base = cfg or PipeConfig(tile_n=64 if shape.c_out % 64 == 0 else 32)
-        copies = (
-            base
-            if isinstance(base, TmaConfig)
-            else TmaConfig(**{f: getattr(base, f) for f in base.__dataclass_fields__})
-        )
-        super().__init__(shape, fused, copies, taps, parts, blocks)
