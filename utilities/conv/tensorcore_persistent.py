@@ -411,23 +411,14 @@ class PipelinedConv(PersistentConv):
 
 
 class TmaConv(PipelinedConv):
-    """``PipelinedConv`` with its A tiles by tensor copies (``tensorcore_tma``): the same arguments and results, ``cfg``
-    a ``TmaConfig`` (a ``PipeConfig``'s fields are taken over; default: the plan's default block)."""
+    """``PipelinedConv`` with its A tiles by tensor copies (``tensorcore_tma``): the same arguments (``taps``,
+    ``parts``, ``blocks`` by keyword) and results, ``cfg`` a ``TmaConfig`` (a ``PipeConfig``'s fields are taken over;
+    default: the plan's default block)."""
 
-    def __init__(
-        self,
-        shape: ConvShape,
-        fused: bool = True,
-        cfg: PipeConfig | None = None,
-        taps: int = 9,
-        parts: str = "all",
-        blocks: int | None = None,
-    ):
+    def __init__(self, shape: ConvShape, fused: bool = True, cfg: PipeConfig | None = None, **kwargs: Any):
         base = cfg or PipeConfig(tile_n=64 if shape.c_out % 64 == 0 else 32)
         fields = {f: getattr(base, f) for f in PipeConfig.__dataclass_fields__}
-        super().__init__(
-            shape, fused, base if isinstance(base, TmaConfig) else TmaConfig(**fields), taps, parts, blocks
-        )
+        super().__init__(shape, fused, base if isinstance(base, TmaConfig) else TmaConfig(**fields), **kwargs)
 
 
 # ------------------------------------------------------------------------------------------------------------
