@@ -28,7 +28,7 @@ from numba import cuda, int32
 from nvmath.device import Matmul
 from nvmath.device.common import copy, make_tensor
 
-from ..machinery import cp_async, tma
+from ..machinery import cp_async, swizzle, tma
 from ..machinery.aligned_copy import gmem_layout
 from .layout import PARTS, PipeConfig, PipeLayout
 from .reference import ConvShape
@@ -73,6 +73,7 @@ def make_tma_stream(
     assert NP * G == n_stages and A_AT * 2 % 1024 == 0 and A_STEP * 2 % 1024 == 0, "the swizzle needs 1 KiB slots"
     assert not FILTERS or (B_AT * 2 % 1024 == 0 and B_STEP * 2 % 1024 == 0), "the filters' swizzle needs 1 KiB slots"
     assert parts in PARTS, f"parts must be one of {PARTS}, got {parts!r}"
+    swizzle.a_tile(TK)  # the layout the copies write, measured for TK 32 and 64: refuses others, warns on new versions
     commit, wait_oldest = cp_async.commit, cp_async.wait_prior(DEPTH - 2)
     gmem_b = gmem_layout(MM, "b")
 
