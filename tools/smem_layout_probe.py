@@ -4,7 +4,8 @@ only).
 Copies a TM x TK tile whose entries are their own row index (then their column index) into shared memory with
 ``copy`` and the suggested layout, dumps the raw shared memory, and prints, for the first rows, the 8-element
 (16-byte) chunk each (row, chunk) lands in: the swizzle a kernel must follow to write that layout by hand.
-Writes the whole map as JSON with ``--json``.
+Writes the whole map as JSON with ``--json``: ``{"gpu", "date", "command", "rows": [{"tile", "operand", "chunks",
+"map"}]}`` (``map``: [row, col] of each shared-memory element; ``chunks``: the printed 16-byte chunks, all rows).
 
     python tools/smem_layout_probe.py --tile 128x64 --json probe.json
     python tools/smem_layout_probe.py --operand b --tile 64x64     (the filters' K x N tile of the convolution)
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tile", default="128x64", help="TM x TK of the FP16 A tile (with --operand b: TK x TN)")
     parser.add_argument("--operand", choices=("a", "b"), default="a", help="the A tile, or a row-major B tile")
     parser.add_argument("--threads", type=int, default=128)
-    parser.add_argument("--json", default="", help="write {tile: [[row, col] for each shared-memory element]}")
+    parser.add_argument("--json", default="", help="write the map and the chunks (see above)")
     args = parser.parse_args(argv)
     import cupy as cp
     import numpy as np
@@ -80,7 +81,21 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(min(16, tm)):
         print(r, [chunk_of.get((r, c), -1) for c in range(tk // 8)])
     if args.json:
-        Path(args.json).write_text(json.dumps({args.tile: where.tolist()}))
+        import datetime
+
+        row = {
+            "tile": args.tile,
+            "operand": args.operand,
+            "chunks": [[chunk_of.get((r, c), -1) for c in range(tk // 8)] for r in range(tm)],
+            "map": where.tolist(),
+        }
+        report = {
+            "gpu": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+            "date": datetime.date.today().isoformat(),
+            "command": "python tools/smem_layout_probe.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "rows": [row],
+        }
+        Path(args.json).write_text(json.dumps(report))
     return 0
 
 
