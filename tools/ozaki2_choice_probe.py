@@ -18,6 +18,10 @@ Every row and the timeline run the passes on one stream, one after another; wher
 second stream (``GemmStatistics.concurrent``, ``Ozaki2Gemm.concurrent``), more rows time ``compute``,
 ``plan.choose`` and the scaling after the choice (``plan.scale``, also timed on one stream) that way.
 
+``--queued`` also times each pass on the GPU's own clock: twenty calls queued behind a 2 ms CuPy kernel, events
+around the twenty (a row's ``queued_ms``), so that the host's launches (about 0.04 ms each through the course's
+launcher) hide behind the GPU's work as they do inside a plan; calls that end in a copy to the host still wait.
+
 ``--split`` also times each of the two weighted passes with one part of its work left out: the exponents and S
 alone (no weights), the weighted norms alone (no S), and neither (the norms only, as the first two passes): the
 differences say what S (two ``frexp`` and an int64 term an entry, a warp's reductions a chunk) and the weights cost.
@@ -40,6 +44,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--split", action="store_true", help="also the weighted passes with S or the weights left out")
     parser.add_argument("--timeline", action="store_true", help="also each launch of plan.choose in the call")
+    parser.add_argument("--queued", action="store_true", help="also each pass queued: the GPU's own time a call")
     args = parser.parse_args()
     import cupy as cp  # after the arguments: --help needs no GPU
 
@@ -118,15 +123,18 @@ def main() -> None:
         record = bench.bench(fn, m=size, n=size, k=size, name=name, repeats=args.repeats, bytes_moved=moved or None)
         floor_ms = moved / (copy_tbs * 1e12) * 1e3
         rows.append({"pass": name, "ms": record.time.median, "floor_ms": floor_ms, "bytes": moved})
+        if args.queued:
+            rows[-1]["queued_ms"] = queued_ms(fn, args.repeats)
     st.concurrent = plan.concurrent = False  # the timeline's events are on one stream: so must its launches be
     timeline = launch_timeline(lambda: plan.choose(a, b), args.repeats) if args.timeline else []
     st.concurrent = plan.concurrent = concurrent
     again = plan.choose(a, b)
     print(f"{size}^3, copy rate {copy_tbs:.2f} TB/s; {choice.count} moduli chosen, {again.count} after the runs")
-    print(f"{'pass':<46} {'ms':>8} {'floor ms':>9} {'x floor':>8}")
+    print(f"{'pass':<46} {'ms':>8} {'floor ms':>9} {'x floor':>8}" + (f" {'queued ms':>10}" if args.queued else ""))
     for r in rows:
         ratio = f"{r['ms'] / r['floor_ms']:8.2f}" if r["floor_ms"] else f"{'-':>8}"
-        print(f"{r['pass']:<46} {r['ms']:8.3f} {r['floor_ms']:9.3f} {ratio}")
+        queued = f" {r['queued_ms']:10.3f}" if "queued_ms" in r else ""
+        print(f"{r['pass']:<46} {r['ms']:8.3f} {r['floor_ms']:9.3f} {ratio}{queued}")
     if timeline:
         print(f"\nplan.choose launch by launch (median of {args.repeats} calls)")
         print(f"{'launch':<46} {'ms':>8} {'gap ms':>9}")
@@ -138,6 +146,28 @@ def main() -> None:
         report = {**report_head("ozaki2_choice_probe.py"), "size": size, "copy_tbs": copy_tbs, "rows": rows,
                   "count": choice.count, "count_after": again.count, "timeline": timeline}  # fmt: skip
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+
+
+def queued_ms(call, repeats: int, calls: int = 20) -> float:
+    """The median over ``repeats`` rounds of ``calls`` calls queued behind about 2 ms of GPU work (a CuPy kernel
+    over 128 MiB, forty times), timed by events around the ``calls``, divided by them: the GPU's own time a call."""
+    import cupy as cp
+    import numpy as np
+
+    spin = cp.zeros(1 << 24)
+    times = []
+    for _ in range(repeats):
+        cp.cuda.get_current_stream().synchronize()
+        for _ in range(40):
+            cp.sin(spin, out=spin)
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(calls):
+            call()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) / calls)
+    return float(np.median(times))
 
 
 def launch_timeline(call, repeats: int) -> list[dict]:
