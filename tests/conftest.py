@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -13,6 +14,29 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def ptx_written(tmp_path) -> Callable[[str], dict[str, str]]:
+    """``ptx_written(script)``: runs ``script`` in a fresh interpreter outside numba's simulator, with ``tmp_path`` as
+    its argument; the script compiles kernels to PTX, writes each as a ``.ptx`` file there and prints "ok". Returns
+    the files' texts by name (they stay in ``tmp_path`` for ptxas)."""
+
+    def run(script: str) -> dict[str, str]:
+        from utilities.execution import python_env
+
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)],
+            cwd=ROOT,
+            env=python_env(simulator=False),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+        return {path.name: path.read_text() for path in sorted(tmp_path.glob("*.ptx"))}
+
+    return run
 
 
 @pytest.fixture

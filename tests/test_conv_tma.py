@@ -12,18 +12,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from utilities.conv import check, simt
 from utilities.conv.reference import ConvShape
-from utilities.execution import python_env
 from utilities.machinery.tma import Box, box_of
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def gathered_tile(x: np.ndarray, m0: int, tap: int, taps: int, c0: int, tile_m: int, tile_k: int) -> np.ndarray:
@@ -190,17 +185,8 @@ print("ok")
 """
 
 
-def test_the_intrinsics_compile_to_tensor_copies_and_transaction_barriers(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", INTRINSICS_KERNEL, str(tmp_path)],
-        cwd=ROOT,
-        env=python_env(simulator=False),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
-    ptx = (tmp_path / "ring.ptx").read_text()
+def test_the_intrinsics_compile_to_tensor_copies_and_transaction_barriers(tmp_path, ptx_written):
+    ptx = ptx_written(INTRINSICS_KERNEL)["ring.ptx"]
     for instruction in (
         "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",

@@ -13,16 +13,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from utilities.execution import python_env
 from utilities.machinery import named_barriers
 
-ROOT = Path(__file__).resolve().parent.parent
 SIDE = 128  # threads a side; a stage holds one int32 for each consumer
 
 RING_KERNEL = """
@@ -110,17 +106,8 @@ def test_ids_and_counts_are_checked_before_any_build():
     assert named_barriers.sync(3, 256) is named_barriers.sync(3, 256)  # one intrinsic per (op, id, count)
 
 
-def test_the_ring_compiles_to_named_barriers_and_assembles(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", RING_PTX, str(tmp_path)],
-        cwd=ROOT,
-        env=python_env(simulator=False),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
-    ptx = (tmp_path / "ring.ptx").read_text()
+def test_the_ring_compiles_to_named_barriers_and_assembles(tmp_path, ptx_written):
+    ptx = ptx_written(RING_PTX)["ring.ptx"]
     for barrier in range(1, 5):  # each stage's FULL and EMPTY barrier on both sides (NVVM may copy a loop body)
         assert f"bar.arrive {barrier}, 256;" in ptx and f"bar.sync {barrier}, 256;" in ptx, barrier
     assert not re.search(r"bar(rier)?\.sync(\.aligned)? 0", ptx), "the ring never waits for the whole block"
