@@ -81,6 +81,47 @@ def test_a_tensor_copy_spec_names_its_kernel_and_parses_back():
         PipeConfig.parse(cfg.spec)
 
 
+def test_with_tensor_copies_fetches_the_filters_only_where_their_layout_was_measured():
+    from utilities.conv.layout import FILTER_COPY_STAGES, PipeConfig, with_tensor_copies
+
+    assert FILTER_COPY_STAGES == ((64, 64),)  # tools/smem_layout_probe.py --operand b measured 64 x 64 only
+    cfg = PipeConfig(depth=3, blocks=3)
+    assert with_tensor_copies(cfg).spec == "tma" + cfg.spec + "-w"  # every other field kept
+    assert not with_tensor_copies(PipeConfig(tile_n=32)).filter_copies  # rows of 64 bytes: not measured
+    assert not with_tensor_copies(PipeConfig(tile_k=32)).filter_copies
+    assert not with_tensor_copies(PipeConfig(resident=True)).filter_copies  # no stream of filters to copy
+
+
+def test_the_defaults_take_tensor_copies_where_this_gpu_has_them(monkeypatch):
+    from utilities import prebuild
+    from utilities.conv import defaults, layout
+    from utilities.conv.reference import B2BShape
+    from utilities.machinery import tma
+
+    target, rows = ConvShape(8, 512, 512, 64, 64), ConvShape(2, 24, 24, 64, 64)
+    b2b, wide = B2BShape(8, 512, 512, 64, 64, 64), B2BShape(8, 512, 512, 64, 256, 64)
+    # here (no GPU): the gathering blocks, and a reason
+    assert "no GPU" in defaults.copies_left_out(target)
+    assert [c.spec for c in defaults.default_configs(target)] == ["128x64x64-t128-d2-g1-s"]
+    assert defaults.default_b2b_config(b2b) == layout.b2b_config(64, 64)
+    monkeypatch.setattr(tma, "unavailable", lambda: None)  # as on Hopper
+    assert defaults.copies_left_out(target) is None
+    specs = [c.spec for c in defaults.default_configs(target)]
+    assert specs == ["tma128x64x64-t128-d2-g1-s-w", "128x64x64-t128-d2-g1-s"]  # the faster first: conv.fused's
+    assert defaults.default_b2b_config(b2b).spec == prebuild.TMA_B2B_TILE == "tma128x64x64-t128-d2-g1-s-b3-w"
+    assert defaults.default_b2b_config(wide).spec == prebuild.TMA_B2B_WIDE_TILE  # 256 wide: filters by cp.async
+    # row tiles across image rows are no boxes: the gathers, and the fix named
+    assert "gathering kernel" in defaults.copies_left_out(rows)
+    assert [c.spec for c in defaults.default_configs(rows)] == ["128x64x64-t128-d2-g1-s"]
+    # what the speed run and 2d time on Hopper is prebuilt (2d's in the course's jobs)
+    assert f"conv_b2b:64x64x64@{prebuild.TMA_B2B_TILE}" in prebuild.CONV_JOBS.split(",")
+    speed = set(prebuild.CONV_SPEED_JOBS.split(","))
+    for kind in ("conv_b2b", "conv_b2b_keep"):
+        assert f"{kind}:64x64x128@{prebuild.TMA_B2B_TILE}" in speed  # the checks' (check.TMA_B2B_SHAPE)
+        assert f"{kind}:64x256x64@{prebuild.TMA_B2B_WIDE_TILE}" in speed
+    assert "conv_tma:256x64" in speed  # the wide chain's unfused 3x3
+
+
 def test_without_a_gpu_there_are_no_tensor_copies():
     from utilities.machinery import tma
 
@@ -216,12 +257,15 @@ def test_the_intrinsics_compile_to_tensor_copies_and_transaction_barriers(tmp_pa
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", check.TMA_SHAPES, ids=lambda s: s.label)
 @pytest.mark.parametrize("blocks", [None, 2])
-def test_the_tensor_copy_kernel_passes_the_checker(gpu, shape, blocks):
+@pytest.mark.parametrize("filters", [False, True], ids=["filters-cp-async", "filters-by-copies"])
+def test_the_tensor_copy_kernel_passes_the_checker(gpu, shape, blocks, filters):
     import cupy as cp
 
+    from utilities.conv.layout import TmaConfig
     from utilities.conv.tensorcore_persistent import TmaConv
 
-    plan = TmaConv(shape, blocks=blocks)
+    plan = TmaConv(shape, cfg=None if filters else TmaConfig(), blocks=blocks)  # the default fetches the filters too
+    assert plan.cfg.filter_copies == filters
 
     def run(x, w, bias):
         out = cp.full((shape.batch, shape.height, shape.width, shape.c_out), np.nan, cp.float16)
@@ -249,15 +293,18 @@ def test_the_unfused_tensor_copy_kernel_stores_the_convolution_alone(gpu):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("blocks", [None, 2])
-def test_the_back_to_back_kernel_with_tensor_copies_passes_the_checker(gpu, blocks):
+@pytest.mark.parametrize("filters", [False, True], ids=["filters-cp-async", "filters-by-copies"])
+def test_the_back_to_back_kernel_with_tensor_copies_passes_the_checker(gpu, blocks, filters):
     import cupy as cp
 
-    from utilities.conv.layout import TmaConfig, b2b_config
+    from utilities.conv.layout import TmaConfig, b2b_config, with_tensor_copies
     from utilities.conv.tensorcore_persistent import ConvB2B
 
     shape = check.TMA_B2B_SHAPE
     base = b2b_config(shape.c_mid, shape.c_out)
-    cfg = TmaConfig(**{f: getattr(base, f) for f in base.__dataclass_fields__})
+    plain = TmaConfig(**{f: getattr(base, f) for f in base.__dataclass_fields__})
+    cfg = with_tensor_copies(base) if filters else plain
+    assert cfg.filter_copies == filters
     plan = ConvB2B(shape, cfg=cfg, keep_d0=True, blocks=blocks)
 
     def run(x, w0, w1, bias1):

@@ -476,12 +476,18 @@ HALO_JOBS = (
     "conv_halo_b2b:64x64x64,conv_halo_b2b_keep:64x64x64,conv_halo_b2b:64x64x128@h64x64x64-t256,"
     "conv_halo_b2b_keep:64x64x128@h64x64x64-t256"
 )
+# The back-to-back kernel's default blocks on tensor copies (utilities.conv.benchmarks.default_b2b_config on Hopper:
+# layout.with_tensor_copies of layout.b2b_config, at the target's widths and at the wide chain's; a test holds them)
+TMA_B2B_TILE = "tma128x64x64-t128-d2-g1-s-b3-w"
+TMA_B2B_WIDE_TILE = "tma64x256x32-t256-d2-g1-s"
 CONV_JOBS = (  # (C_out x C_in: the tile's widths; the pipelined kernels and 2c's diagnostics at the plan's default
-    # tile; the back-to-back kernel at the target's channels and at the checks' (C_out = 128))
+    # tile; the back-to-back kernel at the target's channels and at the checks' (C_out = 128); on tensor copies, left
+    # out before Hopper: the plan's default (the filters by copies too), the kernel with only A by copies (2c's
+    # section 6 names it, the GPU tests check it) and 2d's timed back-to-back kernel)
     "conv:64x64,conv_unfused:64x64,conv:32x32,conv_unfused:32x32,conv_pipe:64x64,conv_pipe_unfused:64x64,"
     "conv_pipe_gather:64x64,conv_pipe_mma:64x64,conv_tma:64x64,conv_tma_unfused:64x64,conv_tma_gather:64x64,"
-    "conv_tma_mma:64x64,conv_1x1:64x64,conv_b2b:64x64x64,conv_b2b:64x64x128,"
-    f"conv_b2b_keep:64x64x128,{HALO_JOBS}"
+    "conv_tma_mma:64x64,conv_tma:64x64@tma128x64x64-t128-d2-g1-s,conv_1x1:64x64,conv_b2b:64x64x64,"
+    f"conv_b2b:64x64x128,conv_b2b_keep:64x64x128,conv_b2b:64x64x64@{TMA_B2B_TILE},{HALO_JOBS}"
 )
 # Every kernel `python -m utilities.conv.benchmarks` builds (utilities.conv.layout.speed_configs: the default tile
 # first), for --jobs before that run: each setting fused and unfused, the default's two diagnostics, 2c's two-stage
@@ -499,7 +505,10 @@ CONV_SPEED_JOBS = ",".join(
     + ["conv_1x1:64x64", "conv:64x64", "conv_b2b:64x64x64", "conv_b2b:64x64x128", "conv_b2b_keep:64x64x128"]
     + ["conv_b2b:64x256x64", "conv_b2b_keep:64x256x64", "conv_1x1:64x256"]  # the wide chain (its 3x3: conv_pipe's)
     + ["conv_halo_gather:64x64", "conv_halo_mma:64x64"]  # the halo kernel's diagnostics (its kernels: CONV_JOBS)
-    # (the tensor-copy kernel's four at the default tile are CONV_JOBS')
+    # on tensor copies (Hopper): the back-to-back defaults' checks and the wide chain (its unfused 3x3: conv_tma's);
+    # the tensor-copy kernel's four at the default tile are CONV_JOBS'
+    + [f"conv_b2b:64x64x128@{TMA_B2B_TILE}", f"conv_b2b_keep:64x64x128@{TMA_B2B_TILE}"]
+    + [f"conv_b2b:64x256x64@{TMA_B2B_WIDE_TILE}", f"conv_b2b_keep:64x256x64@{TMA_B2B_WIDE_TILE}", "conv_tma:256x64"]
 )
 PRIMER_JOBS = "primer:tile,primer:stack"  # notebook 0's two kernels
 # The plain numba kernels of the Ozaki tracks, at every K and count the notebooks use: slicing per K and slice count

@@ -16,15 +16,16 @@ bias + ReLU kernel), ``conv.gather_only@<tile>`` and ``conv.mma_only@<tile>`` (e
 of its work: where its time goes), ``conv.cudnn`` (cuDNN through PyTorch), ``conv.triton`` (the Triton peer),
 ``conv.library`` (the fastest library path that ran, ``params["which"]``), ``conv.im2col`` (im2col + cuBLAS + bias +
 ReLU, in ``conv_records`` only); ``conv_b2b.fused``, ``conv_b2b.unfused`` and ``conv_b2b.library`` (cuDNN twice) for the
-back-to-back chain at the target (64 -> 64 -> 64), at the plan's default tile, with the unfused path's two kernels alone
-(``conv_b2b.unfused.3x3``, ``conv_b2b.unfused.1x1``), the halo kernels' chain (``conv_b2b.halo.fused``,
-``conv_b2b.halo.unfused``), and the same for 64 -> 256 -> 64 as ``conv_b2b.wide.*`` (``B2B_WIDE``: the halo kernel does
-not take it); each holds the run's copy rate and the model's D0 round trip (``model.fusion_limit``), printed beside the
-times. With ``yours`` (the attendee's kernel factory, index map), ``conv.yours`` too. ``conv_records`` (notebook 2c's
-section 5 and the GPU suite) times the two-stage kernel; ``pipelined_records`` (section 6 and ``main``) the pipelined
-one. The H100 reports of 2026-11-23 (``results/nvidia-h100-80gb-hbm3-conv.json``, ``-conv-notebooks.json``) name the
-two-stage kernel's records ``conv.fused`` and ``conv.unfused`` (``params["which"]`` "fused", "unfused"):
-``figures.path_of`` reads both.
+back-to-back chain at the target (64 -> 64 -> 64), at ``defaults.default_b2b_config``'s block (the tensor-copy stream on
+Hopper), its unfused path's 3x3 at ``conv.fused``'s default block (``defaults.default_configs``: the unfused path at its
+best), with its two kernels alone (``conv_b2b.unfused.3x3``, ``conv_b2b.unfused.1x1``), the halo kernels' chain
+(``conv_b2b.halo.fused``, ``conv_b2b.halo.unfused``), and the same for 64 -> 256 -> 64 as ``conv_b2b.wide.*``
+(``B2B_WIDE``: the halo kernel does not take it); each holds the run's copy rate and the model's D0 round trip
+(``model.fusion_limit``), printed beside the times. With ``yours`` (the attendee's kernel factory, index map),
+``conv.yours`` too. ``conv_records`` (notebook 2c's section 5 and the GPU suite) times the two-stage kernel;
+``pipelined_records`` (section 6 and ``main``) the pipelined one. The H100 reports of 2026-11-23
+(``results/nvidia-h100-80gb-hbm3-conv.json``, ``-conv-notebooks.json``) name the two-stage kernel's records
+``conv.fused`` and ``conv.unfused`` (``params["which"]`` "fused", "unfused"): ``figures.path_of`` reads both.
 
 A record's m, n, k are the implicit GEMM's (B H W, C_out, 9 C_in; a back-to-back kernel timed alone, its own
 GEMM's); ``params`` hold the shape, the bytes the path
@@ -50,6 +51,7 @@ from ..errors import bounded_error
 from . import model
 from . import reference as ref
 from .baselines import CudnnConv, Im2colConv, UnfusedConv
+from .defaults import copies_left_out, default_b2b_config, default_configs
 from .tensorcore import Conv3x3, Kernels
 
 # (batch, height, width, C_in, C_out): the published shapes' range (B 4-8, C 32-64, H = W 64-512), the target
@@ -388,30 +390,6 @@ def parse_tile(spec: str) -> Any:
     return HaloConfig.parse(text) if text.startswith("h") else PipeConfig.parse(text)
 
 
-def copies_left_out(shape: ref.ConvShape) -> str | None:
-    """Why the tensor-copy kernel cannot run at ``shape`` here (a GPU before Hopper, row tiles that are not boxes),
-    or None."""
-    from ..machinery import tma
-    from .layout import TmaConfig
-
-    copies = TmaConfig()
-    try:
-        tma.box_of(shape.height, shape.width, copies.tile_m, copies.tile_k)
-    except ValueError as exc:
-        return str(exc)
-    return tma.unavailable()
-
-
-def default_configs(shape: ref.ConvShape) -> list[Any]:
-    """The plans' default blocks at ``shape``: the tensor-copy kernel's first where this GPU has tensor copies
-    and the shape's row tiles are boxes (:func:`copies_left_out`), then the gathering pipelined kernel's."""
-    from .layout import PipeConfig, TmaConfig
-
-    tile_n = 64 if shape.c_out % 64 == 0 else 32
-    gathers = PipeConfig(tile_n=tile_n)
-    return [gathers] if copies_left_out(shape) else [TmaConfig(tile_n=tile_n), gathers]
-
-
 class UnfusedPipelined:
     """The pipelined (or halo) kernel storing the convolution (``fused=False``), then the bias + ReLU kernel."""
 
@@ -446,15 +424,16 @@ def b2b_records(
     name: str = "conv_b2b",
     copy_tbs: float | None = None,
     halo: bool = False,
-    unfused_cfg: Any = "same",
+    unfused_cfg: Any = None,
 ) -> list[bench.BenchRecord]:
     """``<name>.fused``, ``<name>.unfused``, its two kernels alone (``<name>.unfused.3x3``, ``<name>.unfused.1x1``),
     with ``halo`` the halo kernels' chain where it takes the shape (``<name>.halo.fused``, ``<name>.halo.unfused``: its
     3x3 kernel, then the pipelined 1x1; the speed run's, not notebook 2d's) and ``<name>.library`` (cuDNN twice,
     where PyTorch has it), interleaved at ``shape``; errors against the FP64 chain on sampled pixels. ``copy_tbs``:
     the run's copy rate (``peaks.measure_copy_bandwidth``, measured here if None), kept in each record's ``params``
-    with the model's D0 round trip (``model.fusion_limit``). ``unfused_cfg``: the unfused path's 3x3 block (default
-    ``cfg``'s; None: its plan's default)."""
+    with the model's D0 round trip (``model.fusion_limit``). ``cfg``: the fused kernel's block (default
+    :func:`default_b2b_config`). ``unfused_cfg``: the unfused path's 3x3 block (default the first of
+    :func:`default_configs`, ``conv.fused``'s: the unfused path at its best, whatever the fused kernel's block)."""
     from .baselines import CudnnB2B
     from .tensorcore_persistent import ConvB2B, UnfusedConvB2B
 
@@ -462,7 +441,8 @@ def b2b_records(
     traffic = model.b2b_traffic("fused", shape)
     sets = [b2b_operands(shape, seed + i) for i in range(bench.copies_for(traffic.bytes))]
     outs = [cp.empty((shape.batch, shape.height, shape.width, shape.c_out), cp.float16) for _ in sets]
-    unfused_cfg = cfg if unfused_cfg == "same" else unfused_cfg
+    cfg = cfg or default_b2b_config(shape)
+    unfused_cfg = unfused_cfg or default_configs(shape.first)[0]
     plans = {"fused": ConvB2B(shape, cfg=cfg), "unfused": UnfusedConvB2B(shape, cfg=unfused_cfg)}
     if halo:
         plans.update(halo_b2b_plans(shape))
@@ -555,7 +535,7 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
     from . import check, triton_peer
     from .halo import HaloConfig
     from .layout import PipeConfig, TmaConfig
-    from .tensorcore_persistent import ConvB2B, PipelinedConv, UnfusedConvB2B
+    from .tensorcore_persistent import PipelinedConv
 
     lines = []
     for cfg in [c for c in configs if isinstance(c, HaloConfig)]:
@@ -589,16 +569,7 @@ def correctness(configs: Sequence[Any] = ()) -> list[str]:
 
         check.check_conv(run_peer, shape=shape, seed=34)
         lines.append("conv.triton: passed")
-    b2b = ConvB2B(check.B2B_SHAPE, keep_d0=True)
-    check.check_conv_b2b(_numpy_run(b2b), stages=b2b.stages, shape=check.B2B_SHAPE, seed=35)
-    check.check_conv_b2b(_numpy_run(ConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=36)
-    walk = ConvB2B(check.B2B_SHAPE, keep_d0=True, blocks=2)  # each block walks several row tiles
-    check.check_conv_b2b(_numpy_run(walk), stages=walk.stages, shape=check.B2B_SHAPE, seed=39)
-    check.check_conv_b2b(_numpy_run(UnfusedConvB2B(check.B2B_SHAPE)), shape=check.B2B_SHAPE, seed=37)
-    lines.append(
-        "conv_b2b.fused (with and without D0 kept, one block a row tile and two walking them all) and "
-        "conv_b2b.unfused: passed"
-    )
+    lines.append(b2b_correctness(default_b2b_config(B2B_TARGET), "conv_b2b"))
     if any(isinstance(c, HaloConfig) for c in configs):
         lines.append(halo_b2b_correctness())
     return lines
@@ -666,38 +637,36 @@ def halo_correctness(cfg: Any) -> str:
     return f"conv.fused@{cfg.spec} at {shapes} (one block a row tile, and two walking them all), unfused: passed"
 
 
-def b2b_tile_correctness(cfg: Any) -> str:
-    """The back-to-back kernel at another block (``--b2b-tiles``) through the checker at ``check.B2B_SHAPE``, or at
-    ``check.B2B_WIDE_SHAPE`` for a block as wide as its D0: D0 kept and checked first, two blocks walking the row
-    tiles; one line, or the first CheckFailure."""
+def b2b_check_shape(cfg: Any) -> ref.B2BShape:
+    """Where the checker takes the back-to-back kernel at ``cfg``: ``check.B2B_SHAPE``, or ``check.B2B_WIDE_SHAPE``
+    for a block as wide as the wide chain's D0; their ``TMA_`` twins (row tiles that are boxes) for tensor copies."""
     from . import check
     from .layout import TmaConfig
-    from .tensorcore_persistent import ConvB2B
 
-    copies = isinstance(cfg, TmaConfig)  # tensor copies need row tiles that are boxes
+    copies = isinstance(cfg, TmaConfig)
     if cfg.tile_n == check.B2B_WIDE_SHAPE.c_mid:
-        shape = check.TMA_B2B_WIDE_SHAPE if copies else check.B2B_WIDE_SHAPE
-    else:
-        shape = check.TMA_B2B_SHAPE if copies else check.B2B_SHAPE
-    kept = ConvB2B(shape, cfg=dataclasses.replace(cfg, tile_n=shape.c_mid), keep_d0=True, blocks=2)
-    check.check_conv_b2b(_numpy_run(kept), stages=kept.stages, shape=shape, seed=43)
-    return f"conv_b2b.fused@{cfg.spec} at {shape.label} (D0 kept, two blocks walking the row tiles): passed"
+        return check.TMA_B2B_WIDE_SHAPE if copies else check.B2B_WIDE_SHAPE
+    return check.TMA_B2B_SHAPE if copies else check.B2B_SHAPE
 
 
-def wide_correctness() -> str:
-    """The kernels of ``conv_b2b.wide`` through the checker at ``check.B2B_WIDE_SHAPE``: the fused kernel with D0
-    kept (two blocks walking the row tiles) and without, and the unfused path; one line, or the first CheckFailure."""
+def b2b_correctness(cfg: Any, name: str) -> str:
+    """The back-to-back kernel at ``cfg`` through the checker at :func:`b2b_check_shape`: D0 kept and checked first
+    (one block a row tile, then two walking them all), then without D0; and the unfused path with the 3x3 block
+    :func:`b2b_records` gives it there. One line, or the first CheckFailure."""
     from . import check
     from .tensorcore_persistent import ConvB2B, UnfusedConvB2B
 
-    wide = check.B2B_WIDE_SHAPE
-    kept = ConvB2B(wide, keep_d0=True, blocks=2)
-    check.check_conv_b2b(_numpy_run(kept), stages=kept.stages, shape=wide, seed=40)
-    check.check_conv_b2b(_numpy_run(ConvB2B(wide)), shape=wide, seed=41)
-    check.check_conv_b2b(_numpy_run(UnfusedConvB2B(wide)), shape=wide, seed=42)
+    shape = b2b_check_shape(cfg)
+    c = dataclasses.replace(cfg, tile_n=shape.c_mid)
+    for seed, blocks in ((35, None), (39, 2)):
+        kept = ConvB2B(shape, cfg=c, keep_d0=True, blocks=blocks)
+        check.check_conv_b2b(_numpy_run(kept), stages=kept.stages, shape=shape, seed=seed)
+    check.check_conv_b2b(_numpy_run(ConvB2B(shape, cfg=c)), shape=shape, seed=36)
+    unfused = UnfusedConvB2B(shape, cfg=default_configs(shape.first)[0])
+    check.check_conv_b2b(_numpy_run(unfused), shape=shape, seed=37)
     return (
-        f"conv_b2b.wide.fused ({kept.cfg.spec}, with and without D0 kept) and conv_b2b.wide.unfused at "
-        f"{wide.label}: passed"
+        f"{name}.fused@{cfg.spec} at {shape.label} (D0 kept with one block a row tile and two walking them all, "
+        f"and without) and {name}.unfused ({unfused.conv3.cfg.spec}): passed"
     )
 
 
@@ -752,13 +721,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(line, flush=True)
             notes.append(line)
         try:
-            line = wide_correctness()
+            line = b2b_correctness(default_b2b_config(B2B_WIDE), "conv_b2b.wide")
         except Exception as exc:  # noqa: BLE001 (the wide chain never stops the target's report: it is left out)
             line, wide = f"conv_b2b.wide left out, not timed: {type(exc).__name__}: {exc}", False
         print(line, flush=True)
         notes.append(line)
         for cfg in b2b_tiles:
-            notes.append(b2b_tile_correctness(cfg))
+            notes.append(b2b_correctness(cfg, "conv_b2b"))
             print(notes[-1], flush=True)
     records = pipelined_records(TARGET, configs, repeats=repeats, diagnostics=not args.quick)
     copy_tbs = peaks.measure_copy_bandwidth()  # the back-to-back model's copy rate, one for both shapes
@@ -772,12 +741,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 (as above)
         notes.append(f"conv_b2b.wide left out: {type(exc).__name__}: {exc}")
         print(notes[-1], flush=True)
-    for cfg in b2b_tiles:  # prebuild with --jobs conv_b2b:64x64x64@<spec>,conv_pipe:64x64@<spec> (64 -> 64 -> 64)
-        if cfg.tile_n == B2B_WIDE.c_mid:  # the wide chain's fused kernel at cfg, its unfused path as the plans have it
-            name, shape, unfused = f"conv_b2b.wide@{cfg.spec}", B2B_WIDE, None
-        else:
-            name, shape, unfused = f"conv_b2b@{cfg.spec}", B2B_TARGET, cfg
-        records += b2b_records(shape, cfg, repeats=repeats, copy_tbs=copy_tbs, name=name, unfused_cfg=unfused)
+    for cfg in b2b_tiles:  # prebuild with --jobs conv_b2b:64x64x64@<spec> (64 -> 64 -> 64)
+        wide = cfg.tile_n == B2B_WIDE.c_mid  # the wide chain's fused kernel at cfg; the unfused paths at their best
+        name, shape = (f"conv_b2b.wide@{cfg.spec}", B2B_WIDE) if wide else (f"conv_b2b@{cfg.spec}", B2B_TARGET)
+        records += b2b_records(shape, cfg, repeats=repeats, copy_tbs=copy_tbs, name=name)
     print(run_summary(records, targets=True))
     bench.record(records)
     gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()

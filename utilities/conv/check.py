@@ -368,7 +368,7 @@ B2B_SHAPE = ref.B2BShape(2, 24, 24, 64, 64, 128)
 TMA_B2B_SHAPE = ref.B2BShape(2, 3, 256, 64, 64, 128)
 TMA_B2B_WIDE_SHAPE = ref.B2BShape(2, 3, 256, 64, 256, 64)
 # the wide chain of the speed run (D0 four times the input, 64 -> 256 -> 64) at the same images: checked before it
-# is timed, on a CPU by the tests with the NumPy semantics, on a GPU by utilities.conv.benchmarks.wide_correctness
+# is timed, on a CPU by the tests with the NumPy semantics, on a GPU by utilities.conv.benchmarks.b2b_correctness
 B2B_WIDE_SHAPE = ref.B2BShape(2, 24, 24, 64, 256, 64)
 B2B_NAMES = ("b", "h", "w", "c")
 

@@ -139,6 +139,19 @@ class TmaConfig(PipeConfig):
         return cls(**{f: getattr(base, f) for f in base.__dataclass_fields__}, filter_copies=filters)
 
 
+# (tile_k, tile_n) of the filters' stages that a plan's default fetches by tensor copies: those whose suggested
+# shared-memory layout was measured to be the swizzle the copies write (tools/smem_layout_probe.py --operand b)
+FILTER_COPY_STAGES = ((64, 64),)
+
+
+def with_tensor_copies(cfg: PipeConfig) -> TmaConfig:
+    """``cfg``'s block on tensor copies: its A stages, and its streamed filters' stages too where their layout is
+    one of :data:`FILTER_COPY_STAGES` (the faster kernel where both were measured: instructor-notes/conv.md)."""
+    fields = {f: getattr(cfg, f) for f in PipeConfig.__dataclass_fields__}
+    filters = not cfg.resident and (cfg.tile_k, cfg.tile_n) in FILTER_COPY_STAGES
+    return TmaConfig(**fields, filter_copies=filters)
+
+
 def stages(taps: int, c_in: int, tile_k: int) -> int:
     """K stages of one tile: ``taps`` times ``c_in / tile_k`` (a stage never spans two taps)."""
     if c_in % tile_k:

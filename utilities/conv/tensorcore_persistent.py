@@ -65,6 +65,7 @@ from .layout import (
     one_by_one_config,
     pipe_layout,
     stages,
+    with_tensor_copies,
 )
 from .reference import B2BShape, ConvShape
 from .simt import chunk_row, pixel_coords, stage_tap, tap_mask, tap_offset
@@ -412,13 +413,13 @@ class PipelinedConv(PersistentConv):
 
 class TmaConv(PipelinedConv):
     """``PipelinedConv`` with its A tiles by tensor copies (``tensorcore_tma``): the same arguments (``taps``,
-    ``parts``, ``blocks`` by keyword) and results, ``cfg`` a ``TmaConfig`` (a ``PipeConfig``'s fields are taken over;
-    default: the plan's default block)."""
+    ``parts``, ``blocks`` by keyword) and results, ``cfg`` a ``TmaConfig`` (a ``PipeConfig`` is taken over by
+    ``layout.with_tensor_copies``, the filters by tensor copies too where they can be; default: the plan's default
+    block so taken over)."""
 
     def __init__(self, shape: ConvShape, fused: bool = True, cfg: PipeConfig | None = None, **kwargs: Any):
         base = cfg or PipeConfig(tile_n=64 if shape.c_out % 64 == 0 else 32)
-        fields = {f: getattr(base, f) for f in PipeConfig.__dataclass_fields__}
-        super().__init__(shape, fused, base if isinstance(base, TmaConfig) else TmaConfig(**fields), **kwargs)
+        super().__init__(shape, fused, base if isinstance(base, TmaConfig) else with_tensor_copies(base), **kwargs)
 
 
 # ------------------------------------------------------------------------------------------------------------
