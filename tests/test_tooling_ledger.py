@@ -148,3 +148,10 @@ def test_rows_written_on_a_gpu_machine_merge_into_the_gpus_ledger(tmp_path, monk
         ("a", "exercise"),
         ("b", "solution"),
     ]
+
+
+def test_a_variant_the_runner_does_not_know_is_refused_before_any_gpu_is_asked(capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        ledger.main(["run", "--variants", "both"])  # "both" is the default, not a name: the help says so
+    assert stop.value.code == 2
+    assert "--variants takes solution, exercise or both comma-separated, got both" in capsys.readouterr().err

@@ -345,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run GPU notebooks and record their rows")
     run.add_argument("patterns", nargs="*", help="the notebooks whose name contains one of these (default: all)")
-    run.add_argument("--variants", default=",".join(VARIANTS), help="solution, exercise or both (default)")
+    run.add_argument(
+        "--variants", default=",".join(VARIANTS), help="solution, exercise, or both: solution,exercise (default)"
+    )
     run.add_argument("--parallel", type=int, default=1, help="kernels at a time on the GPU (pass/fail only)")
     run.add_argument("--stale", action="store_true", help="only the notebooks that `stale` lists")
     run.add_argument("--commit", default=None, help="the commit to record (default: $COURSE_COMMIT, else git)")
@@ -401,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
         print("README.md: the notebook table's last column filled from the ledgers")
         return 0
 
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants takes {', '.join(VARIANTS)} or both comma-separated, got {', '.join(unknown)}")
     from .preflight import probe_gpus
 
     gpus, problem, _ = probe_gpus()
@@ -411,7 +417,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.stale:
         listed = {line.split(":")[0] for line in stale()}
         stems = [s for s in stems if s in listed]
-    variants = [v for v in args.variants.split(",") if v]
     jobs = [(stem, variant) for stem in stems for variant in variants]
     if not jobs:
         print("ledger: nothing to run")
